@@ -18,7 +18,6 @@
 //!     kind: EntryKind::Message(Message::text(Role::User, "hello there")),
 //! });
 
-
 //! ```
 
 pub mod model;

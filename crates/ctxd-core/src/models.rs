@@ -1,1 +1,90 @@
-//! Being written.
+//! What ctxd knows about models and agents: context windows and compaction thresholds.
+
+use serde::Serialize;
+
+use crate::model::Agent;
+
+/// The context window of a model, from its name. `None` when the name is not known.
+pub fn context_window(model: &str) -> Option<u64> {
+    let m = model.to_ascii_lowercase();
+    let m = m.rsplit('/').next().unwrap_or(&m);
+    if m.contains("[1m]") || m.ends_with("-1m") {
+        return Some(1_000_000);
+    }
+    let table: &[(&str, u64)] = &[
+        ("claude", 200_000),
+        ("gpt-5", 400_000),
+        ("codex", 400_000),
+        ("gpt-4.1", 1_047_576),
+        ("gpt-4o", 128_000),
+        ("gpt-4-turbo", 128_000),
+        ("o1", 200_000),
+        ("o3", 200_000),
+        ("o4", 200_000),
+        ("gpt-4", 8_192),
+        ("gpt-3.5", 16_385),
+        ("deepseek", 128_000),
+        ("gemini", 1_048_576),
+        ("qwen", 131_072),
+    ];
+    table
+        .iter()
+        .find(|(prefix, _)| m.starts_with(prefix) || m.contains(&format!("-{prefix}")))
+        .map(|&(_, w)| w)
+}
+
+/// The point at which an agent compacts on its own, and how that was derived.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Threshold {
+    pub tokens: u64,
+    pub rule: &'static str,
+}
+
+/// Pi's default `compaction.reserveTokens`.
+pub const PI_RESERVE_TOKENS: u64 = 16_384;
+/// Claude Code reserves room for its output (20k) and an auto-compact buffer (13k).
+pub const CLAUDE_CODE_RESERVE_TOKENS: u64 = 33_000;
+
+/// The automatic compaction threshold of `agent` for a model with `window` tokens.
+pub fn compaction_threshold(agent: Option<Agent>, window: u64) -> Option<Threshold> {
+    match agent? {
+        Agent::Pi => Some(Threshold {
+            tokens: window.saturating_sub(PI_RESERVE_TOKENS),
+            rule: "pi: window - reserveTokens (16,384)",
+        }),
+        Agent::ClaudeCode => Some(Threshold {
+            tokens: window.saturating_sub(CLAUDE_CODE_RESERVE_TOKENS),
+            rule: "claude-code: window - 20k output reserve - 13k buffer",
+        }),
+        Agent::Codex => Some(Threshold {
+            tokens: window / 10 * 9,
+            rule: "codex: 90% of the window",
+        }),
+        Agent::SweAgent | Agent::MiniSweAgent | Agent::Api => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_by_name() {
+        assert_eq!(context_window("claude-sonnet-4-5"), Some(200_000));
+        assert_eq!(context_window("claude-opus-4-8[1m]"), Some(1_000_000));
+        assert_eq!(context_window("gpt-5.1-codex"), Some(400_000));
+        assert_eq!(context_window("openai/gpt-4o-mini"), Some(128_000));
+        assert_eq!(context_window("gpt-4"), Some(8_192));
+        assert_eq!(context_window("deepseek/deepseek-chat"), Some(128_000));
+        assert_eq!(context_window("llama-3"), None);
+    }
+
+    #[test]
+    fn thresholds_per_agent() {
+        let t = compaction_threshold(Some(Agent::ClaudeCode), 200_000);
+        assert_eq!(t.map(|t| t.tokens), Some(167_000));
+        let t = compaction_threshold(Some(Agent::Codex), 400_000);
+        assert_eq!(t.map(|t| t.tokens), Some(360_000));
+        assert_eq!(compaction_threshold(Some(Agent::Api), 1), None);
+    }
+}

@@ -12,7 +12,10 @@ pub(crate) fn import_body(
     _doc: &Value,
     _warnings: &mut Vec<Warning>,
 ) -> Result<Session, ImportError> {
-    Err(ImportError::Malformed { format: "api", message: "not implemented yet".into() })
+    Err(ImportError::Malformed {
+        format: "api",
+        message: "not implemented yet".into(),
+    })
 }
 
 #[derive(Default)]

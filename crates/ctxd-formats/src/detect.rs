@@ -308,7 +308,10 @@ mod tests {
 
     #[test]
     fn recognises_each_format_by_its_first_line() {
-        assert_eq!(fmt(r#"{"type":"session","id":"x","cwd":"/"}"#).ok(), Some(Format::Pi));
+        assert_eq!(
+            fmt(r#"{"type":"session","id":"x","cwd":"/"}"#).ok(),
+            Some(Format::Pi)
+        );
         assert_eq!(
             fmt(r#"{"type":"user","sessionId":"s","uuid":"u","message":{}}"#).ok(),
             Some(Format::ClaudeCode)
@@ -341,9 +344,15 @@ mod tests {
     fn bad_input_gets_a_clear_error() {
         assert!(matches!(fmt(""), Err(ImportError::Empty)));
         assert!(matches!(fmt("  \n"), Err(ImportError::Empty)));
-        assert!(matches!(fmt("\x7fELF\0\0"), Err(ImportError::Binary { .. })));
+        assert!(matches!(
+            fmt("\x7fELF\0\0"),
+            Err(ImportError::Binary { .. })
+        ));
         assert!(matches!(fmt("hello"), Err(ImportError::UnknownFormat(_))));
-        assert!(matches!(fmt(r#"{"a":1}"#), Err(ImportError::UnknownFormat(_))));
+        assert!(matches!(
+            fmt(r#"{"a":1}"#),
+            Err(ImportError::UnknownFormat(_))
+        ));
         assert!(matches!(fmt("[1,2]"), Err(ImportError::UnknownFormat(_))));
     }
 }

@@ -63,15 +63,23 @@ pub fn import_reader<R: BufRead>(mut reader: R) -> Result<Import, ImportError> {
         // Bare request bodies, one a line, import like a capture.
         Some(Format::ApiRequest(_)) if multi_line => {
             let importer = api_request::CaptureImporter::default();
-            (Format::CapturedRequests, jsonl::run(input, importer, &mut warnings)?)
+            (
+                Format::CapturedRequests,
+                jsonl::run(input, importer, &mut warnings)?,
+            )
         }
-        Some(format @ Format::Pi) => (format, jsonl::run(input, pi::Importer::default(), &mut warnings)?),
-        Some(format @ Format::ClaudeCode) => {
-            (format, jsonl::run(input, claude_code::Importer::default(), &mut warnings)?)
-        }
-        Some(format @ Format::Codex) => {
-            (format, jsonl::run(input, codex::Importer::default(), &mut warnings)?)
-        }
+        Some(format @ Format::Pi) => (
+            format,
+            jsonl::run(input, pi::Importer::default(), &mut warnings)?,
+        ),
+        Some(format @ Format::ClaudeCode) => (
+            format,
+            jsonl::run(input, claude_code::Importer::default(), &mut warnings)?,
+        ),
+        Some(format @ Format::Codex) => (
+            format,
+            jsonl::run(input, codex::Importer::default(), &mut warnings)?,
+        ),
         Some(format @ Format::CapturedRequests) => {
             let importer = api_request::CaptureImporter::default();
             (format, jsonl::run(input, importer, &mut warnings)?)
@@ -93,7 +101,10 @@ pub fn import_reader<R: BufRead>(mut reader: R) -> Result<Import, ImportError> {
     })
 }
 
-fn read_document<R: Read>(mut input: R, what: &'static str) -> Result<serde_json::Value, ImportError> {
+fn read_document<R: Read>(
+    mut input: R,
+    what: &'static str,
+) -> Result<serde_json::Value, ImportError> {
     let mut bytes = Vec::new();
     input
         .read_to_end(&mut bytes)

@@ -7,5 +7,8 @@ use ctxd_core::model::Session;
 use crate::error::{ImportError, Warning};
 
 pub(crate) fn import(_doc: &Value, _warnings: &mut Vec<Warning>) -> Result<Session, ImportError> {
-    Err(ImportError::Malformed { format: "mini_swe_agent", message: "not implemented yet".into() })
+    Err(ImportError::Malformed {
+        format: "mini_swe_agent",
+        message: "not implemented yet".into(),
+    })
 }

@@ -43,7 +43,10 @@ pub fn pixel_size(data: &str) -> Option<(u32, u32)> {
         .decode(prefix)
         .ok()?;
     let size = imagesize::blob_size(&bytes).ok()?;
-    Some((u32::try_from(size.width).ok()?, u32::try_from(size.height).ok()?))
+    Some((
+        u32::try_from(size.width).ok()?,
+        u32::try_from(size.height).ok()?,
+    ))
 }
 
 /// A string field of a JSON object.
@@ -83,7 +86,9 @@ mod tests {
         // A 3x2 PNG header (signature + IHDR).
         let png: Vec<u8> = [
             &[0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a][..],
-            &[0, 0, 0, 13, b'I', b'H', b'D', b'R', 0, 0, 0, 3, 0, 0, 0, 2, 8, 6, 0, 0, 0],
+            &[
+                0, 0, 0, 13, b'I', b'H', b'D', b'R', 0, 0, 0, 3, 0, 0, 0, 2, 8, 6, 0, 0, 0,
+            ],
             &[0, 0, 0, 0],
         ]
         .concat();

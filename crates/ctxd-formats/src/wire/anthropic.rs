@@ -168,9 +168,14 @@ mod tests {
         assert_eq!(b.len(), 7);
         assert_eq!(b[0], ContentBlock::text("hi"));
         assert!(matches!(&b[1], ContentBlock::Thinking { signature: Some(s), .. } if s == "sig"));
-        assert!(matches!(&b[2], ContentBlock::Thinking { redacted: true, .. }));
+        assert!(matches!(
+            &b[2],
+            ContentBlock::Thinking { redacted: true, .. }
+        ));
         assert!(matches!(&b[3], ContentBlock::ToolCall { name, .. } if name == "Bash"));
-        assert!(matches!(&b[4], ContentBlock::ToolResult { is_error: true, content, .. } if content.len() == 1));
+        assert!(
+            matches!(&b[4], ContentBlock::ToolResult { is_error: true, content, .. } if content.len() == 1)
+        );
         assert!(matches!(&b[5], ContentBlock::Image(i) if i.url.is_some()));
         assert!(matches!(&b[6], ContentBlock::Text { text } if text.contains("mystery")));
     }

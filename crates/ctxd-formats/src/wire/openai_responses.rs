@@ -16,9 +16,9 @@ pub fn parts(content: &Value) -> Vec<ContentBlock> {
                 Some("input_text" | "output_text" | "text" | "summary_text" | "reasoning_text") => {
                     ContentBlock::text(str_field(p, "text").unwrap_or_default())
                 }
-                Some("input_image") => {
-                    ContentBlock::Image(image_from_url(str_field(p, "image_url").unwrap_or_default()))
-                }
+                Some("input_image") => ContentBlock::Image(image_from_url(
+                    str_field(p, "image_url").unwrap_or_default(),
+                )),
                 Some("refusal") => ContentBlock::text(str_field(p, "refusal").unwrap_or_default()),
                 _ => ContentBlock::text(json_text(p)),
             })
@@ -203,8 +203,12 @@ mod tests {
         assert_eq!(r.system.as_deref(), Some("sys"));
         assert_eq!(r.messages.len(), 6);
         assert_eq!(r.messages[0].role, Role::Developer);
-        assert!(matches!(&r.messages[2].content[0], ContentBlock::Thinking { signature: Some(s), .. } if s == "enc"));
-        assert!(matches!(&r.messages[4].content[0], ContentBlock::ToolResult { call_id, .. } if call_id == "c"));
+        assert!(
+            matches!(&r.messages[2].content[0], ContentBlock::Thinking { signature: Some(s), .. } if s == "enc")
+        );
+        assert!(
+            matches!(&r.messages[4].content[0], ContentBlock::ToolResult { call_id, .. } if call_id == "c")
+        );
         assert_eq!(r.tools[1].name, "web_search");
     }
 

@@ -1,0 +1,57 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// ctxd: a context engine for LLM coding agents.
+#[derive(Debug, Parser)]
+#[command(name = "ctxd", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Where a session's context window goes: headline, composition, drift, compactions,
+    /// largest messages, context per turn and billed totals.
+    Report(ReportArgs),
+    /// List the sessions under an agent's session directory.
+    Sessions(SessionsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Session files (Pi, Claude Code, Codex, SWE-agent, mini-swe-agent, raw API bodies or
+    /// captured requests); the format is detected from the content.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Print JSON (schema `ctxd.report/1`, one object per file, one per line).
+    #[arg(long, conflicts_with = "text")]
+    pub json: bool,
+    /// Print plain text even on a terminal (no interactive screen).
+    #[arg(long)]
+    pub text: bool,
+    /// Report the context as it was sent for this turn (1-based).
+    #[arg(long, value_name = "TURN")]
+    pub at: Option<usize>,
+    /// The model's context window in tokens, when the model name does not tell.
+    #[arg(long, value_name = "TOKENS")]
+    pub window: Option<u64>,
+    /// How many of the largest messages to list.
+    #[arg(long, default_value_t = 5)]
+    pub largest: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// A directory to scan (default: ~/.claude/projects, ~/.pi/agent/sessions, ~/.codex/sessions).
+    pub dir: Option<PathBuf>,
+    /// Print JSON (one object per session, one per line).
+    #[arg(long)]
+    pub json: bool,
+    /// List at most this many sessions, newest first.
+    #[arg(long, default_value_t = 200)]
+    pub limit: usize,
+}

@@ -1,0 +1,185 @@
+//! `ctxd sessions [DIR]`: one row per session file under an agent's session directory.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use ctxd_core::report;
+use serde::Serialize;
+
+use crate::cli::SessionsArgs;
+use crate::load;
+
+#[derive(Debug, Serialize)]
+struct Row {
+    path: String,
+    agent: Option<&'static str>,
+    id: Option<String>,
+    started_at: Option<String>,
+    turns: usize,
+    bytes: u64,
+    /// The largest context the session reached: provider-reported where it has usage.
+    peak_context: u64,
+    peak_source: &'static str,
+    model: Option<String>,
+    title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// The directories agents keep their sessions in, under `home`.
+fn default_dirs(home: &Path) -> Vec<PathBuf> {
+    [".claude/projects", ".pi/agent/sessions", ".codex/sessions"]
+        .iter()
+        .map(|d| home.join(d))
+        .filter(|d| d.is_dir())
+        .collect()
+}
+
+pub fn run(args: &SessionsArgs) -> anyhow::Result<()> {
+    let dirs = match &args.dir {
+        Some(dir) => {
+            if !dir.is_dir() {
+                anyhow::bail!("{}: not a directory", dir.display());
+            }
+            vec![dir.clone()]
+        }
+        None => {
+            let home = dirs::home_dir().context("no home directory to look for sessions in")?;
+            default_dirs(&home)
+        }
+    };
+    let mut files = Vec::new();
+    for dir in &dirs {
+        collect(dir, &mut files, 0);
+    }
+    let mut rows: Vec<Row> = files.iter().map(|f| row(f)).collect();
+    rows.sort_by(|a, b| b.started_at.cmp(&a.started_at).then(a.path.cmp(&b.path)));
+    rows.truncate(args.limit);
+
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        for r in &rows {
+            serde_json::to_writer(&mut out, r)?;
+            writeln!(out)?;
+        }
+        return Ok(());
+    }
+    if rows.is_empty() {
+        let searched: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        writeln!(
+            out,
+            "no sessions found (searched: {})",
+            if searched.is_empty() {
+                "no agent directory exists".into()
+            } else {
+                searched.join(", ")
+            }
+        )?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{:<14} {:<20} {:>6} {:>9} {:>8}  {}",
+        "AGENT", "START", "TURNS", "SIZE", "PEAK", "FILE"
+    )?;
+    for r in &rows {
+        let start = r
+            .started_at
+            .as_deref()
+            .map_or("-", |s| s.get(..19).unwrap_or(s));
+        let peak = if r.error.is_some() {
+            "error".to_owned()
+        } else {
+            report::text::tokens(r.peak_context)
+        };
+        writeln!(
+            out,
+            "{:<14} {:<20} {:>6} {:>9} {:>8}  {}",
+            r.agent.unwrap_or("?"),
+            start,
+            r.turns,
+            human_bytes(r.bytes),
+            peak,
+            r.path
+        )?;
+    }
+    Ok(())
+}
+
+/// Session-looking files under `dir` (JSONL and trajectories), depth-limited, links not followed.
+fn collect(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) {
+    if depth > 8 {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(ty) = entry.file_type() else { continue };
+        let path = entry.path();
+        if ty.is_dir() {
+            collect(&path, out, depth + 1);
+        } else if ty.is_file() {
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            if name.ends_with(".jsonl") || name.ends_with(".traj") || name.ends_with(".traj.json") {
+                out.push(path);
+            }
+        }
+    }
+}
+
+fn row(path: &Path) -> Row {
+    let bytes = std::fs::metadata(path).map_or(0, |m| m.len());
+    let mut row = Row {
+        path: path.display().to_string(),
+        agent: None,
+        id: None,
+        started_at: None,
+        turns: 0,
+        bytes,
+        peak_context: 0,
+        peak_source: "none",
+        model: None,
+        title: None,
+        error: None,
+    };
+    match load::import(path) {
+        Ok(import) => {
+            let session = &import.session;
+            let tokenizer = load::tokenizer(session);
+            let r = report::build(session, &tokenizer, &report::Options::default());
+            row.agent = session.meta.agent.map(|a| a.as_str());
+            row.id = session.meta.id.clone();
+            row.started_at = session.meta.started_at.clone();
+            row.turns = r.session.turn_count;
+            row.model = r.session.model.clone();
+            row.title = r.session.title.clone();
+            let provider_peak = r.turns.iter().filter_map(|t| t.provider).max();
+            let estimate_peak = r
+                .turns
+                .iter()
+                .map(|t| t.estimate)
+                .max()
+                .unwrap_or(0)
+                .max(r.composition.total);
+            (row.peak_context, row.peak_source) = match provider_peak {
+                Some(p) => (p, "provider"),
+                None => (estimate_peak, "estimate"),
+            };
+        }
+        Err(e) => row.error = Some(format!("{e:#}")),
+    }
+    row
+}
+
+fn human_bytes(n: u64) -> String {
+    match n {
+        0..=1023 => format!("{n} B"),
+        1024..=1_048_575 => format!("{:.1} KB", n as f64 / 1024.0),
+        _ => format!("{:.1} MB", n as f64 / 1_048_576.0),
+    }
+}

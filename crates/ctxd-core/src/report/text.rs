@@ -1,0 +1,236 @@
+//! The report as plain text, for pipes, logs and non-terminal output.
+
+use std::fmt::Write;
+
+use super::Report;
+
+/// Compact token figure: `812`, `5.1k`, `1.20M`.
+pub fn tokens(n: u64) -> String {
+    match n {
+        0..=999 => n.to_string(),
+        1_000..=999_999 => format!("{:.1}k", n as f64 / 1_000.0),
+        _ => format!("{:.2}M", n as f64 / 1_000_000.0),
+    }
+}
+
+fn signed(n: i64) -> String {
+    if n < 0 {
+        format!("-{}", tokens(n.unsigned_abs()))
+    } else {
+        tokens(n as u64)
+    }
+}
+
+/// A bar of `cells` cells for `percent`, rounded to the nearest cell; a non-zero share always
+/// gets one cell.
+pub fn bar(percent: f64, cells: usize) -> String {
+    let filled = if percent <= 0.0 {
+        0
+    } else {
+        ((percent / 100.0 * cells as f64).round() as usize).clamp(1, cells)
+    };
+    format!("{}{}", "█".repeat(filled), "░".repeat(cells - filled))
+}
+
+/// Render the whole report.
+pub fn render(r: &Report) -> String {
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = write_report(&mut out, r);
+    out
+}
+
+fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
+    let s = &r.session;
+    let agent = s.agent.map_or("unknown", |a| a.as_str());
+    writeln!(
+        out,
+        "Context report: {} session {} ({})",
+        agent,
+        s.id.as_deref().unwrap_or("-"),
+        s.format
+    )?;
+    if let Some(title) = &s.title {
+        writeln!(out, "  title: {}", super::sanitize(title, 80))?;
+    }
+    writeln!(
+        out,
+        "  model: {}   entries: {} ({} on the branch, {} subagent)   turns: {}{}",
+        s.model.as_deref().unwrap_or("unknown"),
+        s.entries,
+        s.branch_entries,
+        s.sidechain_entries,
+        s.turn_count,
+        s.at_turn
+            .map_or(String::new(), |t| format!("   at turn {t}")),
+    )?;
+    writeln!(out)?;
+
+    let h = &r.headline;
+    match (h.tokens, h.window) {
+        (Some(t), Some(w)) => writeln!(
+            out,
+            "Window  {} {} / {} tokens ({:.1}%), {} free   [{}]",
+            bar(h.percent.unwrap_or(0.0), 10),
+            tokens(t),
+            tokens(w),
+            h.percent.unwrap_or(0.0),
+            signed(h.free.unwrap_or(0)),
+            h.source
+        )?,
+        (Some(t), None) => writeln!(
+            out,
+            "Window  {} tokens (model window unknown)   [{}]",
+            tokens(t),
+            h.source
+        )?,
+        (None, _) => writeln!(
+            out,
+            "Window  total pending: compacted since the last reported usage (estimate {})",
+            tokens(r.composition.total)
+        )?,
+    }
+    match (&h.threshold, h.headroom) {
+        (Some(th), Some(room)) => writeln!(
+            out,
+            "        auto-compaction at {} ({}), headroom {}",
+            tokens(th.tokens),
+            th.rule,
+            signed(room)
+        )?,
+        _ => writeln!(out, "        no automatic compaction threshold known")?,
+    }
+    writeln!(out)?;
+
+    writeln!(
+        out,
+        "Composition (ctxd estimate, {}: {} tokens)",
+        r.tokenizer,
+        tokens(r.composition.total)
+    )?;
+    for row in &r.composition.rows {
+        if row.tokens == 0 {
+            continue;
+        }
+        writeln!(
+            out,
+            "  {:<22} {} {:>7} {:>5.1}%",
+            row.label,
+            bar(row.percent, 8),
+            tokens(row.tokens),
+            row.percent
+        )?;
+        for child in &row.children {
+            writeln!(
+                out,
+                "    {:<20} {:>16} {:>5.1}%",
+                child.label,
+                tokens(child.tokens),
+                child.percent
+            )?;
+        }
+    }
+    writeln!(out)?;
+
+    match &r.drift {
+        Some(d) => writeln!(
+            out,
+            "Drift   provider {} vs estimate {}: {}",
+            tokens(d.provider_tokens),
+            tokens(d.estimate),
+            d.note
+        )?,
+        None => writeln!(out, "Drift   no provider-reported usage to compare with")?,
+    }
+    if let Some(c) = &r.calibration {
+        writeln!(
+            out,
+            "        fit over {} turns: provider ≈ {:.3} × estimate {} {} → {} now",
+            c.samples,
+            c.scale,
+            if c.overhead < 0.0 { "-" } else { "+" },
+            tokens(c.overhead.abs() as u64),
+            tokens(c.calibrated_tokens)
+        )?;
+    }
+    writeln!(out)?;
+
+    writeln!(out, "Compactions: {}", r.compactions.count)?;
+    for c in &r.compactions.history {
+        writeln!(
+            out,
+            "  {} {}: {} → {} (summary {}){}",
+            c.timestamp.as_deref().unwrap_or("-"),
+            c.entry_id,
+            tokens(c.estimate_before),
+            tokens(c.estimate_after),
+            tokens(c.summary_tokens),
+            c.tokens_before_reported.map_or(String::new(), |t| format!(
+                ", agent reported {} before",
+                tokens(t)
+            ))
+        )?;
+    }
+    writeln!(out)?;
+
+    writeln!(out, "Largest messages")?;
+    for l in &r.largest {
+        writeln!(
+            out,
+            "  {:>7}  {:<9} {:<40}  {}",
+            tokens(l.tokens),
+            l.role,
+            l.descriptor,
+            l.entry_id
+        )?;
+    }
+    writeln!(out)?;
+
+    if !r.turns.is_empty() {
+        writeln!(out, "Context per turn ({} turns)", r.turns.len())?;
+        let peak = r
+            .turns
+            .iter()
+            .map(|t| t.provider.unwrap_or(t.estimate))
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let step = r.turns.len().div_ceil(24).max(1);
+        for t in r.turns.iter().step_by(step) {
+            let v = t.provider.unwrap_or(t.estimate);
+            writeln!(
+                out,
+                "  turn {:>5} {:>7} {} {}",
+                t.turn,
+                tokens(v),
+                bar(v as f64 * 100.0 / peak as f64, 30),
+                if t.provider.is_some() {
+                    ""
+                } else {
+                    "(estimate)"
+                }
+            )?;
+        }
+        writeln!(out)?;
+    }
+
+    let b = &r.billed;
+    match b.source {
+        "none" => writeln!(out, "Billed  no usage recorded")?,
+        _ => writeln!(
+            out,
+            "Billed  {} responses: input {}, output {}, cache read {}, cache write {}{}",
+            b.responses,
+            tokens(b.input),
+            tokens(b.output),
+            tokens(b.cache_read),
+            tokens(b.cache_write),
+            if b.source == "totals" {
+                " (session totals)"
+            } else {
+                ""
+            }
+        )?,
+    }
+    Ok(())
+}
