@@ -19,6 +19,11 @@ pub enum Command {
     Report(ReportArgs),
     /// List the sessions under an agent's session directory.
     Sessions(SessionsArgs),
+    /// Measure import and report speed (MB/s, ms) and peak memory on session files.
+    Bench(crate::bench_cmd::BenchArgs),
+    /// Internal: one measured run in a child process, so each gets its own peak RSS.
+    #[command(hide = true)]
+    BenchOne(crate::bench_cmd::BenchOneArgs),
 }
 
 #[derive(Debug, Args)]

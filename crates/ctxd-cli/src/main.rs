@@ -2,6 +2,7 @@
 //!
 //! Errors are one line on stderr and exit code 2; a report or listing goes to stdout.
 
+mod bench_cmd;
 mod cli;
 mod load;
 mod report_cmd;
@@ -24,6 +25,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Report(args) => report_cmd::run(&args),
         cli::Command::Sessions(args) => sessions_cmd::run(&args),
+        cli::Command::Bench(args) => bench_cmd::run(&args),
+        cli::Command::BenchOne(args) => bench_cmd::run_one(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
