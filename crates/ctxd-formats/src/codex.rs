@@ -11,9 +11,7 @@
 
 use serde_json::{Map, Value};
 
-use ctxd_core::model::{
-    Agent, Compaction, ContentBlock, EntryKind, Message, Role, Session, Usage,
-};
+use ctxd_core::model::{Agent, Compaction, ContentBlock, EntryKind, Message, Role, Session, Usage};
 
 use crate::builder::Builder;
 use crate::error::{ImportError, Warning};
@@ -274,7 +272,9 @@ impl Importer {
     }
 
     fn event_msg(&mut self, line_no: usize, ts: Option<String>, payload: Value) {
-        let ty = str_field(&payload, "type").unwrap_or("event_msg").to_owned();
+        let ty = str_field(&payload, "type")
+            .unwrap_or("event_msg")
+            .to_owned();
         match ty.as_str() {
             "token_count" => self.token_count(line_no, ts, &payload),
             // These repeat response items (the user's prompt, the answer, reasoning summaries).
@@ -496,7 +496,10 @@ mod tests {
             })
             .collect();
         assert_eq!(usages.len(), 1);
-        assert_eq!((usages[0].input, usages[0].cache_read, usages[0].output), (40, 60, 7));
+        assert_eq!(
+            (usages[0].input, usages[0].cache_read, usages[0].output),
+            (40, 60, 7)
+        );
         assert_eq!(s.meta.context_window, Some(1000));
         assert_eq!(s.meta.format, "codex/0.1");
     }
@@ -507,7 +510,9 @@ mod tests {
         assert_eq!(injected_developer(&c), "permissions-instructions");
         let c = vec![ContentBlock::text("You are Codex")];
         assert_eq!(injected_developer(&c), "developer-instructions");
-        let c = vec![ContentBlock::text("  <environment_context>\n</environment_context>")];
+        let c = vec![ContentBlock::text(
+            "  <environment_context>\n</environment_context>",
+        )];
         assert_eq!(injected_user(&c).as_deref(), Some("environment-context"));
         assert_eq!(injected_user(&[ContentBlock::text("<div>hi</div>")]), None);
     }

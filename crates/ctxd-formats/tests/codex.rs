@@ -64,24 +64,42 @@ fn real_rollout_imports_with_its_facts() {
     let s = &import.session;
     let meta = &s.meta;
     assert_eq!(meta.agent, Some(Agent::Codex));
-    assert_eq!(meta.id.as_deref(), Some("019a93b9-f380-7600-98ff-940e6b99603c"));
+    assert_eq!(
+        meta.id.as_deref(),
+        Some("019a93b9-f380-7600-98ff-940e6b99603c")
+    );
     assert_eq!(meta.format, "codex/0.58.0");
-    assert_eq!(meta.cwd.as_deref(), Some("/home/user/projects/temp/chatbot-ui"));
+    assert_eq!(
+        meta.cwd.as_deref(),
+        Some("/home/user/projects/temp/chatbot-ui")
+    );
     assert_eq!(meta.started_at.as_deref(), Some("2025-11-17T21:30:28.608Z"));
     assert_eq!(meta.model.as_deref(), Some("gpt-5.1-codex"));
     assert_eq!(meta.context_window, Some(258_400));
     assert_eq!(s.leaf, None);
 
     assert_eq!(messages(s).len(), 2 + 39 + 39 + 38);
-    assert_eq!(blocks(s, |b| matches!(b, ContentBlock::ToolCall { .. })), 39);
-    assert_eq!(blocks(s, |b| matches!(b, ContentBlock::ToolResult { .. })), 39);
-    assert_eq!(blocks(s, |b| matches!(b, ContentBlock::Thinking { .. })), 38);
+    assert_eq!(
+        blocks(s, |b| matches!(b, ContentBlock::ToolCall { .. })),
+        39
+    );
+    assert_eq!(
+        blocks(s, |b| matches!(b, ContentBlock::ToolResult { .. })),
+        39
+    );
+    assert_eq!(
+        blocks(s, |b| matches!(b, ContentBlock::Thinking { .. })),
+        38
+    );
     // The shell tool's name and its JSON-string arguments, parsed.
     assert!(messages(s).iter().flat_map(|m| &m.content).any(|b| matches!(b,
         ContentBlock::ToolCall { name, arguments, .. } if name == "shell" && arguments["command"][0] == "bash")));
 
     // The user typed one message; the other is Codex's environment context.
-    let users: Vec<&Message> = messages(s).into_iter().filter(|m| m.role == Role::User).collect();
+    let users: Vec<&Message> = messages(s)
+        .into_iter()
+        .filter(|m| m.role == Role::User)
+        .collect();
     assert_eq!(users.len(), 2);
     assert_eq!(users[0].injected.as_deref(), Some("environment-context"));
     assert_eq!(users[1].injected, None);
@@ -102,7 +120,13 @@ fn real_rollout_imports_with_its_facts() {
     assert_eq!(total.cache_write, 0);
 
     assert_eq!(count(s, |k| matches!(k, EntryKind::ModelChange { .. })), 1);
-    assert_eq!(count(s, |k| matches!(k, EntryKind::Event { name, .. } if name == "ghost_snapshot")), 1);
+    assert_eq!(
+        count(
+            s,
+            |k| matches!(k, EntryKind::Event { name, .. } if name == "ghost_snapshot")
+        ),
+        1
+    );
     // The duplicated event_msg lines (user_message, agent_reasoning) add nothing.
     assert_eq!(s.entries.len(), 118 + 39 + 1 + 1);
     // Linear: each entry's parent is the one before.
@@ -118,8 +142,8 @@ fn real_rollout_imports_with_its_facts() {
 /// 3 token_count of which one has no info and one is all zeros.
 #[test]
 fn schema_coverage_fixture_imports_cleanly() {
-    let import = import_path(&shared().join("sessions/codex/small.jsonl"))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let import =
+        import_path(&shared().join("sessions/codex/small.jsonl")).unwrap_or_else(|e| panic!("{e}"));
     assert!(import.warnings.is_empty(), "{:?}", import.warnings);
     let s = &import.session;
     assert_eq!(s.meta.format, "codex/0.146.0");
@@ -145,7 +169,10 @@ fn schema_coverage_fixture_imports_cleanly() {
     // 60 event_msg + 6 newer line kinds + 6 repeated session_meta + 1 ghost_snapshot.
     assert_eq!(count(s, |k| matches!(k, EntryKind::Event { .. })), 73);
     // The inter-agent message and the developer message are the agent's injections.
-    let injected: Vec<&str> = messages(s).iter().filter_map(|m| m.injected.as_deref()).collect();
+    let injected: Vec<&str> = messages(s)
+        .iter()
+        .filter_map(|m| m.injected.as_deref())
+        .collect();
     assert!(injected.contains(&"agent-message"), "{injected:?}");
     assert!(injected.contains(&"developer-instructions"), "{injected:?}");
 }
@@ -159,18 +186,30 @@ fn legacy_rollout() {
     assert!(import.warnings.is_empty(), "{:?}", import.warnings);
     let s = &import.session;
     assert_eq!(s.meta.format, "codex/legacy");
-    assert_eq!(s.meta.id.as_deref(), Some("5973b6c0-94b8-487b-a530-2aeb6098ae0e"));
-    assert_eq!(s.meta.started_at.as_deref(), Some("2025-08-20T13:20:47.060Z"));
+    assert_eq!(
+        s.meta.id.as_deref(),
+        Some("5973b6c0-94b8-487b-a530-2aeb6098ae0e")
+    );
+    assert_eq!(
+        s.meta.started_at.as_deref(),
+        Some("2025-08-20T13:20:47.060Z")
+    );
     assert!(matches!(&s.entries[0].kind,
         EntryKind::SystemPrompt { text } if text.starts_with("Always run the tests")));
     let ms = messages(s);
     let roles: Vec<Role> = ms.iter().map(|m| m.role).collect();
     use Role::*;
-    assert_eq!(roles, vec![User, User, Assistant, Assistant, Tool, Assistant, Tool, Assistant]);
+    assert_eq!(
+        roles,
+        vec![User, User, Assistant, Assistant, Tool, Assistant, Tool, Assistant]
+    );
     assert_eq!(ms[0].injected.as_deref(), Some("environment-context"));
     assert_eq!(ms[1].injected, None);
     assert_eq!(blocks(s, |b| matches!(b, ContentBlock::ToolCall { .. })), 2);
-    assert_eq!(blocks(s, |b| matches!(b, ContentBlock::ToolResult { .. })), 2);
+    assert_eq!(
+        blocks(s, |b| matches!(b, ContentBlock::ToolResult { .. })),
+        2
+    );
     // Ids name the file's lines (state markers are skipped, not numbered away).
     assert_eq!(s.entries[1].id.as_str(), "L3");
     assert_eq!(s.entries.last().map(|e| e.id.as_str()), Some("L12"));
@@ -193,14 +232,25 @@ fn corrupt_and_truncated_lines_are_skipped_with_a_warning() {
     lines[10] = lines[10].replacen('{', "{\"oops", 1);
     let last = &lines[n - 1];
     let half = last.len() / 2;
-    let cut = (0..=half).rev().find(|i| last.is_char_boundary(*i)).unwrap_or(0);
+    let cut = (0..=half)
+        .rev()
+        .find(|i| last.is_char_boundary(*i))
+        .unwrap_or(0);
     lines[n - 1] = last[..cut].to_owned();
     let path = temp_copy("corrupt.jsonl", &lines.join("\n"));
     let import = import_path(&path).unwrap_or_else(|e| panic!("{e}"));
     let lines_warned: Vec<Option<usize>> = import.warnings.iter().map(|w| w.line).collect();
     assert_eq!(lines_warned, vec![Some(11), Some(n)]);
-    assert!(import.warnings[0].to_string().starts_with("line 11: skipped"));
-    assert_eq!(blocks(&import.session, |b| matches!(b, ContentBlock::ToolCall { .. })), 38);
+    assert!(import.warnings[0]
+        .to_string()
+        .starts_with("line 11: skipped"));
+    assert_eq!(
+        blocks(&import.session, |b| matches!(
+            b,
+            ContentBlock::ToolCall { .. }
+        )),
+        38
+    );
 
     // A payload-less envelope line is an error for that line only.
     let path = temp_copy(
@@ -229,4 +279,3 @@ fn import_speed() {
         println!("{rel}: {:.0} MB/s", bytes * runs as f64 / secs / 1e6);
     }
 }
-
