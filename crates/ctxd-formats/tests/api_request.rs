@@ -80,9 +80,9 @@ fn last_request(path: &Path) -> (WireApi, Request, Value) {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{e}"));
     let line = text
         .lines()
+        .rev()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["method"] == "POST" && v["body"].is_object())
-        .last()
+        .find(|v| v["method"] == "POST" && v["body"].is_object())
         .unwrap_or_else(|| panic!("no request in {}", path.display()));
     let api = api_of_path(line["path"].as_str().unwrap_or_default());
     (api, parse(api, &line["body"]), line)

@@ -30,7 +30,7 @@ fn messages(s: &Session) -> Vec<&Message> {
         .collect()
 }
 
-fn blocks<'a>(s: &'a Session, pred: fn(&ContentBlock) -> bool) -> usize {
+fn blocks(s: &Session, pred: fn(&ContentBlock) -> bool) -> usize {
     messages(s)
         .iter()
         .flat_map(|m| m.content.iter())
