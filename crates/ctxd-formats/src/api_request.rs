@@ -6,12 +6,11 @@
 //! A capture is JSONL, a line per request: `{ts, method, path, headers, body, reply}` as a
 //! recording proxy writes it, or a bare body. Every request repeats the conversation so far, so
 //! requests are merged by their shared prefix: each request's path (system prompt, tools, then
-//! each message) is walked from the root, following an existing child with the same content and
-//! appending new entries where it differs. Headers are never read: they hold API keys.
+//! each message) is walked from the root, following an existing child with the same parsed content
+//! (so wire-only fields such as `cache_control` do not split branches) and appending new entries
+//! where it differs. Headers are never read: they hold API keys.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
-use std::hash::Hasher;
 
 use serde_json::Value;
 
@@ -72,8 +71,7 @@ struct Pending {
 #[derive(Default)]
 pub(crate) struct CaptureImporter {
     builder: Builder,
-    /// Per entry (same index as `session.entries`): its content hash and its children.
-    hashes: Vec<u64>,
+    /// Per entry (same index as `session.entries`): its children.
     children: Vec<Vec<usize>>,
     roots: Vec<usize>,
     /// The last node of the latest request.
@@ -182,15 +180,17 @@ impl CaptureImporter {
         index: usize,
         timestamp: &Option<String>,
     ) -> usize {
-        let hash = hash_kind(&kind);
         let entries = &self.builder.session.entries;
         let siblings = match parent {
             Some(p) => self.children.get(p).map_or(&[][..], Vec::as_slice),
             None => &self.roots,
         };
-        if let Some(&found) = siblings.iter().find(|&&c| {
-            self.hashes.get(c) == Some(&hash) && entries.get(c).is_some_and(|e| e.kind == kind)
-        }) {
+        // Siblings are few (one, unless the conversation branched): comparing the parsed entries
+        // directly is exact and cheaper than hashing every item of every request.
+        if let Some(&found) = siblings
+            .iter()
+            .find(|&&c| entries.get(c).is_some_and(|e| e.kind == kind))
+        {
             return found;
         }
         let new = entries.len();
@@ -202,7 +202,6 @@ impl CaptureImporter {
             sidechain: false,
             kind,
         });
-        self.hashes.push(hash);
         self.children.push(Vec::new());
         match parent.and_then(|p| self.children.get_mut(p)) {
             Some(list) => list.push(new),
@@ -210,25 +209,6 @@ impl CaptureImporter {
         }
         new
     }
-}
-
-/// A hash of the parsed entry (wire-only fields such as `cache_control` are already gone).
-fn hash_kind(kind: &EntryKind) -> u64 {
-    struct HashWriter<'a>(&'a mut DefaultHasher);
-    impl std::io::Write for HashWriter<'_> {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.write(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut hasher = DefaultHasher::new();
-    // Serialising the model cannot fail (string keys only); a failure would only weaken the
-    // hash, and equal hashes are confirmed by comparing the entries.
-    let _ = serde_json::to_writer(HashWriter(&mut hasher), kind);
-    hasher.finish()
 }
 
 /// The model's answer recorded beside a request: a recording mock's decision
@@ -346,14 +326,11 @@ mod tests {
     }
 
     #[test]
-    fn volatile_wire_fields_do_not_change_the_hash() {
+    fn volatile_wire_fields_do_not_split_branches() {
         let a = anthropic::message(&serde_json::json!({"role": "user", "content": [
             {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}));
         let b = anthropic::message(&serde_json::json!({"role": "user", "content": [
             {"type": "text", "text": "hi"}]}));
-        assert_eq!(
-            hash_kind(&EntryKind::Message(a)),
-            hash_kind(&EntryKind::Message(b))
-        );
+        assert_eq!(EntryKind::Message(a), EntryKind::Message(b));
     }
 }
