@@ -49,11 +49,13 @@ impl Builder {
     }
 
     /// The id of the last appended entry.
+    #[allow(dead_code)] // for the tree importers
     pub fn last(&self) -> Option<&EntryId> {
         self.last.as_ref()
     }
 
     /// Make `id` the parent of the next linear entry (after a branch point, a compaction...).
+    #[allow(dead_code)] // for the tree importers
     pub fn set_last(&mut self, id: Option<EntryId>) {
         self.last = id;
     }

@@ -265,9 +265,8 @@ pub fn api_of_body(obj: &Map<String, Value>) -> Option<WireApi> {
     }
     let mut anthropic_blocks = false;
     for m in messages {
-        match str_of_value(m, "role") {
-            Some("system" | "developer" | "tool") => return Some(WireApi::OpenaiChat),
-            _ => {}
+        if let Some("system" | "developer" | "tool") = str_of_value(m, "role") {
+            return Some(WireApi::OpenaiChat);
         }
         if m.get("tool_calls").is_some() {
             return Some(WireApi::OpenaiChat);
