@@ -149,6 +149,10 @@ impl LineImporter for CaptureImporter {
         pending.sort_by_key(|(_, p)| p.line);
         for (node, reply) in pending {
             let parent = self.builder.session.entries.get(node).map(|e| e.id.clone());
+            // The last request's answer ends the conversation: it belongs on the active branch.
+            if self.leaf == Some(node) {
+                self.leaf = Some(self.builder.session.entries.len());
+            }
             self.builder.push(Entry {
                 id: EntryId(format!("r{}.reply", reply.line)),
                 parent,

@@ -77,6 +77,31 @@ pub fn parse_arguments(arguments: &Value) -> Value {
     }
 }
 
+/// An ISO-8601 UTC time (`2025-11-20T23:33:01.544Z`) from Unix milliseconds, for formats that
+/// write epoch numbers (Pi message timestamps, mini-swe-agent `extra.timestamp`).
+pub fn iso_from_unix_millis(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let millis = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +123,18 @@ mod tests {
         assert_eq!((img.width, img.height), (Some(3), Some(2)));
         assert_eq!(img.media_type.as_deref(), Some("image/png"));
         assert_eq!(pixel_size("not base64!"), None);
+    }
+
+    #[test]
+    fn unix_millis_to_iso() {
+        assert_eq!(
+            iso_from_unix_millis(1_763_681_581_544),
+            "2025-11-20T23:33:01.544Z"
+        );
+        assert_eq!(iso_from_unix_millis(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            iso_from_unix_millis(951_825_600_000),
+            "2000-02-29T12:00:00.000Z"
+        );
     }
 }

@@ -108,7 +108,15 @@ fn every_capture_imports_and_its_leaf_is_the_last_request() {
 
         let (_, last, line) = last_request(&path);
         assert_eq!(s.meta.model, last.model, "{name}");
-        let got: Vec<Role> = branch_messages(s).iter().map(|m| m.role).collect();
+        // The branch is the last request's messages, then the mock's answer to it (when the
+        // capture recorded one): the conversation as it ended.
+        let mut got: Vec<Role> = branch_messages(s).iter().map(|m| m.role).collect();
+        if s.leaf
+            .as_ref()
+            .is_some_and(|l| l.as_str().ends_with(".reply"))
+        {
+            assert_eq!(got.pop(), Some(Role::Assistant), "{name}");
+        }
         let want: Vec<Role> = last.messages.iter().map(|m| m.role).collect();
         assert_eq!(got, want, "{name}");
         let b = branch(s);
@@ -154,10 +162,10 @@ fn requests_merge_into_one_tree() {
         ids,
         vec!["r2.0", "r2.1", "r2.2", "r2.3", "r3.4", "r3.5", "r3.reply"]
     );
-    assert_eq!(s.leaf.as_ref().map(|l| l.as_str()), Some("r3.5"));
+    assert_eq!(s.leaf.as_ref().map(|l| l.as_str()), Some("r3.reply"));
     assert_eq!(s.meta.model.as_deref(), Some("claude-opus-4-8"));
     // The first reply (a tool call) was confirmed by the second request: not kept twice. The
-    // final answer hangs under the leaf.
+    // final answer ends the active branch.
     let reply = &s.entries[6];
     assert_eq!(reply.parent.as_ref().map(|p| p.as_str()), Some("r3.5"));
     assert!(matches!(&reply.kind, EntryKind::Message(m)
