@@ -80,8 +80,8 @@ pub fn run(args: &SessionsArgs) -> anyhow::Result<()> {
     }
     writeln!(
         out,
-        "{:<14} {:<20} {:>6} {:>9} {:>8}  {}",
-        "AGENT", "START", "TURNS", "SIZE", "PEAK", "FILE"
+        "{:<14} {:<20} {:>6} {:>9} {:>8}  FILE",
+        "AGENT", "START", "TURNS", "SIZE", "PEAK"
     )?;
     for r in &rows {
         let start = r

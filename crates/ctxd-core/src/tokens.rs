@@ -69,7 +69,7 @@ pub fn for_each_part(
             signature,
             ..
         } => {
-            let sig = signature.as_deref().map_or(0, |s| counter_free_half(s));
+            let sig = signature.as_deref().map_or(0, signature_tokens);
             sink(Part::Thinking, counter.count(thinking) + sig);
         }
         ContentBlock::Image(image) => sink(Part::Image, image_tokens(image)),
@@ -99,7 +99,7 @@ pub fn for_each_part(
 
 /// Signatures are base64 blobs: a BPE count of them is meaningless and slow. Half their
 /// characters / 4, as the context guard seed sizes them.
-fn counter_free_half(signature: &str) -> u64 {
+fn signature_tokens(signature: &str) -> u64 {
     (signature.len() as u64 / 2).div_ceil(4)
 }
 
