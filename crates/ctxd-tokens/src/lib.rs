@@ -19,10 +19,15 @@ use ctxd_core::tokens::TokenCounter;
 
 /// Anthropic's count relative to `o200k_base` on the same text.
 ///
-/// Measured with `ctxd report --json` on the shared real sessions that carry Anthropic usage
-/// (the calibration fit's `scale` on the Claude Code and Pi sessions): Claude's tokenizer yields
-/// more tokens than `o200k_base` for the same code and prose.
-pub const CLAUDE_SCALE: f64 = 1.0;
+/// Measured by fitting `provider = scale × o200k + overhead` over every turn with Anthropic
+/// usage in the shared real sessions (`ctxd report --json`, the `turns` series):
+/// - Pi `large-session.jsonl`, 438 claude-sonnet-4-5 turns: scale 1.340, median residual 0.5%;
+/// - Claude Code 1.0.98 session, 9 claude-sonnet-4 turns: scale 1.341, median residual 0.2%;
+/// - Claude Code 1.0.108 session (mostly Japanese), 10 turns: scale 1.472.
+///
+/// English prose and code: 1.34. Text in other scripts tokenizes worse; a session's own fit
+/// (the report's `calibration`) corrects for that where the session carries usage.
+pub const CLAUDE_SCALE: f64 = 1.34;
 
 /// A token counter for one model family.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -154,6 +154,8 @@ pub struct TurnPoint {
     pub estimate: u64,
     /// The prompt size the provider reported for it.
     pub provider: Option<u64>,
+    /// The model that answered it.
+    pub model: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -239,6 +241,7 @@ pub fn build(session: &Session, counter: &dyn TokenCounter, options: &Options) -
             timestamp: session.entries[t.entry].timestamp.clone(),
             estimate: t.estimate,
             provider: t.provider,
+            model: t.model.clone(),
         })
         .collect();
     let calibration = calibrate(&turns, estimate);

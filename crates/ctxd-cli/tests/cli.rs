@@ -1,0 +1,253 @@
+//! The real `ctxd` binary on the shared real sessions and on bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn shared() -> PathBuf {
+    std::env::var_os("CTXD_SHARED").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
+        PathBuf::from,
+    )
+}
+
+fn sessions() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for agent in ["pi", "claude-code", "codex", "swe-agent", "mini-swe-agent"] {
+        for entry in std::fs::read_dir(shared().join("sessions").join(agent)).unwrap() {
+            files.push(entry.unwrap().path());
+        }
+    }
+    files.sort();
+    assert!(files.len() >= 7, "shared sessions missing: {files:?}");
+    files
+}
+
+fn ctxd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ctxd"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ctxd-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn json_report(path: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["report", "--json"];
+    args.extend_from_slice(extra);
+    let p = path.to_str().unwrap();
+    args.push(p);
+    let out = ctxd(&args);
+    assert!(out.status.success(), "{p}: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn every_shared_session_reports_as_text_and_json() {
+    for path in sessions() {
+        let name = path.display().to_string();
+        let text = ctxd(&["report", "--text", &name]);
+        assert!(text.status.success(), "{name}: {}", stderr(&text));
+        let body = String::from_utf8(text.stdout).unwrap();
+        for heading in ["Context report:", "Composition", "Drift", "Largest messages", "Billed"] {
+            assert!(body.contains(heading), "{name}: no {heading}");
+        }
+
+        let r = json_report(&path, &[]);
+        assert_eq!(r["schema"], "ctxd.report/1");
+        let total = r["composition"]["total"].as_u64().unwrap();
+        assert!(total > 0, "{name}");
+        let rows: u64 = r["composition"]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| row["tokens"].as_u64().unwrap())
+            .sum();
+        assert_eq!(rows, total, "{name}: the rows must add up to the estimate");
+        for row in r["composition"]["rows"].as_array().unwrap() {
+            if let Some(children) = row["children"].as_array() {
+                let kids: u64 = children.iter().map(|c| c["tokens"].as_u64().unwrap()).sum();
+                assert_eq!(kids, row["tokens"].as_u64().unwrap(), "{name}: {}", row["id"]);
+            }
+        }
+        assert!(r["largest"].as_array().unwrap().len() <= 5);
+        for l in r["largest"].as_array().unwrap() {
+            assert!(l["descriptor"].as_str().unwrap().chars().count() <= 40);
+        }
+        let turns = r["turns"].as_array().unwrap();
+        assert_eq!(turns.len() as u64, r["session"]["turn_count"].as_u64().unwrap());
+
+        // Sessions that carry provider usage name the drift, with both figures.
+        let has_usage = turns.iter().any(|t| t["provider"].is_u64());
+        if has_usage && r["headline"]["source"] == "provider" {
+            let d = &r["drift"];
+            assert_eq!(
+                d["drift"].as_i64().unwrap(),
+                d["provider_tokens"].as_i64().unwrap() - d["estimate"].as_i64().unwrap(),
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn sessions_with_usage_show_drift_and_billed_totals() {
+    let cases = [
+        ("claude-code/fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl", "claude-code"),
+        ("codex/rollout-2025-11-17T15-30-28-019a93b9-f380-7600-98ff-940e6b99603c.jsonl", "codex"),
+        ("pi/large-session.jsonl", "pi"),
+        ("mini-swe-agent/astropy__astropy-12907.traj.json", "mini-swe-agent"),
+    ];
+    for (file, agent) in cases {
+        let r = json_report(&shared().join("sessions").join(file), &[]);
+        assert_eq!(r["session"]["agent"], agent);
+        assert!(r["drift"].is_object(), "{file}: no drift");
+        assert_eq!(r["billed"]["source"], "usage", "{file}");
+        assert!(r["billed"]["responses"].as_u64().unwrap() > 0);
+        assert!(r["calibration"]["samples"].as_u64().unwrap() >= 3, "{file}");
+    }
+    // Claude Code's usage is counted once per response (python3 over the file: 170 ids).
+    let r = json_report(
+        &shared().join("sessions/claude-code/fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"),
+        &[],
+    );
+    assert_eq!(r["billed"]["responses"], 170);
+    assert_eq!(r["billed"]["output"], 51933);
+    // SWE-agent records only session totals.
+    let r = json_report(&shared().join("sessions/swe-agent/pydicom__pydicom-1458.traj"), &[]);
+    assert_eq!(r["billed"]["source"], "totals");
+}
+
+#[test]
+fn at_turn_reports_an_earlier_context() {
+    let path =
+        shared().join("sessions/codex/rollout-2025-11-17T15-30-28-019a93b9-f380-7600-98ff-940e6b99603c.jsonl");
+    let now = json_report(&path, &[]);
+    let then = json_report(&path, &["--at", "5"]);
+    assert_eq!(then["session"]["at_turn"], 5);
+    assert_eq!(then["turns"].as_array().unwrap().len(), 5);
+    assert!(
+        then["composition"]["total"].as_u64().unwrap() < now["composition"]["total"].as_u64().unwrap()
+    );
+    // The headline at a turn is the provider's figure for exactly that prompt.
+    assert_eq!(then["headline"]["tokens"], then["turns"][4]["provider"]);
+}
+
+#[test]
+fn a_corrupt_line_is_skipped_and_named() {
+    let src = std::fs::read_to_string(shared().join("sessions/pi/large-session.jsonl")).unwrap();
+    let mut lines: Vec<&str> = src.lines().collect();
+    lines[41] = "{\"type\":\"message\",\"message\":{\"role\":\"user\",\"content\":[{\"ty";
+    let dir = temp_dir("corrupt");
+    let path = dir.join("copy.jsonl");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+
+    let out = ctxd(&["report", "--text", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("line 42"), "{}", stderr(&out));
+    let r = json_report(&path, &[]);
+    let warnings = r["import_warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].as_str().unwrap().starts_with("line 42: skipped"));
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_code_2() {
+    let dir = temp_dir("bad");
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty.jsonl", Vec::new(), "empty"),
+        ("blank.jsonl", b"\n  \n".to_vec(), "empty"),
+        ("binary.jsonl", vec![0x7f, b'E', b'L', b'F', 0, 1, 2, 0xff, 0xfe], "binary"),
+        ("latin1.jsonl", b"{\"a\":\"caf\xe9\"}\n".to_vec(), "binary"),
+        ("other.json", br#"{"name":"x","version":"1.0.0","dependencies":{}}"#.to_vec(), "not a session"),
+        ("array.json", b"[1, 2, 3]".to_vec(), "not a session"),
+        ("text.txt", b"hello world\nthis is not json\n".to_vec(), "not a session"),
+        ("truncated.json", b"{\n  \"trajectory\": [\n    {\"action\": ".to_vec(), "JSON"),
+    ];
+    for (name, bytes, expect) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let out = ctxd(&["report", path.to_str().unwrap()]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(err.starts_with("ctxd: "), "{name}: {err}");
+        assert!(err.contains(expect), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+        assert!(out.stdout.is_empty(), "{name}");
+    }
+    let out = ctxd(&["report", dir.join("missing.jsonl").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("No such file"), "{}", stderr(&out));
+    let out = ctxd(&["report", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("directory"));
+    let out = ctxd(&["report", "--bogus-flag", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn several_files_give_one_json_line_each() {
+    let files = sessions();
+    let names: Vec<&str> = files.iter().map(|p| p.to_str().unwrap()).collect();
+    let mut args = vec!["report", "--json"];
+    args.extend(&names);
+    let out = ctxd(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), files.len());
+    for (line, name) in lines.iter().zip(&names) {
+        assert_eq!(line["file"], *name);
+    }
+}
+
+#[test]
+fn sessions_lists_each_session_under_a_directory() {
+    let dir = temp_dir("sessions");
+    for (i, path) in sessions().iter().enumerate() {
+        let sub = dir.join(format!("p{i}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::copy(path, sub.join(path.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(dir.join("broken.jsonl"), b"not json\n").unwrap();
+    let out = ctxd(&["sessions", "--json", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), sessions().len() + 1);
+    let agents: std::collections::BTreeSet<&str> =
+        rows.iter().filter_map(|r| r["agent"].as_str()).collect();
+    for agent in ["pi", "claude-code", "codex", "swe-agent", "mini-swe-agent"] {
+        assert!(agents.contains(agent), "{agent} missing: {agents:?}");
+    }
+    let pi = rows.iter().find(|r| r["agent"] == "pi").unwrap();
+    assert_eq!(pi["turns"], 452);
+    assert!(pi["peak_context"].as_u64().unwrap() > 100_000);
+    assert_eq!(pi["peak_source"], "provider");
+    let broken = rows.iter().find(|r| r["path"].as_str().unwrap().ends_with("broken.jsonl")).unwrap();
+    assert!(broken["error"].as_str().unwrap().contains("not"));
+
+    let text = ctxd(&["sessions", dir.to_str().unwrap()]);
+    assert!(text.status.success());
+    let body = String::from_utf8(text.stdout).unwrap();
+    assert!(body.starts_with("AGENT"));
+    let missing = ctxd(&["sessions", dir.join("nope").to_str().unwrap()]);
+    assert_eq!(missing.status.code(), Some(2));
+}
