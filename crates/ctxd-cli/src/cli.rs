@@ -8,6 +8,16 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "ctxd", version, about)]
 pub struct Cli {
+    /// The store (SQLite file). Default: `ctxd/ctxd.db` in the user's data directory.
+    #[arg(
+        long,
+        global = true,
+        env = "CTXD_STORE",
+        value_name = "PATH",
+        num_args = 0..=1,
+        default_missing_value = ""
+    )]
+    pub store: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -17,8 +27,16 @@ pub enum Command {
     /// Where a session's context window goes: headline, composition, drift, compactions,
     /// largest messages, context per turn and billed totals.
     Report(ReportArgs),
-    /// List the sessions under an agent's session directory.
+    /// List the sessions under an agent's session directory, or with `--store`, in the store.
     Sessions(SessionsArgs),
+    /// Import agent session files into the store.
+    Import(crate::import_cmd::ImportArgs),
+    /// Notes in five homes: write, append, read, list, search, rm, mv.
+    #[command(subcommand)]
+    Notes(crate::notes_cmd::NotesCommand),
+    /// A stored session's history: windows, items, read, search.
+    #[command(subcommand)]
+    History(crate::history_cmd::HistoryCommand),
     /// Measure import and report speed (MB/s, ms) and peak memory on session files.
     Bench(crate::bench_cmd::BenchArgs),
     /// Internal: one measured run in a child process, so each gets its own peak RSS.

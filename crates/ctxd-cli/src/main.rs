@@ -4,35 +4,56 @@
 
 mod bench_cmd;
 mod cli;
+mod history_cmd;
+mod import_cmd;
 mod load;
+mod notes_cmd;
 mod report_cmd;
 mod sessions_cmd;
+mod store;
 mod tui;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> ExitCode {
-    let cli = match cli::Cli::try_parse() {
-        Ok(cli) => cli,
+    let parsed = cli::Cli::command()
+        .try_get_matches()
+        .and_then(|m| cli::Cli::from_arg_matches(&m).map(|c| (c, m)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
             let _ = e.print();
             return ExitCode::from(code);
         }
     };
+    let store = store::StoreChoice::new(cli.store.clone(), &matches);
     let result = match cli.command {
         cli::Command::Report(args) => report_cmd::run(&args),
-        cli::Command::Sessions(args) => sessions_cmd::run(&args),
+        cli::Command::Sessions(args) => sessions_cmd::run(&args, &store),
+        cli::Command::Import(args) => import_cmd::run(&args, &store),
+        cli::Command::Notes(cmd) => notes_cmd::run(&cmd, &store),
+        cli::Command::History(cmd) => history_cmd::run(&cmd, &store),
         cli::Command::Bench(args) => bench_cmd::run(&args),
         cli::Command::BenchOne(args) => bench_cmd::run_one(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // `ctxd ... | head`: the reader left; nothing is wrong.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ctxd: {e:#}");
             ExitCode::from(2)
         }
     }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

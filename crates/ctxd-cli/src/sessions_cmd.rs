@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::cli::SessionsArgs;
 use crate::load;
+use crate::store::StoreChoice;
 
 #[derive(Debug, Serialize)]
 struct Row {
@@ -36,7 +37,10 @@ fn default_dirs(home: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-pub fn run(args: &SessionsArgs) -> anyhow::Result<()> {
+pub fn run(args: &SessionsArgs, store: &StoreChoice) -> anyhow::Result<()> {
+    if store.explicit {
+        return run_store(args, store);
+    }
     let dirs = match &args.dir {
         Some(dir) => {
             if !dir.is_dir() {
@@ -182,4 +186,58 @@ fn human_bytes(n: u64) -> String {
         1024..=1_048_575 => format!("{:.1} KB", n as f64 / 1024.0),
         _ => format!("{:.1} MB", n as f64 / 1_048_576.0),
     }
+}
+
+/// `ctxd sessions --store`: the sessions in the store, most recently updated first.
+fn run_store(args: &SessionsArgs, store: &StoreChoice) -> anyhow::Result<()> {
+    use ctxd_store::Store;
+    let engine = store.open()?;
+    let records = engine.store().list_sessions("")?;
+    let mut out = std::io::stdout().lock();
+    if !args.json {
+        writeln!(
+            out,
+            "{:>5} {:<14} {:<24} {:>6} {:>8} {:>8}  KEY",
+            "ID", "AGENT", "UPDATED", "TURNS", "ENTRIES", "PEAK"
+        )?;
+    }
+    for record in records.iter().take(args.limit) {
+        let session = engine.store().load(record.id)?;
+        let tokenizer = load::tokenizer(&session);
+        let r = report::build(&session, &tokenizer, &report::Options::default());
+        let peak = r
+            .turns
+            .iter()
+            .map(|t| t.provider.unwrap_or(t.estimate))
+            .max()
+            .unwrap_or(r.composition.total);
+        if args.json {
+            let doc = serde_json::json!({
+                "id": record.id,
+                "key": record.key,
+                "agent": record.meta.agent.map(|a| a.as_str()),
+                "created_at": record.created_at,
+                "updated_at": record.updated_at,
+                "entries": record.entry_count,
+                "turns": r.session.turn_count,
+                "peak_context": peak,
+                "model": r.session.model,
+            });
+            serde_json::to_writer(&mut out, &doc)?;
+            writeln!(out)?;
+        } else {
+            writeln!(
+                out,
+                "{:>5} {:<14} {:<24} {:>6} {:>8} {:>8}  {}",
+                record.id,
+                record.meta.agent.map_or("?", |a| a.as_str()),
+                record.updated_at,
+                r.session.turn_count,
+                record.entry_count,
+                report::text::tokens(peak),
+                record.key
+            )?;
+        }
+    }
+    Ok(())
 }

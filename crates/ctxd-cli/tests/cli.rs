@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 //! The real `ctxd` binary on the shared real sessions and on bad input.
 
 use std::path::{Path, PathBuf};
@@ -59,7 +61,13 @@ fn every_shared_session_reports_as_text_and_json() {
         let text = ctxd(&["report", "--text", &name]);
         assert!(text.status.success(), "{name}: {}", stderr(&text));
         let body = String::from_utf8(text.stdout).unwrap();
-        for heading in ["Context report:", "Composition", "Drift", "Largest messages", "Billed"] {
+        for heading in [
+            "Context report:",
+            "Composition",
+            "Drift",
+            "Largest messages",
+            "Billed",
+        ] {
             assert!(body.contains(heading), "{name}: no {heading}");
         }
 
@@ -77,7 +85,12 @@ fn every_shared_session_reports_as_text_and_json() {
         for row in r["composition"]["rows"].as_array().unwrap() {
             if let Some(children) = row["children"].as_array() {
                 let kids: u64 = children.iter().map(|c| c["tokens"].as_u64().unwrap()).sum();
-                assert_eq!(kids, row["tokens"].as_u64().unwrap(), "{name}: {}", row["id"]);
+                assert_eq!(
+                    kids,
+                    row["tokens"].as_u64().unwrap(),
+                    "{name}: {}",
+                    row["id"]
+                );
             }
         }
         assert!(r["largest"].as_array().unwrap().len() <= 5);
@@ -85,7 +98,10 @@ fn every_shared_session_reports_as_text_and_json() {
             assert!(l["descriptor"].as_str().unwrap().chars().count() <= 40);
         }
         let turns = r["turns"].as_array().unwrap();
-        assert_eq!(turns.len() as u64, r["session"]["turn_count"].as_u64().unwrap());
+        assert_eq!(
+            turns.len() as u64,
+            r["session"]["turn_count"].as_u64().unwrap()
+        );
 
         // Sessions that carry provider usage name the drift, with both figures.
         let has_usage = turns.iter().any(|t| t["provider"].is_u64());
@@ -103,10 +119,19 @@ fn every_shared_session_reports_as_text_and_json() {
 #[test]
 fn sessions_with_usage_show_drift_and_billed_totals() {
     let cases = [
-        ("claude-code/fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl", "claude-code"),
-        ("codex/rollout-2025-11-17T15-30-28-019a93b9-f380-7600-98ff-940e6b99603c.jsonl", "codex"),
+        (
+            "claude-code/fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl",
+            "claude-code",
+        ),
+        (
+            "codex/rollout-2025-11-17T15-30-28-019a93b9-f380-7600-98ff-940e6b99603c.jsonl",
+            "codex",
+        ),
         ("pi/large-session.jsonl", "pi"),
-        ("mini-swe-agent/astropy__astropy-12907.traj.json", "mini-swe-agent"),
+        (
+            "mini-swe-agent/astropy__astropy-12907.traj.json",
+            "mini-swe-agent",
+        ),
     ];
     for (file, agent) in cases {
         let r = json_report(&shared().join("sessions").join(file), &[]);
@@ -124,20 +149,25 @@ fn sessions_with_usage_show_drift_and_billed_totals() {
     assert_eq!(r["billed"]["responses"], 170);
     assert_eq!(r["billed"]["output"], 51933);
     // SWE-agent records only session totals.
-    let r = json_report(&shared().join("sessions/swe-agent/pydicom__pydicom-1458.traj"), &[]);
+    let r = json_report(
+        &shared().join("sessions/swe-agent/pydicom__pydicom-1458.traj"),
+        &[],
+    );
     assert_eq!(r["billed"]["source"], "totals");
 }
 
 #[test]
 fn at_turn_reports_an_earlier_context() {
-    let path =
-        shared().join("sessions/codex/rollout-2025-11-17T15-30-28-019a93b9-f380-7600-98ff-940e6b99603c.jsonl");
+    let path = shared().join(
+        "sessions/codex/rollout-2025-11-17T15-30-28-019a93b9-f380-7600-98ff-940e6b99603c.jsonl",
+    );
     let now = json_report(&path, &[]);
     let then = json_report(&path, &["--at", "5"]);
     assert_eq!(then["session"]["at_turn"], 5);
     assert_eq!(then["turns"].as_array().unwrap().len(), 5);
     assert!(
-        then["composition"]["total"].as_u64().unwrap() < now["composition"]["total"].as_u64().unwrap()
+        then["composition"]["total"].as_u64().unwrap()
+            < now["composition"]["total"].as_u64().unwrap()
     );
     // The headline at a turn is the provider's figure for exactly that prompt.
     assert_eq!(then["headline"]["tokens"], then["turns"][4]["provider"]);
@@ -158,7 +188,10 @@ fn a_corrupt_line_is_skipped_and_named() {
     let r = json_report(&path, &[]);
     let warnings = r["import_warnings"].as_array().unwrap();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(warnings[0].as_str().unwrap().starts_with("line 42: skipped"));
+    assert!(warnings[0]
+        .as_str()
+        .unwrap()
+        .starts_with("line 42: skipped"));
 }
 
 #[test]
@@ -167,12 +200,28 @@ fn bad_input_is_one_line_and_exit_code_2() {
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("empty.jsonl", Vec::new(), "empty"),
         ("blank.jsonl", b"\n  \n".to_vec(), "empty"),
-        ("binary.jsonl", vec![0x7f, b'E', b'L', b'F', 0, 1, 2, 0xff, 0xfe], "binary"),
+        (
+            "binary.jsonl",
+            vec![0x7f, b'E', b'L', b'F', 0, 1, 2, 0xff, 0xfe],
+            "binary",
+        ),
         ("latin1.jsonl", b"{\"a\":\"caf\xe9\"}\n".to_vec(), "binary"),
-        ("other.json", br#"{"name":"x","version":"1.0.0","dependencies":{}}"#.to_vec(), "not a session"),
+        (
+            "other.json",
+            br#"{"name":"x","version":"1.0.0","dependencies":{}}"#.to_vec(),
+            "not a session",
+        ),
         ("array.json", b"[1, 2, 3]".to_vec(), "not a session"),
-        ("text.txt", b"hello world\nthis is not json\n".to_vec(), "not a session"),
-        ("truncated.json", b"{\n  \"trajectory\": [\n    {\"action\": ".to_vec(), "JSON"),
+        (
+            "text.txt",
+            b"hello world\nthis is not json\n".to_vec(),
+            "not a session",
+        ),
+        (
+            "truncated.json",
+            b"{\n  \"trajectory\": [\n    {\"action\": ".to_vec(),
+            "JSON",
+        ),
     ];
     for (name, bytes, expect) in cases {
         let path = dir.join(name);
@@ -241,7 +290,10 @@ fn sessions_lists_each_session_under_a_directory() {
     assert_eq!(pi["turns"], 452);
     assert!(pi["peak_context"].as_u64().unwrap() > 100_000);
     assert_eq!(pi["peak_source"], "provider");
-    let broken = rows.iter().find(|r| r["path"].as_str().unwrap().ends_with("broken.jsonl")).unwrap();
+    let broken = rows
+        .iter()
+        .find(|r| r["path"].as_str().unwrap().ends_with("broken.jsonl"))
+        .unwrap();
     assert!(broken["error"].as_str().unwrap().contains("not"));
 
     let text = ctxd(&["sessions", dir.to_str().unwrap()]);

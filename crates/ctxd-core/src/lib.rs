@@ -22,7 +22,9 @@
 
 pub mod model;
 pub mod models;
+pub mod notes;
 pub mod report;
+pub mod text;
 pub mod tokens;
 pub mod tree;
 pub mod view;

@@ -139,6 +139,12 @@ pub enum EntryKind {
     },
     /// Provider-reported usage that the file records apart from a message (Codex `token_count`).
     Usage { usage: Usage },
+    /// The start of a new context window (`new_context`, a threshold or an overflow). Everything
+    /// before the matching [`EntryKind::WindowBoot`] folds away, except the system prompt.
+    WindowMarker { window_id: String, reason: String },
+    /// The first message of a window: identity, notes index, checkpoint and protocol. A marker
+    /// without its boot is an error in the projection, never silently the raw history.
+    WindowBoot { window_id: String, message: Message },
     /// Anything else the agent recorded that is not model context (thinking level changes,
     /// labels, session names, extension state). Kept so nothing is lost.
     Event {

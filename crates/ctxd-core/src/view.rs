@@ -152,6 +152,20 @@ impl<'a> Projector<'a> {
             EntryKind::ModelChange { .. } | EntryKind::Usage { .. } | EntryKind::Event { .. } => {
                 Change::None
             }
+            // Window folding arrives with the engine (issue 3); until then a boot shows as a
+            // message and a marker shows nothing.
+            EntryKind::WindowMarker { .. } => Change::None,
+            EntryKind::WindowBoot { message, .. } => {
+                self.items.push(Item {
+                    entry: pos,
+                    kind: ItemKind::Message {
+                        message,
+                        content: &message.content,
+                        edited: false,
+                    },
+                });
+                Change::Added
+            }
         }
     }
 

@@ -1,0 +1,42 @@
+//! Which store a command uses, and opening it.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::parser::ValueSource;
+use ctxd_engine::Engine;
+use ctxd_store::{Durability, SqliteStore};
+
+/// The `--store` choice: a path, or the default location.
+pub struct StoreChoice {
+    path: Option<PathBuf>,
+    /// `--store` was given on the command line (not only through `CTXD_STORE`).
+    pub explicit: bool,
+}
+
+impl StoreChoice {
+    pub fn new(path: Option<PathBuf>, matches: &clap::ArgMatches) -> Self {
+        let explicit = matches.value_source("store") == Some(ValueSource::CommandLine);
+        Self {
+            path: path.filter(|p| !p.as_os_str().is_empty()),
+            explicit,
+        }
+    }
+
+    /// The store file: the given path, or `ctxd/ctxd.db` in the user's data directory.
+    pub fn path(&self) -> anyhow::Result<PathBuf> {
+        match &self.path {
+            Some(p) => Ok(p.clone()),
+            None => Ok(dirs::data_dir()
+                .context("no data directory for the default store: give --store PATH")?
+                .join("ctxd")
+                .join("ctxd.db")),
+        }
+    }
+
+    pub fn open(&self) -> anyhow::Result<Engine<SqliteStore>> {
+        let path = self.path()?;
+        let store = SqliteStore::open(&path, Durability::Full)?;
+        Ok(Engine::new(store))
+    }
+}

@@ -1,0 +1,50 @@
+//! ctxd-engine: the core's pure policies over the durable store.
+//!
+//! The engine is the one place where policies meet storage: it reads a session's log from the
+//! [`Store`](ctxd_store::Store), asks the core for decisions (projection, windows, budget,
+//! notes addresses, history, recall), and appends the resulting drafts atomically. The gateway,
+//! the CLI and the MCP server are thin adapters over it. Model-facing tools are executed through
+//! one registry ([`tools`]).
+
+mod error;
+pub mod history;
+pub mod import;
+pub mod notes;
+pub mod recall;
+pub mod tools;
+pub mod windows;
+
+pub use error::EngineError;
+
+use ctxd_store::SessionId;
+
+/// The engine over a store `S` (SQLite today; PostgreSQL implements the same traits later).
+pub struct Engine<S> {
+    store: S,
+}
+
+impl<S> Engine<S> {
+    pub fn new(store: S) -> Self {
+        Self { store }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+}
+
+/// Who is calling: a tenant (a keyed hash of the client's credential; `""` locally), the
+/// session the call belongs to, and the agent and model names that notes homes resolve against.
+#[derive(Clone, Debug, Default)]
+pub struct Caller {
+    pub tenant: String,
+    pub session: Option<SessionId>,
+    /// The session's key (for `session:` notes), when there is a session.
+    pub session_key: Option<String>,
+    /// The calling agent's name (`claude-code`, `codex`, `pi`, or a subagent's name).
+    pub agent: Option<String>,
+    /// The model answering (for `@model/` notes).
+    pub model: Option<String>,
+    /// The project (working directory or repository) for `@project/` notes.
+    pub project: Option<String>,
+}

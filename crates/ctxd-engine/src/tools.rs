@@ -1,0 +1,83 @@
+//! The model-facing tools: one registry of JSON schemas and one dispatcher.
+//!
+//! Each feature module contributes its specs and executes its own tools; this module only lists
+//! them. The gateway injects these specs into requests and runs the calls server-side; the MCP
+//! server serves the same registry.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::{Caller, Engine, EngineError};
+
+/// A tool as the model is offered it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// JSON Schema of the arguments.
+    pub parameters: Value,
+}
+
+/// What a tool returns to the model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolOutput {
+    pub text: String,
+    /// A failure the model should see (bad arguments, unknown note...), not an engine failure.
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    pub fn ok(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            is_error: false,
+        }
+    }
+
+    pub fn error(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// Every tool ctxd offers.
+pub fn specs() -> Vec<ToolSpec> {
+    let mut all = Vec::new();
+    all.extend(crate::windows::specs());
+    all.extend(crate::notes::specs());
+    all.extend(crate::history::specs());
+    all.extend(crate::recall::specs());
+    all
+}
+
+impl<S> Engine<S>
+where
+    S: ctxd_store::Store,
+{
+    /// Run tool `name` with `args` for `caller`. Invalid arguments come back as an error output
+    /// (the model can correct itself); store failures as `Err`.
+    pub fn call_tool(
+        &self,
+        caller: &Caller,
+        name: &str,
+        args: &Value,
+    ) -> Result<ToolOutput, EngineError> {
+        let result = if let Some(r) = crate::windows::call(self, caller, name, args) {
+            r
+        } else if let Some(r) = crate::notes::call(self, caller, name, args) {
+            r
+        } else if let Some(r) = crate::history::call(self, caller, name, args) {
+            r
+        } else if let Some(r) = crate::recall::call(self, caller, name, args) {
+            r
+        } else {
+            return Err(EngineError::UnknownTool(name.to_owned()));
+        };
+        match result {
+            Err(EngineError::Invalid(message)) => Ok(ToolOutput::error(message)),
+            other => other,
+        }
+    }
+}

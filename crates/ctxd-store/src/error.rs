@@ -1,0 +1,18 @@
+/// Why a store operation failed. Nothing is partly written when an error is returned.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("store: cannot open {path}: {message}")]
+    Open { path: String, message: String },
+    #[error("store: schema version {found} is newer than this ctxd supports ({supported})")]
+    TooNew { found: u32, supported: u32 },
+    #[error("store: no session {0}")]
+    NoSession(String),
+    #[error("store: entry {id} already exists in this session")]
+    DuplicateEntry { id: String },
+    #[error("store: no entry {0} in this session")]
+    NoEntry(String),
+    #[error("store: a stored entry is unreadable ({id}): {message}")]
+    Corrupt { id: String, message: String },
+}

@@ -1,0 +1,99 @@
+//! ctxd-store: the durable session log.
+//!
+//! [`Store`] is what the engine needs from storage: sessions per tenant, atomic appends of entry
+//! batches, the leaf, and reading a session back. [`SqliteStore`] implements it on one embedded
+//! SQLite file (WAL, `synchronous=FULL` by default, one writer, versioned migrations, FTS5).
+//! A PostgreSQL backend implements the same traits later. Entries are never updated or deleted.
+//!
+//! ```
+//! use ctxd_store::{SqliteStore, Store, NewEntry};
+//! use ctxd_core::model::{Entry, EntryId, EntryKind, Message, Role, SessionMeta};
+//!
+//! let store = SqliteStore::open_in_memory().unwrap();
+//! let s = store.open_session("", "demo", &SessionMeta::default()).unwrap();
+//! let entry = Entry { id: EntryId::new("a"), parent: None, timestamp: None, sidechain: false,
+//!     kind: EntryKind::Message(Message::text(Role::User, "hi")) };
+//! store.append(s.id, &[NewEntry::new(entry)], None).unwrap();
+//! assert_eq!(store.load(s.id).unwrap().entries.len(), 1);
+//! ```
+
+mod error;
+mod schema;
+mod sqlite;
+
+use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
+use serde::Serialize;
+
+pub use error::StoreError;
+pub use schema::SCHEMA_VERSION;
+pub use sqlite::{Durability, SqliteStore};
+
+/// The store's own id of a session (stable for the life of the store).
+pub type SessionId = i64;
+
+/// A session as the store knows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SessionRecord {
+    pub id: SessionId,
+    pub tenant: String,
+    /// The caller's key for the session (the agent's session id, or the imported file's id).
+    pub key: String,
+    pub meta: SessionMeta,
+    pub created_at: String,
+    pub updated_at: String,
+    pub leaf: Option<EntryId>,
+    pub entry_count: u64,
+}
+
+/// An entry to append, with the client's own bytes for it when the gateway has them.
+#[derive(Clone, Debug)]
+pub struct NewEntry {
+    pub entry: Entry,
+    pub raw: Option<Vec<u8>>,
+}
+
+impl NewEntry {
+    pub fn new(entry: Entry) -> Self {
+        Self { entry, raw: None }
+    }
+}
+
+/// Sessions and their append-only entries.
+pub trait Store {
+    /// The session `key` of `tenant`, created with `meta` when it does not exist yet.
+    fn open_session(
+        &self,
+        tenant: &str,
+        key: &str,
+        meta: &SessionMeta,
+    ) -> Result<SessionRecord, StoreError>;
+
+    fn find_session(&self, tenant: &str, key: &str) -> Result<Option<SessionRecord>, StoreError>;
+
+    /// The session with this id, only if it belongs to `tenant`.
+    fn session(&self, tenant: &str, id: SessionId) -> Result<Option<SessionRecord>, StoreError>;
+
+    /// Every session of `tenant`, most recently updated first.
+    fn list_sessions(&self, tenant: &str) -> Result<Vec<SessionRecord>, StoreError>;
+
+    /// Append `batch` atomically: all entries or none. The leaf moves to `leaf`, or to the last
+    /// entry of the batch. Returns the batch number.
+    fn append(
+        &self,
+        session: SessionId,
+        batch: &[NewEntry],
+        leaf: Option<&EntryId>,
+    ) -> Result<i64, StoreError>;
+
+    /// Move the leaf to an existing entry (the client rewound or switched branches).
+    fn set_leaf(&self, session: SessionId, leaf: &EntryId) -> Result<(), StoreError>;
+
+    /// The whole session: metadata, every entry in append order, the leaf.
+    fn load(&self, session: SessionId) -> Result<Session, StoreError>;
+
+    /// One entry by id, as it was appended.
+    fn entry(&self, session: SessionId, id: &EntryId) -> Result<Option<Entry>, StoreError>;
+
+    /// The client's own bytes of an entry, when they were stored.
+    fn raw(&self, session: SessionId, id: &EntryId) -> Result<Option<Vec<u8>>, StoreError>;
+}

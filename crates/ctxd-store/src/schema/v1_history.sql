@@ -1,0 +1,1 @@
+-- History extras (filled by the history feature).

@@ -1,0 +1,109 @@
+//! The SQLite implementation: one file, WAL, one writer behind a mutex.
+
+mod sessions;
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::Connection;
+
+use crate::{schema, StoreError};
+
+/// How hard a commit waits for the disk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// `synchronous=FULL`: an acknowledged batch survives power loss (the default).
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: survives a process crash; the last batches may be lost on power
+    /// loss. Faster appends.
+    Normal,
+}
+
+/// The embedded store. Cheap to share behind an `Arc`; every call takes the one connection.
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+}
+
+impl SqliteStore {
+    /// Open (or create) the store at `path`, applying any pending migrations.
+    pub fn open(path: &Path, durability: Durability) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Open {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?;
+        }
+        let conn = Connection::open(path).map_err(|e| StoreError::Open {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::setup(conn, durability)
+    }
+
+    /// A private in-memory store, for tests and one-shot commands.
+    pub fn open_in_memory() -> Result<Self, StoreError> {
+        Self::setup(Connection::open_in_memory()?, Durability::Full)
+    }
+
+    fn setup(mut conn: Connection, durability: Durability) -> Result<Self, StoreError> {
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        // journal_mode answers with the mode in force (`memory` for in-memory databases).
+        let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        let sync = match durability {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        };
+        conn.pragma_update(None, "synchronous", sync)?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        schema::migrate(&mut conn)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// The connection. A panic while holding it cannot leave a half-written batch (every write
+    /// is one transaction), so a poisoned lock is safe to take over.
+    pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `PRAGMA integrity_check`: `ok`, or what is wrong.
+    pub fn integrity_check(&self) -> Result<String, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("PRAGMA integrity_check")?;
+        let rows: Vec<String> = stmt
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(rows.join("\n"))
+    }
+}
+
+/// The current time as ISO-8601 with milliseconds, from SQLite's clock.
+pub(crate) const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ','now')";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fts5_is_compiled_in() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let conn = store.conn();
+        conn.execute(
+            "INSERT INTO entry_fts (rowid, text) VALUES (1, 'hello ranked world')",
+            [],
+        )
+        .unwrap();
+        let hits: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM entry_fts WHERE entry_fts MATCH 'ranked'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(hits, 1);
+    }
+}

@@ -1,0 +1,313 @@
+//! Sessions and entries.
+
+use rusqlite::{params, OptionalExtension, Row};
+
+use ctxd_core::model::{Entry, EntryId, EntryKind, Session, SessionMeta};
+use ctxd_core::text::entry_text;
+
+use super::{SqliteStore, NOW};
+use crate::{NewEntry, SessionId, SessionRecord, Store, StoreError};
+
+const SESSION_COLUMNS: &str = "s.id, s.tenant, s.key, s.meta, s.created_at, s.updated_at, s.leaf, \
+     (SELECT COUNT(*) FROM entries e WHERE e.session_id = s.id)";
+
+fn session_row(row: &Row<'_>) -> rusqlite::Result<(SessionRecord, String)> {
+    let meta: String = row.get(3)?;
+    Ok((
+        SessionRecord {
+            id: row.get(0)?,
+            tenant: row.get(1)?,
+            key: row.get(2)?,
+            meta: SessionMeta::default(),
+            created_at: row.get(4)?,
+            updated_at: row.get(5)?,
+            leaf: row.get::<_, Option<String>>(6)?.map(EntryId),
+            entry_count: row.get::<_, i64>(7)? as u64,
+        },
+        meta,
+    ))
+}
+
+fn with_meta((mut record, meta): (SessionRecord, String)) -> Result<SessionRecord, StoreError> {
+    record.meta = serde_json::from_str(&meta).map_err(|e| StoreError::Corrupt {
+        id: format!("session {}", record.id),
+        message: e.to_string(),
+    })?;
+    Ok(record)
+}
+
+/// The serde tag of an entry kind, stored beside the body for queries.
+pub(crate) fn kind_tag(kind: &EntryKind) -> &'static str {
+    match kind {
+        EntryKind::Message(_) => "message",
+        EntryKind::SystemPrompt { .. } => "system_prompt",
+        EntryKind::ToolDefs { .. } => "tool_defs",
+        EntryKind::Compaction(_) => "compaction",
+        EntryKind::BranchSummary { .. } => "branch_summary",
+        EntryKind::ContextEdit { .. } => "context_edit",
+        EntryKind::ModelChange { .. } => "model_change",
+        EntryKind::Usage { .. } => "usage",
+        EntryKind::WindowMarker { .. } => "window_marker",
+        EntryKind::WindowBoot { .. } => "window_boot",
+        EntryKind::Event { .. } => "event",
+    }
+}
+
+pub(crate) fn decode_entry(
+    id: String,
+    parent: Option<String>,
+    timestamp: Option<String>,
+    sidechain: bool,
+    body: &str,
+) -> Result<Entry, StoreError> {
+    let kind: EntryKind = serde_json::from_str(body).map_err(|e| StoreError::Corrupt {
+        id: id.clone(),
+        message: e.to_string(),
+    })?;
+    Ok(Entry {
+        id: EntryId(id),
+        parent: parent.map(EntryId),
+        timestamp,
+        sidechain,
+        kind,
+    })
+}
+
+impl Store for SqliteStore {
+    fn open_session(
+        &self,
+        tenant: &str,
+        key: &str,
+        meta: &SessionMeta,
+    ) -> Result<SessionRecord, StoreError> {
+        let meta_json = serde_json::to_string(meta).map_err(|e| StoreError::Corrupt {
+            id: key.to_owned(),
+            message: e.to_string(),
+        })?;
+        {
+            let conn = self.conn();
+            conn.execute(
+                &format!(
+                    "INSERT INTO sessions (tenant, key, agent, meta, created_at, updated_at) \
+                     VALUES (?1, ?2, ?3, ?4, {NOW}, {NOW}) ON CONFLICT (tenant, key) DO NOTHING"
+                ),
+                params![tenant, key, meta.agent.map(|a| a.as_str()), meta_json],
+            )?;
+        }
+        self.find_session(tenant, key)?
+            .ok_or_else(|| StoreError::NoSession(key.to_owned()))
+    }
+
+    fn find_session(&self, tenant: &str, key: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let conn = self.conn();
+        let row = conn
+            .query_row(
+                &format!(
+                    "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.tenant = ?1 AND s.key = ?2"
+                ),
+                params![tenant, key],
+                session_row,
+            )
+            .optional()?;
+        row.map(with_meta).transpose()
+    }
+
+    fn session(&self, tenant: &str, id: SessionId) -> Result<Option<SessionRecord>, StoreError> {
+        let conn = self.conn();
+        let row = conn
+            .query_row(
+                &format!(
+                    "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.tenant = ?1 AND s.id = ?2"
+                ),
+                params![tenant, id],
+                session_row,
+            )
+            .optional()?;
+        row.map(with_meta).transpose()
+    }
+
+    fn list_sessions(&self, tenant: &str) -> Result<Vec<SessionRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.tenant = ?1 \
+             ORDER BY s.updated_at DESC, s.id DESC"
+        ))?;
+        let rows = stmt
+            .query_map(params![tenant], session_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.into_iter().map(with_meta).collect()
+    }
+
+    fn append(
+        &self,
+        session: SessionId,
+        batch: &[NewEntry],
+        leaf: Option<&EntryId>,
+    ) -> Result<i64, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let exists: Option<i64> = tx
+            .query_row(
+                "SELECT id FROM sessions WHERE id = ?1",
+                params![session],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if exists.is_none() {
+            return Err(StoreError::NoSession(session.to_string()));
+        }
+        let (mut seq, batch_no): (i64, i64) = tx.query_row(
+            "SELECT COALESCE(MAX(seq), 0), COALESCE(MAX(batch), 0) + 1 FROM entries WHERE session_id = ?1",
+            params![session],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO entries (session_id, seq, id, parent, timestamp, sidechain, kind, body, raw, batch) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?;
+            let mut text_row =
+                tx.prepare_cached("INSERT INTO entry_text (session_id, seq) VALUES (?1, ?2)")?;
+            let mut fts =
+                tx.prepare_cached("INSERT INTO entry_fts (rowid, text) VALUES (?1, ?2)")?;
+            for new in batch {
+                seq += 1;
+                let e = &new.entry;
+                let body = serde_json::to_string(&e.kind).map_err(|err| StoreError::Corrupt {
+                    id: e.id.0.clone(),
+                    message: err.to_string(),
+                })?;
+                let result = insert.execute(params![
+                    session,
+                    seq,
+                    e.id.0,
+                    e.parent.as_ref().map(|p| p.0.as_str()),
+                    e.timestamp,
+                    e.sidechain,
+                    kind_tag(&e.kind),
+                    body,
+                    new.raw,
+                    batch_no,
+                ]);
+                match result {
+                    Err(rusqlite::Error::SqliteFailure(f, _))
+                        if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+                    {
+                        return Err(StoreError::DuplicateEntry { id: e.id.0.clone() });
+                    }
+                    other => other?,
+                };
+                let text = entry_text(&e.kind);
+                if !text.is_empty() {
+                    text_row.execute(params![session, seq])?;
+                    fts.execute(params![tx.last_insert_rowid(), text])?;
+                }
+            }
+        }
+        let new_leaf = leaf
+            .map(|l| l.0.clone())
+            .or_else(|| batch.last().map(|n| n.entry.id.0.clone()));
+        if let Some(l) = &new_leaf {
+            let known: Option<i64> = tx
+                .query_row(
+                    "SELECT seq FROM entries WHERE session_id = ?1 AND id = ?2",
+                    params![session, l],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if known.is_none() {
+                return Err(StoreError::NoEntry(l.clone()));
+            }
+        }
+        tx.execute(
+            &format!(
+                "UPDATE sessions SET leaf = COALESCE(?2, leaf), updated_at = {NOW} WHERE id = ?1"
+            ),
+            params![session, new_leaf],
+        )?;
+        tx.commit()?;
+        Ok(batch_no)
+    }
+
+    fn set_leaf(&self, session: SessionId, leaf: &EntryId) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let known: Option<i64> = tx
+            .query_row(
+                "SELECT seq FROM entries WHERE session_id = ?1 AND id = ?2",
+                params![session, leaf.0],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if known.is_none() {
+            return Err(StoreError::NoEntry(leaf.0.clone()));
+        }
+        tx.execute(
+            &format!("UPDATE sessions SET leaf = ?2, updated_at = {NOW} WHERE id = ?1"),
+            params![session, leaf.0],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn load(&self, session: SessionId) -> Result<Session, StoreError> {
+        let conn = self.conn();
+        let (meta, leaf): (String, Option<String>) = conn
+            .query_row(
+                "SELECT meta, leaf FROM sessions WHERE id = ?1",
+                params![session],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?
+            .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
+        let meta: SessionMeta = serde_json::from_str(&meta).map_err(|e| StoreError::Corrupt {
+            id: format!("session {session}"),
+            message: e.to_string(),
+        })?;
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, parent, timestamp, sidechain, body FROM entries WHERE session_id = ?1 ORDER BY seq",
+        )?;
+        let mut rows = stmt.query(params![session])?;
+        let mut entries = Vec::new();
+        while let Some(r) = rows.next()? {
+            let body: String = r.get(4)?;
+            entries.push(decode_entry(
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                &body,
+            )?);
+        }
+        Ok(Session {
+            meta,
+            entries,
+            leaf: leaf.map(EntryId),
+        })
+    }
+
+    fn entry(&self, session: SessionId, id: &EntryId) -> Result<Option<Entry>, StoreError> {
+        let conn = self.conn();
+        let row = conn
+            .query_row(
+                "SELECT id, parent, timestamp, sidechain, body FROM entries WHERE session_id = ?1 AND id = ?2",
+                params![session, id.0],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get::<_, String>(4)?)),
+            )
+            .optional()?;
+        row.map(|(id, parent, ts, side, body)| decode_entry(id, parent, ts, side, &body))
+            .transpose()
+    }
+
+    fn raw(&self, session: SessionId, id: &EntryId) -> Result<Option<Vec<u8>>, StoreError> {
+        let conn = self.conn();
+        let raw: Option<Option<Vec<u8>>> = conn
+            .query_row(
+                "SELECT raw FROM entries WHERE session_id = ?1 AND id = ?2",
+                params![session, id.0],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(raw.flatten())
+    }
+}
