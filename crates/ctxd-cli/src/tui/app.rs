@@ -93,9 +93,28 @@ impl App {
             Err(err) => {
                 self.status = Some(Status::Error(format!(
                     "reload failed: {}",
-                    sanitize(&format!("{err:#}"), 200)
+                    sanitize(&error_text(&err), 200)
                 )));
             }
         }
     }
+}
+
+/// An error and its causes on one line, saying each thing once: a cause its parent already
+/// quotes is left out, and a cause that quotes its parent replaces it.
+pub(crate) fn error_text(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if text.contains(&out) {
+            out = text;
+        } else {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
 }

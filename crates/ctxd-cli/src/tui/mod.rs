@@ -17,6 +17,7 @@ mod tests;
 
 use std::io::{self, Stdout};
 use std::panic::PanicHookInfo;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ctxd_core::report::Report;
@@ -78,10 +79,17 @@ fn screen(terminal: &Terminal<CrosstermBackend<Stdout>>) -> io::Result<Rect> {
     Ok(Rect::new(0, 0, size.width, size.height))
 }
 
-/// Put the terminal back as we found it. Safe to call more than once.
+/// Whether the screen is up (raw mode, alternate screen), so it is restored exactly once.
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// Put the terminal back as we found it. Only the first call after [`ScreenGuard::enter`] acts:
+/// leaving the alternate screen a second time would move the cursor back over what was printed
+/// since (a panic's message, restored by the hook before the guard's drop runs).
 fn restore_terminal() {
-    let _ = disable_raw_mode();
-    let _ = execute!(io::stdout(), LeaveAlternateScreen, Show);
+    if ACTIVE.swap(false, Ordering::SeqCst) {
+        let _ = disable_raw_mode();
+        let _ = execute!(io::stdout(), LeaveAlternateScreen, Show);
+    }
 }
 
 /// Raw mode and the alternate screen, undone on drop.
@@ -91,6 +99,7 @@ impl ScreenGuard {
     fn enter() -> io::Result<Self> {
         enable_raw_mode()?;
         // From here on, dropping the guard (also on the `?` below) restores the terminal.
+        ACTIVE.store(true, Ordering::SeqCst);
         let guard = ScreenGuard;
         execute!(io::stdout(), EnterAlternateScreen, Hide)?;
         Ok(guard)

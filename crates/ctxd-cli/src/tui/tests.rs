@@ -368,12 +368,16 @@ fn reload_failure_shows_in_the_footer_and_keeps_the_report() {
     let size = area(80, 24);
     let tokens_before = app.report.headline.tokens;
     assert_eq!(app.on_key(key(KeyCode::Char('r')), size), Action::Reload);
-    app.reloaded(Err(anyhow::anyhow!("boom: the file is gone")), size);
+    // A cause its parent already quotes is said once.
+    let err = anyhow::Error::from(std::io::Error::other("the file is gone"))
+        .context("boom: the file is gone")
+        .context("reading /tmp/session.jsonl");
+    app.reloaded(Err(err), size);
     assert!(matches!(app.status, Some(Status::Error(_))));
     let buf = draw(&app, 80, 24);
     let feedback = &rows(&buf)[22];
     assert!(
-        feedback.contains("reload failed: boom: the file is gone"),
+        feedback.contains("reload failed: reading /tmp/session.jsonl: boom: the file is gone"),
         "{feedback:?}"
     );
     let Some(x) = feedback.find("reload failed") else {
@@ -383,10 +387,11 @@ fn reload_failure_shows_in_the_footer_and_keeps_the_report() {
     assert_eq!(fg, Some(Color::LightRed), "the error is in red");
     let footer = &rows(&buf)[23];
     assert!(footer.contains("q quit"), "{footer:?}");
+    assert!(!feedback.contains("gone: the file is gone"), "{feedback:?}");
     // On a terminal too short for a feedback line, it shares the hints' line.
     let buf = draw(&app, 80, 3);
     assert!(
-        rows(&buf)[2].contains("reload failed: boom"),
+        rows(&buf)[2].contains("reload failed: reading"),
         "{:?}",
         rows(&buf)
     );
@@ -468,4 +473,22 @@ fn the_chart_draws_the_threshold_when_it_fits() {
         .filter_map(|p| buf.cell(p))
         .any(|c| c.style().fg == Some(Color::Red) && c.symbol() != " ");
     assert!(red, "{text}");
+}
+
+#[test]
+fn reload_errors_say_each_cause_once() {
+    // As `ctxd report` wraps a missing file: the path, then a cause that quotes it.
+    let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+    let err = anyhow::Error::from(io)
+        .context("/tmp/x.jsonl: No such file or directory")
+        .context("/tmp/x.jsonl");
+    assert_eq!(
+        super::app::error_text(&err),
+        "/tmp/x.jsonl: No such file or directory"
+    );
+    let err = anyhow::anyhow!("disk on fire").context("reading /tmp/x.jsonl");
+    assert_eq!(
+        super::app::error_text(&err),
+        "reading /tmp/x.jsonl: disk on fire"
+    );
 }

@@ -376,22 +376,18 @@ fn gauge(r: &Report, width: usize) -> Vec<Line<'static>> {
     };
     let indent = || vec![Span::raw(" ".repeat(8))];
     match (&h.threshold, h.headroom) {
-        (Some(th), Some(room)) => lines.extend(flow(
-            indent(),
-            vec![
-                vec![Span::raw(format!(
-                    "auto-compaction at {}",
-                    tokens(th.tokens)
-                ))],
-                vec![Span::styled(format!("({})", th.rule), faint())],
-                vec![Span::styled(
-                    format!("headroom {}", signed(room)),
-                    Style::new().fg(color),
-                )],
-            ],
-            8,
-            width,
-        )),
+        (Some(th), Some(room)) => {
+            let mut segments = vec![vec![Span::raw(format!(
+                "auto-compaction at {}",
+                tokens(th.tokens)
+            ))]];
+            segments.extend(words(&format!("({})", th.rule), faint()));
+            segments.push(vec![Span::styled(
+                format!("headroom {}", signed(room)),
+                Style::new().fg(color),
+            )]);
+            lines.extend(flow(indent(), segments, 8, width));
+        }
         _ => lines.extend(flow(
             indent(),
             words("no automatic compaction threshold known", faint()),
