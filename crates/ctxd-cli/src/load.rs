@@ -2,7 +2,6 @@
 
 use std::path::Path;
 
-use anyhow::Context;
 use ctxd_core::model::{EntryKind, Role, Session};
 use ctxd_formats::Import;
 use ctxd_tokens::Tokenizer;
@@ -12,7 +11,11 @@ pub fn import(path: &Path) -> anyhow::Result<Import> {
     if path.is_dir() {
         anyhow::bail!("{}: is a directory, not a session file", path.display());
     }
-    ctxd_formats::import_path(path).with_context(|| path.display().to_string())
+    ctxd_formats::import_path(path).map_err(|e| match e {
+        // An I/O error already names the file.
+        ctxd_formats::ImportError::Io { .. } => anyhow::Error::new(e),
+        other => anyhow::Error::new(other).context(path.display().to_string()),
+    })
 }
 
 /// The model a session ended on: the last assistant response's model, a later model change, or

@@ -285,30 +285,10 @@ fn timestamp_of(ts: &Value) -> Option<String> {
 
 /// Unix seconds as ISO-8601 UTC with milliseconds.
 fn iso8601(secs: f64) -> Option<String> {
-    if !secs.is_finite() || !(0.0..1e12).contains(&secs) {
+    if !secs.is_finite() {
         return None;
     }
-    let millis = (secs * 1000.0).round() as i64;
-    let (days, ms_of_day) = (millis.div_euclid(86_400_000), millis.rem_euclid(86_400_000));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let (h, m, s, ms) = (
-        ms_of_day / 3_600_000,
-        ms_of_day / 60_000 % 60,
-        ms_of_day / 1000 % 60,
-        ms_of_day % 1000,
-    );
-    Some(format!(
-        "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{ms:03}Z"
-    ))
+    crate::util::iso_from_unix_millis((secs * 1000.0).round() as i64)
 }
 
 #[cfg(test)]

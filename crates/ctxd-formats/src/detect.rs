@@ -69,9 +69,9 @@ pub(crate) fn peek_head<R: BufRead>(reader: &mut R) -> Result<Head, ImportError>
     while lines < DETECT_LINES {
         let n = reader
             .read_until(b'\n', &mut bytes)
-            .map_err(|source| ImportError::Io {
+            .map_err(|error| ImportError::Io {
                 path: String::from("<input>"),
-                source,
+                error,
             })?;
         if n == 0 {
             break;

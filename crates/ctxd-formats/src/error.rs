@@ -3,11 +3,9 @@ use std::fmt;
 /// Why a file could not be imported at all. Each variant renders as one line for the CLI.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    /// Not `#[source]`: the message already says it, and error chains would repeat it.
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("the file is empty")]
     Empty,
     #[error("the file is binary, not a session (a NUL byte or invalid UTF-8 near byte {offset})")]

@@ -31,9 +31,9 @@ pub(crate) fn run<R: BufRead, I: LineImporter>(
         buf.clear();
         let n = reader
             .read_until(b'\n', &mut buf)
-            .map_err(|source| ImportError::Io {
+            .map_err(|error| ImportError::Io {
                 path: String::from("<input>"),
-                source,
+                error,
             })?;
         if n == 0 {
             break;

@@ -40,9 +40,9 @@ pub struct Import {
 
 /// Import the session file at `path`.
 pub fn import_path(path: &Path) -> Result<Import, ImportError> {
-    let file = std::fs::File::open(path).map_err(|source| ImportError::Io {
+    let file = std::fs::File::open(path).map_err(|error| ImportError::Io {
         path: path.display().to_string(),
-        source,
+        error,
     })?;
     import_reader(BufReader::with_capacity(1 << 16, file))
 }
@@ -108,9 +108,9 @@ fn read_document<R: Read>(
     let mut bytes = Vec::new();
     input
         .read_to_end(&mut bytes)
-        .map_err(|source| ImportError::Io {
+        .map_err(|error| ImportError::Io {
             path: String::from("<input>"),
-            source,
+            error,
         })?;
     serde_json::from_slice(&bytes).map_err(|e| ImportError::Malformed {
         format: what,

@@ -14,8 +14,9 @@ use ctxd_core::model::{Agent, EntryKind, Message, Role, Session, Usage};
 
 use crate::builder::Builder;
 use crate::error::{ImportError, Warning};
-use crate::swe_agent::{billed_totals, path_str, prepend_thinking, text_of};
+use crate::swe_agent::{billed_totals, path_str, prepend_thinking};
 use crate::util::{iso_from_unix_millis, str_field, string_field, u64_field};
+use crate::wire::openai_chat::text_of;
 use crate::wire::{openai_chat, openai_responses};
 
 pub(crate) fn import(doc: &Value, warnings: &mut Vec<Warning>) -> Result<Session, ImportError> {
@@ -56,7 +57,7 @@ pub(crate) fn import(doc: &Value, warnings: &mut Vec<Warning>) -> Result<Session
         let timestamp = extra
             .get("timestamp")
             .and_then(Value::as_f64)
-            .map(|secs| iso_from_unix_millis((secs * 1000.0) as i64));
+            .and_then(|secs| iso_from_unix_millis((secs * 1000.0).round() as i64));
         if b.session.meta.started_at.is_none() {
             b.session.meta.started_at.clone_from(&timestamp);
         }

@@ -463,12 +463,12 @@ fn normalise_usage(mut usage: Usage, total: u64) -> Usage {
 fn entry_timestamp(obj: &Map<String, Value>) -> Option<String> {
     match obj.get("timestamp") {
         Some(Value::String(s)) => Some(s.clone()),
-        Some(Value::Number(n)) => n.as_i64().map(iso_from_unix_millis),
+        Some(Value::Number(n)) => n.as_i64().and_then(iso_from_unix_millis),
         _ => obj
             .get("message")
             .and_then(|m| m.get("timestamp"))
             .and_then(Value::as_i64)
-            .map(iso_from_unix_millis),
+            .and_then(iso_from_unix_millis),
     }
 }
 
@@ -611,7 +611,7 @@ mod fast {
         let content = blocks(m.content)?;
         let timestamp = match l.timestamp.or(m.timestamp) {
             Some(Value::String(s)) => Some(s),
-            Some(Value::Number(n)) => n.as_i64().map(iso_from_unix_millis),
+            Some(Value::Number(n)) => n.as_i64().and_then(iso_from_unix_millis),
             _ => None,
         };
         let mut model = None;

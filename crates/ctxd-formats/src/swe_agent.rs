@@ -14,7 +14,7 @@ use ctxd_core::model::{Agent, ContentBlock, EntryKind, Message, Role, Session};
 use crate::builder::Builder;
 use crate::error::{ImportError, Warning};
 use crate::util::{str_field, string_field, u64_field};
-use crate::wire::openai_chat;
+use crate::wire::openai_chat::{self, text_of};
 
 pub(crate) fn import(doc: &Value, warnings: &mut Vec<Warning>) -> Result<Session, ImportError> {
     let Some(obj) = doc.as_object() else {
@@ -234,17 +234,6 @@ pub(crate) fn path_str(v: &Value, path: &[&str]) -> Option<String> {
         cur = cur.get(key)?;
     }
     cur.as_str().filter(|s| !s.is_empty()).map(str::to_owned)
-}
-
-pub(crate) fn text_of(blocks: &[ContentBlock]) -> String {
-    blocks
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 fn malformed(message: &str) -> ImportError {

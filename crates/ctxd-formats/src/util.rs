@@ -78,28 +78,14 @@ pub fn parse_arguments(arguments: &Value) -> Value {
 }
 
 /// An ISO-8601 UTC time (`2025-11-20T23:33:01.544Z`) from Unix milliseconds, for formats that
-/// write epoch numbers (Pi message timestamps, mini-swe-agent `extra.timestamp`).
-pub fn iso_from_unix_millis(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let millis = ms.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        sod / 3600,
-        sod % 3600 / 60,
-        sod % 60
-    )
+/// write epoch numbers (Pi message timestamps, mini-swe-agent `extra.timestamp`, captures).
+/// `None` before the epoch or absurdly far after it.
+pub fn iso_from_unix_millis(ms: i64) -> Option<String> {
+    let ms = u64::try_from(ms)
+        .ok()
+        .filter(|&ms| ms < 253_402_300_800_000)?;
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    Some(humantime::format_rfc3339_millis(time).to_string())
 }
 
 #[cfg(test)]
@@ -128,13 +114,18 @@ mod tests {
     #[test]
     fn unix_millis_to_iso() {
         assert_eq!(
-            iso_from_unix_millis(1_763_681_581_544),
-            "2025-11-20T23:33:01.544Z"
+            iso_from_unix_millis(1_763_681_581_544).as_deref(),
+            Some("2025-11-20T23:33:01.544Z")
         );
-        assert_eq!(iso_from_unix_millis(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(
-            iso_from_unix_millis(951_825_600_000),
-            "2000-02-29T12:00:00.000Z"
+            iso_from_unix_millis(0).as_deref(),
+            Some("1970-01-01T00:00:00.000Z")
         );
+        assert_eq!(
+            iso_from_unix_millis(951_825_600_000).as_deref(),
+            Some("2000-02-29T12:00:00.000Z")
+        );
+        assert_eq!(iso_from_unix_millis(-1), None);
+        assert_eq!(iso_from_unix_millis(i64::MAX), None);
     }
 }

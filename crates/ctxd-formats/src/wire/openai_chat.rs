@@ -143,7 +143,8 @@ pub fn request(body: &Value) -> Request {
     }
 }
 
-fn text_of(blocks: &[ContentBlock]) -> String {
+/// The text blocks of a message, one a line (other blocks say nothing here).
+pub(crate) fn text_of(blocks: &[ContentBlock]) -> String {
     blocks
         .iter()
         .filter_map(|b| match b {
