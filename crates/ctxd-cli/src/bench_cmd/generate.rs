@@ -746,7 +746,7 @@ mod tests {
     #[test]
     fn every_line_is_json_with_the_pi_shape() {
         let mut out = Vec::new();
-        pi_session(&mut out, 1_000_000, 1).unwrap();
+        pi_session(&mut out, 2_500_000, 1).unwrap();
         let text = String::from_utf8(out).unwrap();
         let mut types = std::collections::BTreeSet::new();
         let mut ids = std::collections::HashSet::new();
