@@ -4,7 +4,7 @@ use std::path::Path;
 
 use ctxd_core::model::{EntryKind, Role, Session};
 use ctxd_formats::Import;
-use ctxd_tokens::Tokenizer;
+use ctxd_tokens::{CachingCounter, Tokenizer};
 
 /// Import a file; the error names the file.
 pub fn import(path: &Path) -> anyhow::Result<Import> {
@@ -34,6 +34,7 @@ pub fn last_model(session: &Session) -> Option<&str> {
         .or(session.meta.model.as_deref())
 }
 
-pub fn tokenizer(session: &Session) -> Tokenizer {
-    Tokenizer::for_model(last_model(session))
+/// The counter for a session's model, memoising piece counts for the session's repeated words.
+pub fn tokenizer(session: &Session) -> CachingCounter {
+    CachingCounter::new(Tokenizer::for_model(last_model(session)))
 }

@@ -15,6 +15,9 @@
 //! assert_eq!(t.count("hello world"), 2);
 //! ```
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use ctxd_core::tokens::TokenCounter;
 
 /// Anthropic's count relative to `o200k_base` on the same text.
@@ -87,6 +90,68 @@ impl TokenCounter for Tokenizer {
     }
 }
 
+/// Pieces up to this many bytes are memoised: words, identifiers, punctuation runs.
+const MEMO_PIECE_BYTES: usize = 32;
+/// The memo's bound, so a huge session cannot grow it without limit (about 10 MB at most).
+const MEMO_ENTRIES: usize = 200_000;
+
+/// A [`Tokenizer`] that remembers the count of each pre-tokenized piece it has seen. Sessions
+/// repeat the same words and identifiers endlessly, and BPE-encoding a piece costs far more than
+/// looking it up: the report of a 1 MB session counts about twice as fast. Counts are identical
+/// to the tokenizer's. One per thread (it is not `Sync`).
+pub struct CachingCounter {
+    tokenizer: Tokenizer,
+    memo: RefCell<HashMap<Box<str>, u32>>,
+}
+
+impl CachingCounter {
+    pub fn new(tokenizer: Tokenizer) -> Self {
+        Self {
+            tokenizer,
+            memo: RefCell::new(HashMap::new()),
+        }
+    }
+
+    pub fn tokenizer(&self) -> Tokenizer {
+        self.tokenizer
+    }
+}
+
+impl TokenCounter for CachingCounter {
+    fn count(&self, text: &str) -> u64 {
+        if text.is_empty() {
+            return 0;
+        }
+        let bpe = self.tokenizer.bpe();
+        let normalized = bpe.normalize(text);
+        let mut memo = self.memo.borrow_mut();
+        let mut n = 0u64;
+        for piece in bpe.split(normalized.as_str()) {
+            if piece.len() > MEMO_PIECE_BYTES {
+                n += bpe.bpe.count(piece.as_bytes()) as u64;
+                continue;
+            }
+            if let Some(&c) = memo.get(piece) {
+                n += u64::from(c);
+                continue;
+            }
+            let c = bpe.bpe.count(piece.as_bytes());
+            if memo.len() < MEMO_ENTRIES {
+                memo.insert(piece.into(), c as u32);
+            }
+            n += c as u64;
+        }
+        match self.tokenizer {
+            Tokenizer::ClaudeEstimate => (n as f64 * CLAUDE_SCALE).round() as u64,
+            _ => n,
+        }
+    }
+
+    fn name(&self) -> &str {
+        self.tokenizer.name()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +172,24 @@ mod tests {
             Tokenizer::ClaudeEstimate
         );
         assert_eq!(Tokenizer::for_model(None), Tokenizer::O200k);
+    }
+
+    #[test]
+    fn the_memo_changes_no_count() {
+        let text = "fn main() { let x = 1; }\n// héllo wörld 😀 \t  spaces   and\r\nlines\n"
+            .repeat(50)
+            + &"x".repeat(100);
+        for t in [
+            Tokenizer::O200k,
+            Tokenizer::Cl100k,
+            Tokenizer::ClaudeEstimate,
+        ] {
+            let cached = CachingCounter::new(t);
+            assert_eq!(cached.count(&text), t.count(&text), "{t:?}");
+            // Second time from the memo.
+            assert_eq!(cached.count(&text), t.count(&text), "{t:?}");
+            assert_eq!(cached.name(), t.name());
+        }
     }
 
     #[test]
