@@ -61,7 +61,11 @@ impl Thresholds {
 /// in the window (after its marker; usage before it does not count) plus the estimate of the
 /// items after it; with no usage in the window, the estimate of the whole projection. `None`
 /// when the branch has no projection (a marker without boot).
-pub fn window_tokens(session: &Session, branch: &[usize], counter: &dyn TokenCounter) -> Option<u64> {
+pub fn window_tokens(
+    session: &Session,
+    branch: &[usize],
+    counter: &dyn TokenCounter,
+) -> Option<u64> {
     let projection = project_checked(session, branch).ok()?;
     let start = latest_marker(session, branch).map_or(0, |(i, _, _)| i);
     let usage = branch[start..].iter().rev().find_map(|&pos| {
@@ -88,9 +92,9 @@ pub fn window_tokens(session: &Session, branch: &[usize], counter: &dyn TokenCou
         ),
         None => {
             let system = projection.system.map_or(0, |(_, t)| counter.count(t));
-            let tools: u64 = projection
-                .tools
-                .map_or(0, |(_, ts)| ts.iter().map(|t| tool_def_tokens(counter, t)).sum());
+            let tools: u64 = projection.tools.map_or(0, |(_, ts)| {
+                ts.iter().map(|t| tool_def_tokens(counter, t)).sum()
+            });
             Some(system + tools + projection.items.iter().map(item_tokens).sum::<u64>())
         }
     }
@@ -223,10 +227,15 @@ mod tests {
         assert_eq!(due_reminder(&s, &b, 100_000, &t), None);
         assert_eq!(
             due_reminder(&s, &b, 40_000, &t),
-            Some(Reminder::Guidance { left: 40_000 - 28_672 })
+            Some(Reminder::Guidance {
+                left: 40_000 - 28_672
+            })
         );
         // Committed: not again in this window.
-        push(&mut s, EntryKind::Message(Reminder::Guidance { left: 1 }.message()));
+        push(
+            &mut s,
+            EntryKind::Message(Reminder::Guidance { left: 1 }.message()),
+        );
         let b = active_branch(&s);
         assert_eq!(due_reminder(&s, &b, 39_000, &t), None);
         // The warning still comes, once.
@@ -283,7 +292,10 @@ mod tests {
         // The old usage is before the marker: the estimate of the boot alone.
         assert_eq!(window_tokens(&s, &b, &CharEstimate), Some(100));
         push(&mut s, assistant_with_usage(2_000));
-        push(&mut s, EntryKind::Message(Message::text(Role::User, "y".repeat(40))));
+        push(
+            &mut s,
+            EntryKind::Message(Message::text(Role::User, "y".repeat(40))),
+        );
         let b = active_branch(&s);
         assert_eq!(window_tokens(&s, &b, &CharEstimate), Some(2_010));
     }

@@ -386,10 +386,10 @@ fn pair(mut items: Vec<Item<'_>>) -> (Vec<Item<'_>>, Vec<usize>) {
             };
             let broken = content.iter().any(|b| match b {
                 ContentBlock::ToolCall { id, .. } if message.role == Role::Assistant => {
-                    !results.get(id.as_str()).is_some_and(|&r| r > i)
+                    results.get(id.as_str()).is_none_or(|&r| r <= i)
                 }
                 ContentBlock::ToolResult { call_id, .. } => {
-                    !calls.get(call_id.as_str()).is_some_and(|&c| c < i)
+                    calls.get(call_id.as_str()).is_none_or(|&c| c >= i)
                 }
                 _ => false,
             });

@@ -19,10 +19,22 @@ enum Op {
     Assistant,
     /// `calls` tool calls; results for the first `answered`, as one user message or one tool
     /// message each.
-    Batch { calls: usize, answered: usize, grouped: bool },
-    Edit { target: usize, omit: bool, keep_ids: bool },
-    Compaction { first_kept: Option<usize> },
-    Window { boot: bool },
+    Batch {
+        calls: usize,
+        answered: usize,
+        grouped: bool,
+    },
+    Edit {
+        target: usize,
+        omit: bool,
+        keep_ids: bool,
+    },
+    Compaction {
+        first_kept: Option<usize>,
+    },
+    Window {
+        boot: bool,
+    },
     StrayBoot,
     Event,
 }
@@ -53,18 +65,34 @@ impl Builder {
     fn push(&mut self, kind: EntryKind) {
         let parent = self.s.entries.last().map(|e| e.id.clone());
         let id = EntryId::new(format!("e{}", self.s.entries.len()));
-        self.s.entries.push(Entry { id, parent, timestamp: None, sidechain: false, kind });
+        self.s.entries.push(Entry {
+            id,
+            parent,
+            timestamp: None,
+            sidechain: false,
+            kind,
+        });
     }
 
     fn apply(&mut self, op: &Op) {
         let n = self.s.entries.len();
         match op {
-            Op::System => self.push(EntryKind::SystemPrompt { text: format!("system {n}") }),
-            Op::User => self.push(EntryKind::Message(Message::text(Role::User, format!("user {n}")))),
-            Op::Assistant => {
-                self.push(EntryKind::Message(Message::text(Role::Assistant, format!("answer {n}"))))
-            }
-            Op::Batch { calls, answered, grouped } => {
+            Op::System => self.push(EntryKind::SystemPrompt {
+                text: format!("system {n}"),
+            }),
+            Op::User => self.push(EntryKind::Message(Message::text(
+                Role::User,
+                format!("user {n}"),
+            ))),
+            Op::Assistant => self.push(EntryKind::Message(Message::text(
+                Role::Assistant,
+                format!("answer {n}"),
+            ))),
+            Op::Batch {
+                calls,
+                answered,
+                grouped,
+            } => {
                 let ids: Vec<String> = (0..*calls)
                     .map(|_| {
                         self.calls += 1;
@@ -86,17 +114,25 @@ impl Builder {
                 };
                 if *grouped {
                     if *answered > 0 {
-                        let mut blocks: Vec<ContentBlock> = ids[..*answered].iter().map(result).collect();
+                        let mut blocks: Vec<ContentBlock> =
+                            ids[..*answered].iter().map(result).collect();
                         blocks.push(ContentBlock::text("and a note"));
                         self.push(EntryKind::Message(Message::new(Role::User, blocks)));
                     }
                 } else {
                     for id in &ids[..*answered] {
-                        self.push(EntryKind::Message(Message::new(Role::Tool, vec![result(id)])));
+                        self.push(EntryKind::Message(Message::new(
+                            Role::Tool,
+                            vec![result(id)],
+                        )));
                     }
                 }
             }
-            Op::Edit { target, omit, keep_ids } => {
+            Op::Edit {
+                target,
+                omit,
+                keep_ids,
+            } => {
                 if n == 0 {
                     return;
                 }
@@ -110,12 +146,14 @@ impl Builder {
                             m.content
                                 .iter()
                                 .map(|b| match b {
-                                    ContentBlock::ToolResult { call_id, .. } => ContentBlock::ToolResult {
-                                        call_id: call_id.clone(),
-                                        tool_name: None,
-                                        content: vec![ContentBlock::text("[distilled]")],
-                                        is_error: false,
-                                    },
+                                    ContentBlock::ToolResult { call_id, .. } => {
+                                        ContentBlock::ToolResult {
+                                            call_id: call_id.clone(),
+                                            tool_name: None,
+                                            content: vec![ContentBlock::text("[distilled]")],
+                                            is_error: false,
+                                        }
+                                    }
                                     ContentBlock::Text { .. } => ContentBlock::text("[edited]"),
                                     other => other.clone(),
                                 })
@@ -127,10 +165,15 @@ impl Builder {
                     Some(vec![ContentBlock::text("[replaced]")])
                 };
                 let target = target_entry.id.clone();
-                self.push(EntryKind::ContextEdit { target, replacement });
+                self.push(EntryKind::ContextEdit {
+                    target,
+                    replacement,
+                });
             }
             Op::Compaction { first_kept } => {
-                let first_kept = first_kept.filter(|_| n > 0).map(|k| self.s.entries[k % n].id.clone());
+                let first_kept = first_kept
+                    .filter(|_| n > 0)
+                    .map(|k| self.s.entries[k % n].id.clone());
                 self.push(EntryKind::Compaction(Compaction {
                     summary: format!("summary {n}"),
                     first_kept,
@@ -141,7 +184,10 @@ impl Builder {
             Op::Window { boot } => {
                 self.windows += 1;
                 let window_id = format!("w{}", self.windows);
-                self.push(EntryKind::WindowMarker { window_id: window_id.clone(), reason: "requested".into() });
+                self.push(EntryKind::WindowMarker {
+                    window_id: window_id.clone(),
+                    reason: "requested".into(),
+                });
                 if *boot {
                     self.push(EntryKind::WindowBoot {
                         window_id,
@@ -153,13 +199,20 @@ impl Builder {
                 window_id: "root".into(),
                 message: Message::text(Role::User, "root boot").injected("ctxd/boot"),
             }),
-            Op::Event => self.push(EntryKind::Event { name: "label".into(), detail: None }),
+            Op::Event => self.push(EntryKind::Event {
+                name: "label".into(),
+                detail: None,
+            }),
         }
     }
 }
 
 fn build(ops: &[Op]) -> Session {
-    let mut b = Builder { s: Session::default(), calls: 0, windows: 0 };
+    let mut b = Builder {
+        s: Session::default(),
+        calls: 0,
+        windows: 0,
+    };
     for op in ops {
         b.apply(op);
     }
@@ -168,10 +221,15 @@ fn build(ops: &[Op]) -> Session {
 
 /// Independent oracle: the latest marker on the branch and whether its boot follows it.
 fn latest_marker_has_boot(s: &Session, branch: &[usize]) -> bool {
-    let Some(i) = branch.iter().rposition(|&p| matches!(s.entries[p].kind, EntryKind::WindowMarker { .. })) else {
+    let Some(i) = branch
+        .iter()
+        .rposition(|&p| matches!(s.entries[p].kind, EntryKind::WindowMarker { .. }))
+    else {
         return true;
     };
-    let EntryKind::WindowMarker { window_id, .. } = &s.entries[branch[i]].kind else { unreachable!() };
+    let EntryKind::WindowMarker { window_id, .. } = &s.entries[branch[i]].kind else {
+        unreachable!()
+    };
     branch[i + 1..].iter().any(|&p| matches!(&s.entries[p].kind, EntryKind::WindowBoot { window_id: w, .. } if w == window_id))
 }
 
@@ -241,11 +299,19 @@ proptest! {
 
 #[test]
 fn a_marker_without_boot_is_an_error_not_the_raw_history() {
-    let s = build(&[Op::User, Op::Assistant, Op::Window { boot: false }, Op::User]);
+    let s = build(&[
+        Op::User,
+        Op::Assistant,
+        Op::Window { boot: false },
+        Op::User,
+    ]);
     let err = project_checked(&s, &active_branch(&s)).unwrap_err();
     assert_eq!(
         err,
-        ProjectionError::MissingBoot { window_id: "w1".into(), marker: "e2".into() }
+        ProjectionError::MissingBoot {
+            window_id: "w1".into(),
+            marker: "e2".into()
+        }
     );
     assert!(err.to_string().contains("refusing to send the raw history"));
 }
@@ -255,37 +321,80 @@ fn boot_folds_everything_before_it_but_the_system_prompt_and_tools() {
     let s = build(&[
         Op::System,
         Op::User,
-        Op::Batch { calls: 2, answered: 2, grouped: false },
+        Op::Batch {
+            calls: 2,
+            answered: 2,
+            grouped: false,
+        },
         Op::Window { boot: true },
         Op::User,
     ]);
     let p = project_checked(&s, &active_branch(&s)).unwrap();
     assert_eq!(p.system.map(|(pos, _)| pos), Some(0));
-    let shown: Vec<&str> = p.items.iter().map(|it| s.entries[it.entry].id.as_str()).collect();
+    let shown: Vec<&str> = p
+        .items
+        .iter()
+        .map(|it| s.entries[it.entry].id.as_str())
+        .collect();
     assert_eq!(shown, vec!["e6", "e7"]);
 }
 
 #[test]
 fn omitting_a_result_omits_its_call_and_the_batch() {
     // e0 user, e1 assistant with call1+call2, e2 result call1, e3 result call2, e4 edit omits e2.
-    let mut s = build(&[Op::User, Op::Batch { calls: 2, answered: 2, grouped: false }]);
-    let mut b = Builder { s: std::mem::take(&mut s), calls: 2, windows: 0 };
-    b.push(EntryKind::ContextEdit { target: EntryId::new("e2"), replacement: None });
+    let mut s = build(&[
+        Op::User,
+        Op::Batch {
+            calls: 2,
+            answered: 2,
+            grouped: false,
+        },
+    ]);
+    let mut b = Builder {
+        s: std::mem::take(&mut s),
+        calls: 2,
+        windows: 0,
+    };
+    b.push(EntryKind::ContextEdit {
+        target: EntryId::new("e2"),
+        replacement: None,
+    });
     let s = b.s;
     let p = project_checked(&s, &active_branch(&s)).unwrap();
-    let shown: Vec<&str> = p.items.iter().map(|it| s.entries[it.entry].id.as_str()).collect();
+    let shown: Vec<&str> = p
+        .items
+        .iter()
+        .map(|it| s.entries[it.entry].id.as_str())
+        .collect();
     assert_eq!(shown, vec!["e0"]);
     assert_eq!(p.unpaired, vec![1, 3]);
 }
 
 #[test]
 fn edits_never_rewrite_assistant_content_or_drop_a_result() {
-    let mut b = Builder { s: Session::default(), calls: 0, windows: 0 };
-    b.apply(&Op::Batch { calls: 1, answered: 1, grouped: false });
-    b.push(EntryKind::ContextEdit { target: EntryId::new("e0"), replacement: Some(vec![ContentBlock::text("x")]) });
-    b.push(EntryKind::ContextEdit { target: EntryId::new("e1"), replacement: Some(vec![ContentBlock::text("x")]) });
+    let mut b = Builder {
+        s: Session::default(),
+        calls: 0,
+        windows: 0,
+    };
+    b.apply(&Op::Batch {
+        calls: 1,
+        answered: 1,
+        grouped: false,
+    });
+    b.push(EntryKind::ContextEdit {
+        target: EntryId::new("e0"),
+        replacement: Some(vec![ContentBlock::text("x")]),
+    });
+    b.push(EntryKind::ContextEdit {
+        target: EntryId::new("e1"),
+        replacement: Some(vec![ContentBlock::text("x")]),
+    });
     let s = b.s;
     let p = project_checked(&s, &active_branch(&s)).unwrap();
     assert_eq!(p.items.len(), 2);
-    assert!(p.items.iter().all(|it| matches!(it.kind, ItemKind::Message { edited: false, .. })));
+    assert!(p
+        .items
+        .iter()
+        .all(|it| matches!(it.kind, ItemKind::Message { edited: false, .. })));
 }

@@ -22,7 +22,8 @@ const NOTE_CHARS: usize = 4_000;
 const REQUESTS_HEADING: &str = "Recent user requests (oldest first):";
 const PRIOR_HEADING: &str = "Recovery context of the previous window:";
 const NOTES_HEADING: &str = "Excerpts of this session's notes (newest first):";
-const TRUNCATED: &str = "\n[checkpoint cut at 36,000 characters: read the notes and the history for the rest]";
+const TRUNCATED: &str =
+    "\n[checkpoint cut at 36,000 characters: read the notes and the history for the rest]";
 
 /// The first `max` characters of `text`, with `…` when cut.
 fn excerpt(text: &str, max: usize) -> String {

@@ -119,9 +119,10 @@ pub fn windows(session: &Session, branch: &[usize], session_key: &str) -> Vec<Wi
                 reason: Some(reason.clone()),
             }),
             Some(EntryKind::WindowBoot { window_id, .. }) => {
-                if let Some(w) = out.last_mut().filter(|w| {
-                    w.marker.is_some() && w.boot.is_none() && &w.window_id == window_id
-                }) {
+                if let Some(w) = out
+                    .last_mut()
+                    .filter(|w| w.marker.is_some() && w.boot.is_none() && &w.window_id == window_id)
+                {
                     w.boot = Some(pos);
                 }
             }
@@ -139,7 +140,10 @@ pub fn current_window_id(session: &Session, branch: &[usize], session_key: &str)
 }
 
 /// Index in `branch` of the latest marker, with its window id and reason.
-pub fn latest_marker<'a>(session: &'a Session, branch: &[usize]) -> Option<(usize, &'a str, &'a str)> {
+pub fn latest_marker<'a>(
+    session: &'a Session,
+    branch: &[usize],
+) -> Option<(usize, &'a str, &'a str)> {
     branch.iter().enumerate().rev().find_map(|(i, &pos)| {
         match session.entries.get(pos).map(|e| &e.kind) {
             Some(EntryKind::WindowMarker { window_id, reason }) => {
@@ -217,8 +221,7 @@ pub fn reset_pending(session: &Session, branch: &[usize]) -> bool {
 
 fn succeeded(m: &Message) -> bool {
     m.role == Role::Assistant
-        && m
-            .stop_reason
+        && m.stop_reason
             .as_deref()
             .is_none_or(|r| !FAILED_STOPS.contains(&r))
 }
@@ -321,14 +324,23 @@ pub fn repair_boot(window_id: &str, boot_text: String) -> EntryKind {
     boot_entry(window_id, boot_text)
 }
 
-/// Turn drafts into entries chained after `parent`, with ids derived from the parent's id (so a
-/// retried commit of the same drafts yields the same ids) and the given timestamp.
-pub fn chain(parent: Option<&EntryId>, drafts: Vec<EntryKind>, timestamp: Option<String>) -> Vec<Entry> {
+/// Turn drafts into entries chained after `parent`, with ids derived from the parent's id, the
+/// position in the batch and the timestamp (stable for the same inputs; distinct for drafts
+/// committed after the same parent at another time, as after a rewind).
+pub fn chain(
+    parent: Option<&EntryId>,
+    drafts: Vec<EntryKind>,
+    timestamp: Option<String>,
+) -> Vec<Entry> {
     let mut parent = parent.cloned();
     let mut out = Vec::with_capacity(drafts.len());
     for (n, kind) in drafts.into_iter().enumerate() {
         let at = parent.as_ref().map_or("", EntryId::as_str).to_owned();
-        let id = EntryId::new(format!("cx-{:016x}", fnv1a(&[&at, &n.to_string(), "ctxd"])));
+        let stamp = timestamp.as_deref().unwrap_or("");
+        let id = EntryId::new(format!(
+            "cx-{:016x}",
+            fnv1a(&[&at, &n.to_string(), stamp, "ctxd"])
+        ));
         out.push(Entry {
             id: id.clone(),
             parent: parent.take(),

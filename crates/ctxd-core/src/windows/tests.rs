@@ -49,7 +49,14 @@ fn result(id: &str) -> EntryKind {
     ))
 }
 
-fn row(scope: HomeScope, address: &str, path: &str, body: &str, ago_s: i64, stale: bool) -> NoteRow {
+fn row(
+    scope: HomeScope,
+    address: &str,
+    path: &str,
+    body: &str,
+    ago_s: i64,
+    stale: bool,
+) -> NoteRow {
     NoteRow {
         scope,
         address: address.into(),
@@ -67,25 +74,67 @@ fn snapshot() -> NotesSnapshot {
     homes.insert(
         HomeScope::Session,
         vec![
-            row(HomeScope::Session, "MAP.md", "MAP.md", "session map is not resident", 5, false),
-            row(HomeScope::Session, "checkpoint.md", "checkpoint.md", "goal: ship\nnext: tests", 30, false),
+            row(
+                HomeScope::Session,
+                "MAP.md",
+                "MAP.md",
+                "session map is not resident",
+                5,
+                false,
+            ),
+            row(
+                HomeScope::Session,
+                "checkpoint.md",
+                "checkpoint.md",
+                "goal: ship\nnext: tests",
+                30,
+                false,
+            ),
             row(HomeScope::Session, "old.md", "old.md", "obsolete", 90, true),
         ],
     );
     homes.insert(
         HomeScope::Project,
-        vec![row(HomeScope::Project, "@project/MAP.md", "MAP.md", "# Project map\n- build: cargo", 4000, false)],
+        vec![row(
+            HomeScope::Project,
+            "@project/MAP.md",
+            "MAP.md",
+            "# Project map\n- build: cargo",
+            4000,
+            false,
+        )],
     );
     homes.insert(
         HomeScope::Human,
         vec![
-            row(HomeScope::Human, "@human/MAP.md", "MAP.md", "# Human map", 90_000, false),
-            row(HomeScope::Human, "@human/prefs.md", "prefs.md", "short answers", 7200, false),
+            row(
+                HomeScope::Human,
+                "@human/MAP.md",
+                "MAP.md",
+                "# Human map",
+                90_000,
+                false,
+            ),
+            row(
+                HomeScope::Human,
+                "@human/prefs.md",
+                "prefs.md",
+                "short answers",
+                7200,
+                false,
+            ),
         ],
     );
     homes.insert(
         HomeScope::Model,
-        vec![row(HomeScope::Model, "@models/m1/MAP.md", "MAP.md", "stale model map", 10, true)],
+        vec![row(
+            HomeScope::Model,
+            "@models/m1/MAP.md",
+            "MAP.md",
+            "stale model map",
+            10,
+            true,
+        )],
     );
     NotesSnapshot {
         homes,
@@ -105,7 +154,9 @@ fn boot_text() {
         previous_window_id: Some("cw-1-root"),
         reset_line: true,
         notes: &notes,
-        checkpoint: Some("Recent user requests (oldest first):\n- window cw-1-root, item e0:\nfix it"),
+        checkpoint: Some(
+            "Recent user requests (oldest first):\n- window cw-1-root, item e0:\nfix it",
+        ),
     });
     expect![[r#"
         Your context was reset: this is a new context window. What you did before is not in front of you any more; your notes and the session history are.
@@ -157,7 +208,16 @@ fn root_boot_has_no_reset_line_and_pocket_quotas_hold() {
     homes.insert(
         HomeScope::Model,
         (0..6)
-            .map(|i| row(HomeScope::Model, &format!("@model/n{i}.md"), &format!("n{i}.md"), "x", i, false))
+            .map(|i| {
+                row(
+                    HomeScope::Model,
+                    &format!("@model/n{i}.md"),
+                    &format!("n{i}.md"),
+                    "x",
+                    i,
+                    false,
+                )
+            })
             .collect(),
     );
     let notes = NotesSnapshot {
@@ -178,7 +238,10 @@ fn root_boot_has_no_reset_line_and_pocket_quotas_hold() {
     assert!(!text.contains("was reset"));
     assert!(!text.contains("Previous context window id"));
     assert!(text.contains("@model/n2.md"));
-    assert!(!text.contains("@model/n3.md"), "the model home has 3 pocket seats");
+    assert!(
+        !text.contains("@model/n3.md"),
+        "the model home has 3 pocket seats"
+    );
     assert!(!text.contains("<checkpoint>"));
 }
 
@@ -201,7 +264,16 @@ fn checkpoint_is_capped_at_36000_chars() {
     notes.homes.insert(
         HomeScope::Session,
         (0..5)
-            .map(|i| row(HomeScope::Session, &format!("n{i}.md"), "p", &"n".repeat(9_000), i, false))
+            .map(|i| {
+                row(
+                    HomeScope::Session,
+                    &format!("n{i}.md"),
+                    "p",
+                    &"n".repeat(9_000),
+                    i,
+                    false,
+                )
+            })
             .collect(),
     );
     let b = active_branch(&s);
@@ -327,15 +399,24 @@ fn overflow_recovery_once_per_failure_chain() {
         push(&mut s, kind);
     }
     let b = active_branch(&s);
-    assert!(!overflow_recovery_allowed(&s, &b), "the chain already used its recovery");
+    assert!(
+        !overflow_recovery_allowed(&s, &b),
+        "the chain already used its recovery"
+    );
     let mut failed = Message::text(Role::Assistant, "");
     failed.stop_reason = Some("error".into());
     push(&mut s, EntryKind::Message(failed));
     let b = active_branch(&s);
     assert!(!overflow_recovery_allowed(&s, &b));
-    push(&mut s, EntryKind::Message(Message::text(Role::Assistant, "fine")));
+    push(
+        &mut s,
+        EntryKind::Message(Message::text(Role::Assistant, "fine")),
+    );
     let b = active_branch(&s);
-    assert!(overflow_recovery_allowed(&s, &b), "a success starts a new chain");
+    assert!(
+        overflow_recovery_allowed(&s, &b),
+        "a success starts a new chain"
+    );
 }
 
 #[test]
@@ -376,14 +457,24 @@ fn repair_only_when_nothing_but_metadata_follows() {
     // Later work after the marker: refuse.
     push(&mut s, user("more work"));
     let b = active_branch(&s);
-    assert!(matches!(repair_plan(&s, &b), Repair::Refuse { ref window_id, .. } if window_id == "w2"));
+    assert!(
+        matches!(repair_plan(&s, &b), Repair::Refuse { ref window_id, .. } if window_id == "w2")
+    );
 }
 
 #[test]
 fn chained_drafts_have_stable_ids_and_parents() {
     let parent = EntryId::new("p");
-    let a = chain(Some(&parent), reset_drafts("w", ResetCause::Manual, "b".into()), None);
-    let b = chain(Some(&parent), reset_drafts("w", ResetCause::Manual, "b".into()), None);
+    let a = chain(
+        Some(&parent),
+        reset_drafts("w", ResetCause::Manual, "b".into()),
+        None,
+    );
+    let b = chain(
+        Some(&parent),
+        reset_drafts("w", ResetCause::Manual, "b".into()),
+        None,
+    );
     assert_eq!(a, b);
     assert_eq!(a[0].parent.as_ref(), Some(&parent));
     assert_eq!(a[1].parent.as_ref(), Some(&a[0].id));
