@@ -20,6 +20,7 @@
 
 //! ```
 
+pub mod budget;
 pub mod model;
 pub mod models;
 pub mod notes;
@@ -28,5 +29,6 @@ pub mod text;
 pub mod tokens;
 pub mod tree;
 pub mod view;
+pub mod windows;
 
 pub use model::Session;

@@ -3,10 +3,29 @@
 //! The walk applies, in branch order: the system prompt and tool definitions in effect;
 //! messages; context edits (a later edit of a target replaces an earlier one; `None` omits the
 //! target); compactions (everything before is replaced by the summary, plus the entries from
-//! `first_kept` on, or exactly Codex's `replacement` messages); branch summaries. The walk reports
-//! each change, so the report can follow the context size turn by turn without rebuilding it.
+//! `first_kept` on, or exactly Codex's `replacement` messages); branch summaries; context
+//! windows (a [`EntryKind::WindowMarker`] and the [`EntryKind::WindowBoot`] with the same
+//! `window_id`: everything before the boot folds away except the system prompt and tool
+//! definitions, and the entries after the boot follow in order). Injected messages are messages
+//! like any other. The walk reports each change, so the report can follow the context size turn
+//! by turn without rebuilding it.
+//!
+//! Two rules keep what the model sees well-formed:
+//! - an assistant message is shown as written or not at all: a replacement edit of an assistant
+//!   message is ignored, and so is an edit that would change which tool calls or results a
+//!   message carries;
+//! - a tool call and its result are shown together or not at all ([`Projector::finish`]): an
+//!   assistant message with a call that has no later result is left out, and so is a message
+//!   carrying a result whose call is not shown before it, until nothing changes. (Omitting one
+//!   of the pair by an edit thus omits the other.)
+//!
+//! A marker whose boot is missing is an error of [`Projector::finish`] / [`project_checked`],
+//! never silently the raw history. The report, which must show broken logs too, reads the walk
+//! step by step and can ask [`Projector::missing_boot`].
 
-use crate::model::{Compaction, ContentBlock, EntryKind, Message, Session, ToolDef};
+use std::collections::{HashMap, HashSet};
+
+use crate::model::{Compaction, ContentBlock, EntryKind, Message, Role, Session, ToolDef};
 
 /// One item of the projection.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,6 +72,55 @@ pub enum Change {
     },
     /// The items were replaced wholesale (a compaction).
     Reset,
+    /// A window boot: the items were replaced by the boot alone.
+    Window,
+}
+
+/// The context window the walk is in: the latest marker on the branch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowState<'a> {
+    pub window_id: &'a str,
+    /// Position of the marker in `session.entries`.
+    pub marker: usize,
+    /// Position of its boot, once met.
+    pub boot: Option<usize>,
+}
+
+/// Why a branch has no projection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProjectionError {
+    /// A window marker whose boot is not on the branch after it.
+    MissingBoot {
+        window_id: String,
+        /// The marker's entry id.
+        marker: String,
+    },
+}
+
+impl std::fmt::Display for ProjectionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProjectionError::MissingBoot { window_id, marker } => write!(
+                f,
+                "context window {window_id} (marker {marker}) has no boot message: \
+                 refusing to send the raw history"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ProjectionError {}
+
+/// The finished projection: what the model sees, well-formed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Projection<'a> {
+    pub system: Option<(usize, &'a str)>,
+    pub tools: Option<(usize, &'a [ToolDef])>,
+    pub items: Vec<Item<'a>>,
+    /// The window in effect (`None`: the root window, no marker on the branch).
+    pub window: Option<WindowState<'a>>,
+    /// Items left out by the pairing rule (call without result, result without call).
+    pub unpaired: Vec<usize>,
 }
 
 /// The projection under construction. Feed it the branch with [`Projector::step`].
@@ -63,6 +131,8 @@ pub struct Projector<'a> {
     pub items: Vec<Item<'a>>,
     /// Positions of the compactions met so far.
     pub compactions: Vec<usize>,
+    /// The latest window marker met, and its boot once met.
+    pub window: Option<WindowState<'a>>,
 }
 
 impl<'a> Projector<'a> {
@@ -73,7 +143,13 @@ impl<'a> Projector<'a> {
             tools: None,
             items: Vec::new(),
             compactions: Vec::new(),
+            window: None,
         }
+    }
+
+    /// The latest marker on the walk so far, when its boot has not followed it.
+    pub fn missing_boot(&self) -> Option<&WindowState<'a>> {
+        self.window.as_ref().filter(|w| w.boot.is_none())
     }
 
     /// Apply the entry at `pos` (the next entry of the branch).
@@ -130,11 +206,18 @@ impl<'a> Projector<'a> {
                     }
                     Some(content) => {
                         if let ItemKind::Message {
+                            message,
                             content: shown,
                             edited,
-                            ..
                         } = &mut self.items[index].kind
                         {
+                            // Assistant content is shown as written or not at all, and an edit
+                            // never changes which calls and results a message carries.
+                            if message.role == Role::Assistant
+                                || tool_ids(shown) != tool_ids(content)
+                            {
+                                return Change::None;
+                            }
                             *shown = content;
                             *edited = true;
                             Change::Edited { index }
@@ -152,10 +235,36 @@ impl<'a> Projector<'a> {
             EntryKind::ModelChange { .. } | EntryKind::Usage { .. } | EntryKind::Event { .. } => {
                 Change::None
             }
-            // Window folding arrives with the engine (issue 3); until then a boot shows as a
-            // message and a marker shows nothing.
-            EntryKind::WindowMarker { .. } => Change::None,
-            EntryKind::WindowBoot { message, .. } => {
+            EntryKind::WindowMarker { window_id, .. } => {
+                self.window = Some(WindowState {
+                    window_id,
+                    marker: pos,
+                    boot: None,
+                });
+                Change::None
+            }
+            EntryKind::WindowBoot { window_id, message } => {
+                let item = Item {
+                    entry: pos,
+                    kind: ItemKind::Message {
+                        message,
+                        content: &message.content,
+                        edited: false,
+                    },
+                };
+                if let Some(w) = self
+                    .window
+                    .as_mut()
+                    .filter(|w| w.boot.is_none() && w.window_id == window_id)
+                {
+                    // Everything before the boot folds away; system prompt and tools stay.
+                    w.boot = Some(pos);
+                    self.items.clear();
+                    self.items.push(item);
+                    return Change::Window;
+                }
+                // A boot no pending marker asks for (the root window's, or a copy): shown in
+                // place, as written.
                 self.items.push(Item {
                     entry: pos,
                     kind: ItemKind::Message {
@@ -203,13 +312,123 @@ impl<'a> Projector<'a> {
     }
 }
 
-/// The projection of a branch (positions root first), as the model would see it now.
+impl<'a> Projector<'a> {
+    /// The finished projection: an error when the latest marker has no boot, else the items
+    /// with the pairing rule applied.
+    pub fn finish(self) -> Result<Projection<'a>, ProjectionError> {
+        if let Some(w) = self.missing_boot() {
+            return Err(ProjectionError::MissingBoot {
+                window_id: w.window_id.to_owned(),
+                marker: self
+                    .session
+                    .entries
+                    .get(w.marker)
+                    .map(|e| e.id.0.clone())
+                    .unwrap_or_default(),
+            });
+        }
+        let (items, unpaired) = pair(self.items);
+        Ok(Projection {
+            system: self.system,
+            tools: self.tools,
+            items,
+            window: self.window,
+            unpaired,
+        })
+    }
+}
+
+/// The ids of the tool calls and results a list of blocks carries, in order.
+fn tool_ids(blocks: &[ContentBlock]) -> Vec<(bool, &str)> {
+    blocks
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolCall { id, .. } => Some((true, id.as_str())),
+            ContentBlock::ToolResult { call_id, .. } => Some((false, call_id.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Leave out, until nothing changes, assistant messages with a call that has no later result
+/// and messages carrying a result whose call is not shown before it. Returns the kept items and
+/// the entry positions left out.
+fn pair(mut items: Vec<Item<'_>>) -> (Vec<Item<'_>>, Vec<usize>) {
+    let mut dropped = Vec::new();
+    loop {
+        let mut calls: HashMap<&str, usize> = HashMap::new();
+        let mut results: HashMap<&str, usize> = HashMap::new();
+        for (i, item) in items.iter().enumerate() {
+            if let ItemKind::Message {
+                message, content, ..
+            } = &item.kind
+            {
+                for b in content.iter() {
+                    match b {
+                        ContentBlock::ToolCall { id, .. } if message.role == Role::Assistant => {
+                            calls.entry(id.as_str()).or_insert(i);
+                        }
+                        ContentBlock::ToolResult { call_id, .. } => {
+                            results.entry(call_id.as_str()).or_insert(i);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let mut drop: HashSet<usize> = HashSet::new();
+        for (i, item) in items.iter().enumerate() {
+            let ItemKind::Message {
+                message, content, ..
+            } = &item.kind
+            else {
+                continue;
+            };
+            let broken = content.iter().any(|b| match b {
+                ContentBlock::ToolCall { id, .. } if message.role == Role::Assistant => {
+                    results.get(id.as_str()).is_none_or(|&r| r <= i)
+                }
+                ContentBlock::ToolResult { call_id, .. } => {
+                    calls.get(call_id.as_str()).is_none_or(|&c| c >= i)
+                }
+                _ => false,
+            });
+            if broken {
+                drop.insert(i);
+            }
+        }
+        if drop.is_empty() {
+            return (items, dropped);
+        }
+        let mut i = 0;
+        items.retain(|item| {
+            let keep = !drop.contains(&i);
+            if !keep {
+                dropped.push(item.entry);
+            }
+            i += 1;
+            keep
+        });
+    }
+}
+
+/// The projection of a branch (positions root first), as the walk leaves it (tolerant: a
+/// marker without its boot shows what the walk saw; see [`Projector::missing_boot`]).
 pub fn project<'a>(session: &'a Session, branch: &[usize]) -> Projector<'a> {
     let mut projector = Projector::new(session);
     for &pos in branch {
         projector.step(pos);
     }
     projector
+}
+
+/// The projection of a branch as the model is to be sent it: windows folded, calls and results
+/// paired; a marker without its boot is an error.
+pub fn project_checked<'a>(
+    session: &'a Session,
+    branch: &[usize],
+) -> Result<Projection<'a>, ProjectionError> {
+    project(session, branch).finish()
 }
 
 /// Ids of entries, for tests and diagnostics.

@@ -1,21 +1,464 @@
-//! Placeholder: being written.
+//! Context windows and the budget, over the store: the `new_context` (alias `wipe_memory`) and
+//! `get_context_remaining` tools, and what the gateway calls at a turn boundary
+//! ([`Engine::turn_end`]) and before each request ([`Engine::project`]).
+//!
+//! Every decision is a pure read of the log in `ctxd_core::{windows, budget}`; this module loads
+//! the session, gathers the notes snapshot and appends the drafts in one atomic batch.
 
-use serde_json::Value;
+use ctxd_core::budget::{self, Thresholds};
+use ctxd_core::model::{ContentBlock, EntryId, Message, Session, ToolDef};
+use ctxd_core::tokens::{CharEstimate, TokenCounter};
+use ctxd_core::tree::active_branch;
+use ctxd_core::view::{project_checked, ItemKind, ProjectionError, SummaryKind};
+use ctxd_core::windows::{self, BootData, Repair, ResetCause};
+use ctxd_store::{NewEntry, SessionRecord, Store};
+use serde::Serialize;
+use serde_json::{json, Value};
 
 use crate::tools::{ToolOutput, ToolSpec};
 use crate::{Caller, Engine, EngineError};
 
 /// The tools of this module.
 pub fn specs() -> Vec<ToolSpec> {
-    Vec::new()
+    let empty = json!({"type": "object", "properties": {}, "additionalProperties": false});
+    let reset = "Start a new context window once your checkpoint note is written. The reset \
+                 takes effect after every tool call of the current batch has finished; the new \
+                 window starts with your notes index, a checkpoint of recent requests and the \
+                 recovery protocol. Takes no arguments.";
+    vec![
+        ToolSpec {
+            name: "new_context",
+            description: reset,
+            parameters: empty.clone(),
+        },
+        ToolSpec {
+            name: "wipe_memory",
+            description: reset,
+            parameters: empty.clone(),
+        },
+        ToolSpec {
+            name: "get_context_remaining",
+            description: "Tokens left in this context window before the final warning; null \
+                          when it cannot be estimated.",
+            parameters: empty,
+        },
+    ]
 }
 
 /// Run `name` if it is one of this module's tools.
-pub(crate) fn call<S: ctxd_store::Store>(
-    _engine: &Engine<S>,
-    _caller: &Caller,
-    _name: &str,
-    _args: &Value,
+pub(crate) fn call<S: Store>(
+    engine: &Engine<S>,
+    caller: &Caller,
+    name: &str,
+    args: &Value,
 ) -> Option<Result<ToolOutput, EngineError>> {
-    None
+    let run = match name {
+        "new_context" | "wipe_memory" => request_reset,
+        "get_context_remaining" => context_remaining_tool,
+        _ => return None,
+    };
+    if !(args.is_null() || args.as_object().is_some_and(|o| o.is_empty())) {
+        return Some(Err(EngineError::invalid(format!(
+            "{name} takes no arguments"
+        ))));
+    }
+    Some(run(engine, caller))
+}
+
+fn request_reset<S: Store>(engine: &Engine<S>, caller: &Caller) -> Result<ToolOutput, EngineError> {
+    let (_, session) = engine.caller_session(caller, "new_context")?;
+    let branch = active_branch(&session);
+    // The gateway appends the assistant message before running its calls: this call is
+    // counted, so a second one in the same window is the duplicate.
+    let status = if windows::reset_requests(&session, &branch) >= 2 {
+        "already_pending"
+    } else {
+        "requested"
+    };
+    Ok(ToolOutput::ok(
+        json!({
+            "accepted": true,
+            "status": status,
+            "takes_effect": "after the current tool batch",
+        })
+        .to_string(),
+    ))
+}
+
+fn context_remaining_tool<S: Store>(
+    engine: &Engine<S>,
+    caller: &Caller,
+) -> Result<ToolOutput, EngineError> {
+    let remaining = engine.context_remaining(caller, None, &CharEstimate)?;
+    Ok(ToolOutput::ok(
+        json!({ "remaining_tokens": remaining }).to_string(),
+    ))
+}
+
+/// The budget policy of a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowPolicy {
+    pub thresholds: Thresholds,
+    /// The model's context window; `None`: unknown (no threshold reset, no reminders).
+    pub context_window: Option<u64>,
+    /// Threshold and overflow resets (explicit `new_context` requests work regardless).
+    pub automatic: bool,
+}
+
+impl WindowPolicy {
+    /// Default thresholds, the context window of `model` when ctxd knows it.
+    pub fn for_model(model: Option<&str>) -> Self {
+        Self {
+            thresholds: Thresholds::default(),
+            context_window: model.and_then(ctxd_core::models::context_window),
+            automatic: true,
+        }
+    }
+}
+
+/// How a turn ended, as the gateway saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TurnEnd {
+    Completed,
+    /// Cancelled by the client: drafts are discarded and pending requests dropped.
+    Aborted,
+    /// The provider refused the request as too long.
+    Overflow,
+    /// Another provider failure: no reset.
+    Error,
+}
+
+/// What [`Engine::turn_end`] committed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TurnEndOutcome {
+    /// Ids of the entries appended (one atomic batch).
+    pub appended: Vec<EntryId>,
+    /// `injected` kind of the budget reminder committed, if any.
+    pub reminder: Option<&'static str>,
+    /// The window opened, and why.
+    pub reset: Option<(String, &'static str)>,
+    /// Tokens left in the window before this boundary's drafts (`None`: unknown).
+    pub remaining: Option<u64>,
+}
+
+/// A message of the projection, owned.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProjectedMessage {
+    /// The entry it shows.
+    pub entry: EntryId,
+    /// The message with the content the model sees (summaries become user messages).
+    pub message: Message,
+    pub edited: bool,
+    /// `compaction` / `branch` for summaries.
+    pub summary: Option<&'static str>,
+}
+
+/// What the model is to be sent, owned (the gateway renders it per wire API).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OwnedProjection {
+    pub system: Option<String>,
+    pub tools: Vec<ToolDef>,
+    pub messages: Vec<ProjectedMessage>,
+    pub window_id: String,
+}
+
+/// What [`Engine::repair_window`] did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum RepairOutcome {
+    NotNeeded,
+    Repaired { window_id: String, boot: EntryId },
+    Refused { window_id: String, reason: String },
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+impl<S: Store> Engine<S> {
+    /// The caller's session, checked against its tenant.
+    fn caller_session(
+        &self,
+        caller: &Caller,
+        what: &'static str,
+    ) -> Result<(SessionRecord, Session), EngineError> {
+        let id = caller.session.ok_or(EngineError::NoSession(what))?;
+        let record = self
+            .store
+            .session(&caller.tenant, id)?
+            .ok_or_else(|| EngineError::invalid(format!("no session {id} for this caller")))?;
+        let session = self.store.load(id)?;
+        Ok((record, session))
+    }
+
+    fn policy(caller: &Caller, session: &Session, policy: Option<WindowPolicy>) -> WindowPolicy {
+        policy.unwrap_or_else(|| {
+            WindowPolicy::for_model(caller.model.as_deref().or(session.meta.model.as_deref()))
+        })
+    }
+
+    /// The projection of the caller's session: `Ok(Err(_))` when the branch has a marker
+    /// without its boot (the request must not be sent; [`Engine::repair_window`] or a new
+    /// window is the way out).
+    pub fn project(
+        &self,
+        caller: &Caller,
+    ) -> Result<Result<OwnedProjection, ProjectionError>, EngineError> {
+        let (record, session) = self.caller_session(caller, "project")?;
+        let branch = active_branch(&session);
+        let projection = match project_checked(&session, &branch) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        };
+        let entry_id = |pos: usize| {
+            session
+                .entries
+                .get(pos)
+                .map(|e| e.id.clone())
+                .unwrap_or_else(|| EntryId::new(""))
+        };
+        let messages = projection
+            .items
+            .iter()
+            .map(|item| match &item.kind {
+                ItemKind::Message {
+                    message,
+                    content,
+                    edited,
+                } => ProjectedMessage {
+                    entry: entry_id(item.entry),
+                    message: Message {
+                        content: content.to_vec(),
+                        ..(*message).clone()
+                    },
+                    edited: *edited,
+                    summary: None,
+                },
+                ItemKind::Summary { kind, text } => ProjectedMessage {
+                    entry: entry_id(item.entry),
+                    message: Message::new(
+                        ctxd_core::model::Role::User,
+                        vec![ContentBlock::text(*text)],
+                    ),
+                    edited: false,
+                    summary: Some(match kind {
+                        SummaryKind::Compaction => "compaction",
+                        SummaryKind::Branch => "branch",
+                    }),
+                },
+            })
+            .collect();
+        Ok(Ok(OwnedProjection {
+            system: projection.system.map(|(_, t)| t.to_owned()),
+            tools: projection
+                .tools
+                .map(|(_, t)| t.to_vec())
+                .unwrap_or_default(),
+            messages,
+            window_id: windows::current_window_id(&session, &branch, &record.key),
+        }))
+    }
+
+    /// Tokens left before the final warning (what `get_context_remaining` reports); `None`
+    /// when the window's size or content cannot be measured.
+    pub fn context_remaining(
+        &self,
+        caller: &Caller,
+        policy: Option<WindowPolicy>,
+        counter: &dyn TokenCounter,
+    ) -> Result<Option<u64>, EngineError> {
+        let (_, session) = self.caller_session(caller, "get_context_remaining")?;
+        let policy = Self::policy(caller, &session, policy);
+        let branch = active_branch(&session);
+        let Some(window) = policy.context_window else {
+            return Ok(None);
+        };
+        Ok(budget::window_tokens(&session, &branch, counter).map(|t| {
+            policy
+                .thresholds
+                .shown_remaining(budget::remaining(window, t))
+        }))
+    }
+
+    /// The turn boundary: commit, in one atomic batch, the budget reminder due (if any) and then
+    /// the marker and boot of a new window when one is due (an explicit request once the tool
+    /// batch is complete, the reserve reached, or a first overflow of a failure chain). On
+    /// abort nothing is drafted; an abort record voids pending requests.
+    pub fn turn_end(
+        &self,
+        caller: &Caller,
+        end: TurnEnd,
+        policy: Option<WindowPolicy>,
+        counter: &dyn TokenCounter,
+    ) -> Result<TurnEndOutcome, EngineError> {
+        self.turn_end_at(caller, end, policy, counter, now_ms())
+    }
+
+    /// [`Engine::turn_end`] at a given time (ms since the epoch).
+    pub fn turn_end_at(
+        &self,
+        caller: &Caller,
+        end: TurnEnd,
+        policy: Option<WindowPolicy>,
+        counter: &dyn TokenCounter,
+        now_ms: i64,
+    ) -> Result<TurnEndOutcome, EngineError> {
+        let (record, session) = self.caller_session(caller, "turn_end")?;
+        let policy = Self::policy(caller, &session, policy);
+        let branch = active_branch(&session);
+        let leaf = branch
+            .last()
+            .and_then(|&p| session.entries.get(p))
+            .map(|e| e.id.clone());
+        let stamp = Some(windows::iso8601(now_ms));
+        let mut outcome = TurnEndOutcome::default();
+
+        if end == TurnEnd::Aborted {
+            let drafts = vec![ctxd_core::model::EntryKind::Event {
+                name: windows::ABORT_EVENT.to_owned(),
+                detail: None,
+            }];
+            outcome.appended = self.commit(&record, leaf.as_ref(), drafts, stamp)?;
+            return Ok(outcome);
+        }
+
+        let remaining = policy
+            .context_window
+            .zip(budget::window_tokens(&session, &branch, counter))
+            .map(|(w, t)| budget::remaining(w, t));
+        outcome.remaining = remaining;
+        let mut drafts = Vec::new();
+        if let Some(reminder) =
+            remaining.and_then(|r| budget::due_reminder(&session, &branch, r, &policy.thresholds))
+        {
+            outcome.reminder = Some(reminder.kind());
+            drafts.push(ctxd_core::model::EntryKind::Message(reminder.message()));
+        }
+
+        let complete = windows::batch_complete(&session, &branch);
+        let cause = match end {
+            TurnEnd::Overflow
+                if policy.automatic && windows::overflow_recovery_allowed(&session, &branch) =>
+            {
+                Some(ResetCause::Overflow)
+            }
+            TurnEnd::Completed if complete && windows::reset_requests(&session, &branch) > 0 => {
+                Some(ResetCause::Requested)
+            }
+            TurnEnd::Completed
+                if complete
+                    && policy.automatic
+                    && remaining.is_some_and(|r| policy.thresholds.reset_due(r)) =>
+            {
+                Some(ResetCause::Threshold)
+            }
+            _ => None,
+        };
+        if let Some(cause) = cause {
+            let window_id = windows::new_window_id(&record.key, leaf.as_ref());
+            let boot = self.boot_text(caller, &record, &session, &branch, &window_id, now_ms)?;
+            drafts.extend(windows::reset_drafts(&window_id, cause, boot));
+            outcome.reset = Some((window_id, cause.as_str()));
+        }
+        outcome.appended = self.commit(&record, leaf.as_ref(), drafts, stamp)?;
+        Ok(outcome)
+    }
+
+    /// The seed's narrow repair: append the boot of a marker whose boot is missing when only
+    /// metadata follows it; refuse when later work does.
+    pub fn repair_window(
+        &self,
+        caller: &Caller,
+        now_ms: i64,
+    ) -> Result<RepairOutcome, EngineError> {
+        let (record, session) = self.caller_session(caller, "repair_window")?;
+        let branch = active_branch(&session);
+        match windows::repair_plan(&session, &branch) {
+            Repair::NotNeeded => Ok(RepairOutcome::NotNeeded),
+            Repair::Refuse { window_id, reason } => {
+                Ok(RepairOutcome::Refused { window_id, reason })
+            }
+            Repair::AppendBoot { window_id, marker } => {
+                // The boot describes the window as it opened: the branch up to its marker.
+                let upto = branch
+                    .iter()
+                    .position(|&p| p == marker)
+                    .unwrap_or(branch.len());
+                let before = &branch[..upto];
+                let boot = self.boot_text(caller, &record, &session, before, &window_id, now_ms)?;
+                let leaf = branch
+                    .last()
+                    .and_then(|&p| session.entries.get(p))
+                    .map(|e| e.id.clone());
+                let appended = self.commit(
+                    &record,
+                    leaf.as_ref(),
+                    vec![windows::repair_boot(&window_id, boot)],
+                    Some(windows::iso8601(now_ms)),
+                )?;
+                Ok(RepairOutcome::Repaired {
+                    window_id,
+                    boot: appended
+                        .into_iter()
+                        .next()
+                        .unwrap_or_else(|| EntryId::new("")),
+                })
+            }
+        }
+    }
+
+    /// The boot text of window `window_id`, opened at the end of `branch`.
+    fn boot_text(
+        &self,
+        caller: &Caller,
+        record: &SessionRecord,
+        session: &Session,
+        branch: &[usize],
+        window_id: &str,
+        now_ms: i64,
+    ) -> Result<String, EngineError> {
+        let notes = self.notes_snapshot(caller, now_ms)?;
+        let root = windows::root_window_id(&record.key);
+        let previous = windows::current_window_id(session, branch, &record.key);
+        let checkpoint = windows::checkpoint(session, branch, &record.key, &notes);
+        let agent = caller
+            .agent
+            .clone()
+            .or_else(|| session.meta.agent.map(|a| a.as_str().to_owned()))
+            .unwrap_or_else(|| "agent".to_owned());
+        let model = caller
+            .model
+            .clone()
+            .or_else(|| session.meta.model.clone())
+            .unwrap_or_else(|| "unknown model".to_owned());
+        Ok(windows::render_boot(&BootData {
+            agent: &agent,
+            model: &model,
+            first_window_id: &root,
+            current_window_id: window_id,
+            previous_window_id: Some(&previous),
+            reset_line: true,
+            notes: &notes,
+            checkpoint: Some(&checkpoint),
+        }))
+    }
+
+    fn commit(
+        &self,
+        record: &SessionRecord,
+        parent: Option<&EntryId>,
+        drafts: Vec<ctxd_core::model::EntryKind>,
+        timestamp: Option<String>,
+    ) -> Result<Vec<EntryId>, EngineError> {
+        if drafts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let entries = windows::chain(parent, drafts, timestamp);
+        let ids = entries.iter().map(|e| e.id.clone()).collect();
+        let batch: Vec<NewEntry> = entries.into_iter().map(NewEntry::new).collect();
+        self.store.append(record.id, &batch, None)?;
+        Ok(ids)
+    }
 }

@@ -134,7 +134,8 @@ pub(crate) fn walk<'a>(
         }
 
         let before = items_total;
-        match w.projector.step(pos) {
+        let change = w.projector.step(pos);
+        match change {
             Change::None => {}
             Change::System => {
                 w.system_tokens = w.projector.system.map_or(0, |(_, t)| counter.count(t));
@@ -164,8 +165,9 @@ pub(crate) fn walk<'a>(
             Change::Omitted { index } => {
                 items_total -= w.live.remove(index).total;
             }
-            Change::Reset => {
+            Change::Reset | Change::Window => {
                 // A compaction keeps some items (from `first_kept` on): recount only new ones.
+                // A window boot replaces every item by itself (not a compaction).
                 let mut by_entry: HashMap<usize, ItemCount<'a>> = std::mem::take(&mut w.live)
                     .into_iter()
                     .map(|c| (c.entry, c))
@@ -182,6 +184,9 @@ pub(crate) fn walk<'a>(
                     })
                     .collect();
                 items_total = w.live.iter().map(|c| c.total).sum();
+                if change == Change::Window {
+                    continue;
+                }
                 w.compactions.push(CompactionStat {
                     entry: pos,
                     before: fixed + before,

@@ -1,0 +1,332 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! Windows and budget through the engine and a real (in-memory SQLite) store.
+
+use ctxd_core::budget::{GUIDANCE_KIND, WARNING_KIND};
+use ctxd_core::model::{
+    ContentBlock, Entry, EntryId, EntryKind, Message, Role, SessionMeta, Usage,
+};
+use ctxd_core::tokens::CharEstimate;
+use ctxd_core::tree::active_branch;
+use ctxd_engine::windows::{RepairOutcome, TurnEnd, WindowPolicy};
+use ctxd_engine::{Caller, Engine};
+use ctxd_store::{NewEntry, SqliteStore, Store};
+use serde_json::{json, Value};
+
+struct Fixture {
+    engine: Engine<SqliteStore>,
+    caller: Caller,
+    n: usize,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let rec = store
+            .open_session("t1", "sess-1", &SessionMeta::default())
+            .unwrap();
+        Fixture {
+            engine: Engine::new(store),
+            caller: Caller {
+                tenant: "t1".into(),
+                session: Some(rec.id),
+                session_key: Some("sess-1".into()),
+                agent: Some("pi".into()),
+                model: Some("claude-sonnet-4".into()),
+                project: None,
+            },
+            n: 0,
+        }
+    }
+
+    fn append(&mut self, kind: EntryKind) {
+        let id = self.caller.session.unwrap();
+        let session = self.engine.store().load(id).unwrap();
+        let parent = active_branch(&session)
+            .last()
+            .map(|&p| session.entries[p].id.clone());
+        self.n += 1;
+        let entry = Entry {
+            id: EntryId::new(format!("u{}", self.n)),
+            parent,
+            timestamp: None,
+            sidechain: false,
+            kind,
+        };
+        self.engine
+            .store()
+            .append(id, &[NewEntry::new(entry)], None)
+            .unwrap();
+    }
+
+    fn user(&mut self, text: &str) {
+        self.append(EntryKind::Message(Message::text(Role::User, text)));
+    }
+
+    fn assistant(&mut self, prompt_tokens: u64, calls: &[(&str, &str)]) {
+        let mut content = vec![ContentBlock::text("ok")];
+        content.extend(calls.iter().map(|(id, name)| ContentBlock::ToolCall {
+            id: (*id).into(),
+            name: (*name).into(),
+            arguments: json!({}),
+        }));
+        let mut m = Message::new(Role::Assistant, content);
+        m.usage = Some(Usage {
+            input: prompt_tokens,
+            ..Usage::default()
+        });
+        self.append(EntryKind::Message(m));
+    }
+
+    fn result(&mut self, id: &str) {
+        self.append(EntryKind::Message(Message::new(
+            Role::Tool,
+            vec![ContentBlock::ToolResult {
+                call_id: id.into(),
+                tool_name: None,
+                content: vec![ContentBlock::text("done")],
+                is_error: false,
+            }],
+        )));
+    }
+
+    fn turn_end(&self, end: TurnEnd) -> ctxd_engine::windows::TurnEndOutcome {
+        // The model's policy: a 200,000-token window, default thresholds.
+        let policy = WindowPolicy::for_model(self.caller.model.as_deref());
+        assert_eq!(policy.context_window, Some(200_000));
+        self.engine
+            .turn_end_at(
+                &self.caller,
+                end,
+                Some(policy),
+                &CharEstimate,
+                1_700_000_000_000,
+            )
+            .unwrap()
+    }
+
+    fn tool(&self, name: &str) -> Value {
+        let out = self
+            .engine
+            .call_tool(&self.caller, name, &json!({}))
+            .unwrap();
+        assert!(!out.is_error, "{}", out.text);
+        serde_json::from_str(&out.text).unwrap()
+    }
+
+    fn shown(&self) -> Vec<String> {
+        let p = self.engine.project(&self.caller).unwrap().unwrap();
+        p.messages.iter().map(|m| m.entry.0.clone()).collect()
+    }
+}
+
+#[test]
+fn new_context_takes_effect_after_the_batch() {
+    let mut f = Fixture::new();
+    f.user("please refactor the parser");
+    f.assistant(1_000, &[("c1", "new_context"), ("c2", "bash")]);
+    assert_eq!(f.tool("new_context")["status"], "requested");
+    f.result("c1");
+    // c2 has no result yet: the batch is not over, nothing is committed.
+    let out = f.turn_end(TurnEnd::Completed);
+    assert_eq!(out.reset, None);
+    f.result("c2");
+    let out = f.turn_end(TurnEnd::Completed);
+    let (window_id, reason) = out.reset.clone().unwrap();
+    assert_eq!(reason, "requested");
+    assert_eq!(out.appended.len(), 2);
+    // The projection is the boot alone, and names the new window.
+    let p = f.engine.project(&f.caller).unwrap().unwrap();
+    assert_eq!(p.window_id, window_id);
+    assert_eq!(p.messages.len(), 1);
+    let ContentBlock::Text { text } = &p.messages[0].message.content[0] else {
+        panic!()
+    };
+    assert!(text.contains(&format!("Current context window id: {window_id}")));
+    assert!(text.contains("Agent: pi (model: claude-sonnet-4)"));
+    assert!(
+        text.contains("please refactor the parser"),
+        "the checkpoint carries the request"
+    );
+    // The request is consumed: the next boundary does nothing.
+    assert_eq!(f.turn_end(TurnEnd::Completed).reset, None);
+    // Window ids are stable: reading again gives the same.
+    assert_eq!(
+        f.engine.project(&f.caller).unwrap().unwrap().window_id,
+        window_id
+    );
+}
+
+#[test]
+fn duplicate_requests_in_one_window_are_reported_and_abort_voids_them() {
+    let mut f = Fixture::new();
+    f.user("go");
+    f.assistant(1_000, &[("c1", "wipe_memory"), ("c2", "new_context")]);
+    assert_eq!(f.tool("wipe_memory")["status"], "already_pending");
+    f.result("c1");
+    f.result("c2");
+    let out = f.turn_end(TurnEnd::Aborted);
+    assert_eq!(out.reset, None);
+    assert_eq!(out.appended.len(), 1, "only the abort record");
+    assert_eq!(
+        f.turn_end(TurnEnd::Completed).reset,
+        None,
+        "the aborted request is void"
+    );
+}
+
+#[test]
+fn budget_reminders_once_per_window_discarded_on_abort() {
+    let mut f = Fixture::new();
+    f.user("go");
+    // 200,000 window, 160,000 used: 40,000 left <= 40,960 (reminder line).
+    f.assistant(160_000, &[]);
+    assert_eq!(f.turn_end(TurnEnd::Aborted).reminder, None);
+    let out = f.turn_end(TurnEnd::Completed);
+    assert_eq!(out.reminder, Some(GUIDANCE_KIND));
+    assert_eq!(out.remaining, Some(40_000));
+    assert_eq!(
+        f.turn_end(TurnEnd::Completed).reminder,
+        None,
+        "once per window"
+    );
+    // get_context_remaining counts down to the warning line (28,672); the committed reminder
+    // (about 110 estimated tokens) now counts as well.
+    let shown = f.tool("get_context_remaining")["remaining_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        shown < 40_000 - 28_672 && shown > 40_000 - 28_672 - 300,
+        "{shown}"
+    );
+    f.user("more");
+    f.assistant(175_000, &[]);
+    let out = f.turn_end(TurnEnd::Completed);
+    assert_eq!(out.reminder, Some(WARNING_KIND));
+    assert_eq!(out.reset, None);
+    assert_eq!(f.turn_end(TurnEnd::Completed).reminder, None);
+}
+
+#[test]
+fn threshold_reset_at_the_reserve_and_reminders_start_over() {
+    let mut f = Fixture::new();
+    f.user("go");
+    f.assistant(190_000, &[]);
+    let out = f.turn_end(TurnEnd::Completed);
+    assert_eq!(out.reminder, Some(WARNING_KIND));
+    assert_eq!(out.reset.as_ref().map(|r| r.1), Some("threshold"));
+    // The warning precedes the marker: folded away, not carried into the new window.
+    assert_eq!(f.shown().len(), 1);
+    // In the new window the old usage does not count: far from any line.
+    let out = f.turn_end(TurnEnd::Completed);
+    assert_eq!((out.reminder, out.reset), (None, None));
+    assert!(out.remaining.unwrap() > 190_000);
+}
+
+#[test]
+fn overflow_recovery_once_per_failure_chain() {
+    let mut f = Fixture::new();
+    f.user("go");
+    assert_eq!(
+        f.turn_end(TurnEnd::Overflow).reset.map(|r| r.1),
+        Some("overflow")
+    );
+    assert_eq!(f.turn_end(TurnEnd::Overflow).reset, None, "no loop");
+    assert_eq!(f.turn_end(TurnEnd::Error).reset, None);
+    f.assistant(1_000, &[]);
+    assert_eq!(
+        f.turn_end(TurnEnd::Overflow).reset.map(|r| r.1),
+        Some("overflow")
+    );
+}
+
+#[test]
+fn a_marker_without_boot_blocks_the_request_and_is_repaired_narrowly() {
+    let mut f = Fixture::new();
+    f.user("go");
+    f.append(EntryKind::WindowMarker {
+        window_id: "w-x".into(),
+        reason: "requested".into(),
+    });
+    f.append(EntryKind::Event {
+        name: "label".into(),
+        detail: None,
+    });
+    let err = f.engine.project(&f.caller).unwrap().unwrap_err();
+    assert!(err.to_string().contains("w-x"));
+    let RepairOutcome::Repaired { window_id, .. } = f.engine.repair_window(&f.caller, 0).unwrap()
+    else {
+        panic!("expected a repair");
+    };
+    assert_eq!(window_id, "w-x");
+    assert_eq!(
+        f.engine.project(&f.caller).unwrap().unwrap().window_id,
+        "w-x"
+    );
+    assert_eq!(
+        f.engine.repair_window(&f.caller, 0).unwrap(),
+        RepairOutcome::NotNeeded
+    );
+
+    // Later work after a bare marker: refused, nothing appended.
+    f.append(EntryKind::WindowMarker {
+        window_id: "w-y".into(),
+        reason: "requested".into(),
+    });
+    f.user("work after the marker");
+    let before = f
+        .engine
+        .store()
+        .load(f.caller.session.unwrap())
+        .unwrap()
+        .entries
+        .len();
+    assert!(matches!(
+        f.engine.repair_window(&f.caller, 0).unwrap(),
+        RepairOutcome::Refused { .. }
+    ));
+    let after = f
+        .engine
+        .store()
+        .load(f.caller.session.unwrap())
+        .unwrap()
+        .entries
+        .len();
+    assert_eq!(before, after);
+    // A new window is the way out.
+    f.assistant(1_000, &[("c9", "new_context")]);
+    f.result("c9");
+    assert!(f.turn_end(TurnEnd::Completed).reset.is_some());
+    assert!(f.engine.project(&f.caller).unwrap().is_ok());
+}
+
+#[test]
+fn tools_are_registered_and_check_their_caller() {
+    let names: Vec<&str> = ctxd_engine::tools::specs().iter().map(|s| s.name).collect();
+    for name in ["new_context", "wipe_memory", "get_context_remaining"] {
+        assert!(names.contains(&name));
+    }
+    let f = Fixture::new();
+    let bad = f
+        .engine
+        .call_tool(&f.caller, "new_context", &json!({"x": 1}))
+        .unwrap();
+    assert!(bad.is_error);
+    let other = Caller {
+        tenant: "t2".into(),
+        ..f.caller.clone()
+    };
+    let out = f
+        .engine
+        .call_tool(&other, "get_context_remaining", &json!({}))
+        .unwrap();
+    assert!(out.is_error, "another tenant's session is not found");
+    let none = Caller {
+        session: None,
+        ..f.caller.clone()
+    };
+    assert!(f
+        .engine
+        .call_tool(&none, "new_context", &json!({}))
+        .is_err());
+}
