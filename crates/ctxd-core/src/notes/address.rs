@@ -184,7 +184,10 @@ fn split_home<'s>(
         ));
     }
     if address.chars().any(char::is_control) {
-        return Err(NoteError::address(address, "control characters are not allowed"));
+        return Err(NoteError::address(
+            address,
+            "control characters are not allowed",
+        ));
     }
     if address.trim() != address {
         return Err(NoteError::address(
@@ -369,27 +372,53 @@ mod tests {
 
     #[test]
     fn every_home_resolves() {
-        assert_eq!(ok("todo.md"), ("session:pi:abc".into(), "todo.md".into(), "todo.md".into()));
+        assert_eq!(
+            ok("todo.md"),
+            ("session:pi:abc".into(), "todo.md".into(), "todo.md".into())
+        );
         assert_eq!(
             ok("@project/plans/a.md"),
-            ("project:/home/me/repo".into(), "plans/a.md".into(), "@project/plans/a.md".into())
+            (
+                "project:/home/me/repo".into(),
+                "plans/a.md".into(),
+                "@project/plans/a.md".into()
+            )
         );
-        assert_eq!(ok("@human/prefs.md"), ("human".into(), "prefs.md".into(), "@human/prefs.md".into()));
+        assert_eq!(
+            ok("@human/prefs.md"),
+            ("human".into(), "prefs.md".into(), "@human/prefs.md".into())
+        );
         assert_eq!(
             ok("@self/MAP.md"),
-            ("agent:claude-code".into(), "MAP.md".into(), "@agents/claude-code/MAP.md".into())
+            (
+                "agent:claude-code".into(),
+                "MAP.md".into(),
+                "@agents/claude-code/MAP.md".into()
+            )
         );
         assert_eq!(
             ok("@agents/codex/x/y.md"),
-            ("agent:codex".into(), "x/y.md".into(), "@agents/codex/x/y.md".into())
+            (
+                "agent:codex".into(),
+                "x/y.md".into(),
+                "@agents/codex/x/y.md".into()
+            )
         );
         assert_eq!(
             ok("@model/tips"),
-            ("model:claude-sonnet-4".into(), "tips".into(), "@models/claude-sonnet-4/tips".into())
+            (
+                "model:claude-sonnet-4".into(),
+                "tips".into(),
+                "@models/claude-sonnet-4/tips".into()
+            )
         );
         assert_eq!(
             ok("@models/gpt-5/tips"),
-            ("model:gpt-5".into(), "tips".into(), "@models/gpt-5/tips".into())
+            (
+                "model:gpt-5".into(),
+                "tips".into(),
+                "@models/gpt-5/tips".into()
+            )
         );
         // Dots inside names are fine; unicode too.
         assert_eq!(ok(".hidden/v1.2.md").1, ".hidden/v1.2.md");
@@ -428,7 +457,10 @@ mod tests {
         ] {
             let message = err(address);
             assert!(message.contains(needle), "{address:?}: {message}");
-            assert!(message.starts_with("invalid note address"), "{address:?}: {message}");
+            assert!(
+                message.starts_with("invalid note address"),
+                "{address:?}: {message}"
+            );
         }
         let long = "a".repeat(MAX_ADDRESS_BYTES + 1);
         assert!(err(&long).contains("longer than 1024 bytes"));
@@ -455,7 +487,10 @@ mod tests {
             agent: Some("root/research"),
             ..WHO
         };
-        assert!(resolve("@self/a", &odd).unwrap_err().to_string().contains("cannot name a home"));
+        assert!(resolve("@self/a", &odd)
+            .unwrap_err()
+            .to_string()
+            .contains("cannot name a home"));
     }
 
     #[test]

@@ -11,7 +11,10 @@ pub enum NoteError {
     Address { address: String, reason: String },
     /// `@self`, `@model`, `@project` or a bare path, but the caller's agent, model, project or
     /// session is unknown here.
-    UnknownCaller { home: &'static str, what: &'static str },
+    UnknownCaller {
+        home: &'static str,
+        what: &'static str,
+    },
     /// The note would exceed [`MAX_NOTE_BYTES`].
     TooLarge { address: String, bytes: usize },
     /// No note at this address.

@@ -148,8 +148,14 @@ mod tests {
     #[test]
     fn parsing_and_limits() {
         assert_eq!(OrderBy::parse("updated_at").unwrap(), OrderBy::UpdatedAt);
-        assert!(OrderBy::parse("size").unwrap_err().to_string().contains("name, created_at"));
-        assert_eq!(Direction::parse("descending").unwrap(), Direction::Descending);
+        assert!(OrderBy::parse("size")
+            .unwrap_err()
+            .to_string()
+            .contains("name, created_at"));
+        assert_eq!(
+            Direction::parse("descending").unwrap(),
+            Direction::Descending
+        );
         assert!(Direction::parse("up").is_err());
         assert_eq!(max_results(None).unwrap(), DEFAULT_MAX_RESULTS);
         assert_eq!(max_results(Some(1000)).unwrap(), 1000);

@@ -236,7 +236,10 @@ mod tests {
     fn append_joins_on_a_line_boundary() {
         assert_eq!(append("x", "", "a").unwrap().0, "a");
         assert_eq!(append("x", "a\n", "b").unwrap().0, "a\nb");
-        assert_eq!(append("x", "a", "b").unwrap(), ("a\nb".into(), "\nb".into()));
+        assert_eq!(
+            append("x", "a", "b").unwrap(),
+            ("a\nb".into(), "\nb".into())
+        );
         assert_eq!(append("x", "a", "").unwrap().0, "a");
         let near = "a".repeat(MAX_NOTE_BYTES - 1);
         // One byte fits only without the joining newline.
@@ -253,13 +256,25 @@ mod tests {
         assert_eq!(r(Some(-2), None).unwrap(), (3, 4, "three\nfour\n".into()));
         assert_eq!(r(Some(-1), Some(-1)).unwrap(), (4, 4, "four\n".into()));
         assert_eq!(r(Some(1), Some(-3)).unwrap(), (1, 2, "one\ntwo\n".into()));
-        assert_eq!(r(Some(3), Some(99)).unwrap(), (3, 4, "three\nfour\n".into()));
+        assert_eq!(
+            r(Some(3), Some(99)).unwrap(),
+            (3, 4, "three\nfour\n".into())
+        );
         assert_eq!(r(Some(-99), Some(1)).unwrap(), (1, 1, "one\n".into()));
-        assert!(r(Some(0), None).unwrap_err().to_string().contains("lines start at 1"));
+        assert!(r(Some(0), None)
+            .unwrap_err()
+            .to_string()
+            .contains("lines start at 1"));
         assert!(r(None, Some(0)).is_err());
         let past = r(Some(5), None).unwrap_err().to_string();
-        assert!(past.contains("past the end") && past.contains("4 lines"), "{past}");
-        assert!(r(Some(3), Some(2)).unwrap_err().to_string().contains("comes after"));
+        assert!(
+            past.contains("past the end") && past.contains("4 lines"),
+            "{past}"
+        );
+        assert!(r(Some(3), Some(2))
+            .unwrap_err()
+            .to_string()
+            .contains("comes after"));
         // No final newline: the last line is still whole.
         let x = read_lines("n", "a\nb", Some(2), None).unwrap();
         assert_eq!((x.text, x.total), ("b", 2));

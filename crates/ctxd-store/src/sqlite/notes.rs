@@ -33,7 +33,12 @@ fn note_row(row: &Row<'_>) -> rusqlite::Result<Note> {
     })
 }
 
-fn current(tx: &Transaction<'_>, tenant: &str, home: &str, path: &str) -> rusqlite::Result<Option<Note>> {
+fn current(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    home: &str,
+    path: &str,
+) -> rusqlite::Result<Option<Note>> {
     tx.query_row(
         &format!(
             "SELECT {META_COLUMNS}, body FROM notes WHERE tenant = ?1 AND home = ?2 AND path = ?3"
@@ -45,7 +50,12 @@ fn current(tx: &Transaction<'_>, tenant: &str, home: &str, path: &str) -> rusqli
 }
 
 /// The next version number of a path: numbering continues across deletes and renames.
-fn next_version(tx: &Transaction<'_>, tenant: &str, home: &str, path: &str) -> rusqlite::Result<i64> {
+fn next_version(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    home: &str,
+    path: &str,
+) -> rusqlite::Result<i64> {
     tx.query_row(
         "SELECT COALESCE(MAX(version), 0) + 1 FROM note_versions \
          WHERE tenant = ?1 AND home = ?2 AND path = ?3",
@@ -157,7 +167,9 @@ impl NotesStore for SqliteStore {
             },
         )?;
         let created_ms = existing.as_ref().map_or(at_ms, |n| n.meta.created_at_ms);
-        put(&tx, tenant, home, path, body, version, false, created_ms, at_ms)?;
+        put(
+            &tx, tenant, home, path, body, version, false, created_ms, at_ms,
+        )?;
         let meta = current(&tx, tenant, home, path)?
             .map(|n| n.meta)
             .ok_or_else(|| StoreError::NoEntry(path.to_owned()))?;
@@ -201,7 +213,9 @@ impl NotesStore for SqliteStore {
         };
         let version = record(&tx, tenant, home, path, at_ms, row)?;
         let created_ms = existing.as_ref().map_or(at_ms, |n| n.meta.created_at_ms);
-        put(&tx, tenant, home, path, &body, version, false, created_ms, at_ms)?;
+        put(
+            &tx, tenant, home, path, &body, version, false, created_ms, at_ms,
+        )?;
         let meta = current(&tx, tenant, home, path)?
             .map(|n| n.meta)
             .ok_or_else(|| StoreError::NoEntry(path.to_owned()))?;
@@ -243,7 +257,12 @@ impl NotesStore for SqliteStore {
         ))?;
         let rows = stmt
             .query_map(
-                params![tenant, home, prefix, i64::try_from(limit).unwrap_or(i64::MAX)],
+                params![
+                    tenant,
+                    home,
+                    prefix,
+                    i64::try_from(limit).unwrap_or(i64::MAX)
+                ],
                 meta_row,
             )?
             .collect::<Result<Vec<_>, _>>()?;
