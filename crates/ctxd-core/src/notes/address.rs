@@ -114,8 +114,9 @@ pub struct NotePrefix {
 
 /// Resolve a note's address for `who`.
 pub fn resolve(address: &str, who: &Who<'_>) -> Result<NoteAddress, NoteError> {
-    let (home, rest) = split_home(address, who, false)?;
+    let (spec, rest) = split_home(address, false)?;
     check_vpath(address, rest, false)?;
+    let home = spec.resolve(address, who)?;
     Ok(NoteAddress {
         home,
         path: rest.to_owned(),
@@ -132,8 +133,9 @@ pub fn resolve_prefix(prefix: &str, who: &Who<'_>) -> Result<NotePrefix, NoteErr
             prefix: String::new(),
         });
     }
-    let (home, rest) = split_home(prefix, who, true)?;
+    let (spec, rest) = split_home(prefix, true)?;
     check_vpath(prefix, rest, true)?;
+    let home = spec.resolve(prefix, who)?;
     Ok(NotePrefix {
         home,
         prefix: rest.to_owned(),
@@ -168,12 +170,51 @@ fn session_home(who: &Who<'_>) -> Result<Home, NoteError> {
     Ok(Home::new(HomeScope::Session, key))
 }
 
-/// Whole-address checks, then the home. Returns the home and the rest (the vpath).
-fn split_home<'s>(
-    address: &'s str,
-    who: &Who<'_>,
-    prefix_mode: bool,
-) -> Result<(Home, &'s str), NoteError> {
+/// The home an address names, before the caller's names are filled in.
+enum Spec<'s> {
+    Session,
+    Project,
+    Human,
+    SelfAgent,
+    SelfModel,
+    Named(HomeScope, &'s str),
+}
+
+impl Spec<'_> {
+    fn resolve(&self, address: &str, who: &Who<'_>) -> Result<Home, NoteError> {
+        match *self {
+            Spec::Session => session_home(who),
+            Spec::Project => {
+                let key = who.project.ok_or(NoteError::UnknownCaller {
+                    home: "@project",
+                    what: "project",
+                })?;
+                Ok(Home::new(HomeScope::Project, key))
+            }
+            Spec::Human => Ok(Home::new(HomeScope::Human, "")),
+            Spec::SelfAgent => {
+                let name = who.agent.ok_or(NoteError::UnknownCaller {
+                    home: "@self",
+                    what: "calling agent's name",
+                })?;
+                check_caller_name(address, name, "agent")?;
+                Ok(Home::new(HomeScope::Agent, name))
+            }
+            Spec::SelfModel => {
+                let name = who.model.ok_or(NoteError::UnknownCaller {
+                    home: "@model",
+                    what: "model's name",
+                })?;
+                check_caller_name(address, name, "model")?;
+                Ok(Home::new(HomeScope::Model, name))
+            }
+            Spec::Named(scope, name) => Ok(Home::new(scope, name)),
+        }
+    }
+}
+
+/// Whole-address checks, then the home it names. Returns the home and the rest (the vpath).
+fn split_home(address: &str, prefix_mode: bool) -> Result<(Spec<'_>, &str), NoteError> {
     if address.is_empty() {
         return Err(NoteError::address(address, "the address is empty"));
     }
@@ -208,13 +249,13 @@ fn split_home<'s>(
         ));
     }
     let Some(after_at) = address.strip_prefix('@') else {
-        return Ok((session_home(who)?, address));
+        return Ok((Spec::Session, address));
     };
     let (word, rest) = match after_at.split_once('/') {
         Some((w, r)) => (w, Some(r)),
         None => (after_at, None),
     };
-    let needs_rest = |home: &str| -> Result<&'s str, NoteError> {
+    let needs_rest = |home: &str| -> Result<&str, NoteError> {
         match rest {
             Some(r) => Ok(r),
             None if prefix_mode => Ok(""),
@@ -225,40 +266,16 @@ fn split_home<'s>(
         }
     };
     match word {
-        "project" => {
-            let rest = needs_rest("@project")?;
-            let key = who.project.ok_or(NoteError::UnknownCaller {
-                home: "@project",
-                what: "project",
-            })?;
-            Ok((Home::new(HomeScope::Project, key), rest))
-        }
-        "human" => Ok((Home::new(HomeScope::Human, ""), needs_rest("@human")?)),
-        "self" => {
-            let rest = needs_rest("@self")?;
-            let name = who.agent.ok_or(NoteError::UnknownCaller {
-                home: "@self",
-                what: "calling agent's name",
-            })?;
-            check_caller_name(address, name, "agent")?;
-            Ok((Home::new(HomeScope::Agent, name), rest))
-        }
-        "model" => {
-            let rest = needs_rest("@model")?;
-            let name = who.model.ok_or(NoteError::UnknownCaller {
-                home: "@model",
-                what: "model's name",
-            })?;
-            check_caller_name(address, name, "model")?;
-            Ok((Home::new(HomeScope::Model, name), rest))
-        }
+        "project" => Ok((Spec::Project, needs_rest("@project")?)),
+        "human" => Ok((Spec::Human, needs_rest("@human")?)),
+        "self" => Ok((Spec::SelfAgent, needs_rest("@self")?)),
+        "model" => Ok((Spec::SelfModel, needs_rest("@model")?)),
         "agents" | "models" => {
-            let scope = if word == "agents" {
-                HomeScope::Agent
+            let (scope, what) = if word == "agents" {
+                (HomeScope::Agent, "agent")
             } else {
-                HomeScope::Model
+                (HomeScope::Model, "model")
             };
-            let what = if word == "agents" { "agent" } else { "model" };
             let Some(rest) = rest else {
                 return Err(NoteError::address(
                     address,
@@ -282,7 +299,7 @@ fn split_home<'s>(
                     ))
                 }
             };
-            Ok((Home::new(scope, name), path))
+            Ok((Spec::Named(scope, name), path))
         }
         "" => Err(NoteError::address(
             address,
@@ -521,5 +538,52 @@ mod tests {
         let keys: Vec<String> = homes.iter().map(Home::key).collect();
         assert_eq!(keys, ["session:pi:abc", "project:/home/me/repo", "human"]);
         assert_eq!(own_homes(&WHO).len(), 5);
+    }
+}
+
+#[cfg(test)]
+mod order_of_checks {
+    use super::*;
+
+    #[test]
+    fn syntax_errors_come_before_unknown_callers() {
+        let nobody = Who::default();
+        for address in ["../x", "a//b", "@self/../x", "@model/a@b"] {
+            let e = resolve(address, &nobody).unwrap_err();
+            assert!(matches!(e, NoteError::Address { .. }), "{address}: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const WHO: Who<'static> = Who {
+        session: Some("s"),
+        project: Some("p"),
+        agent: Some("a"),
+        model: Some("m"),
+    };
+
+    proptest! {
+        /// Any string: never a panic; an accepted address has only clean segments, and its
+        /// resolved form resolves to the same note.
+        #[test]
+        fn accepted_addresses_are_clean_and_round_trip(
+            address in "(@(project|human|self|model|agents|models|x|)/?)?([a-z.@\\\\/ \\n]{0,3}/?){0,4}"
+        ) {
+            if let Ok(a) = resolve(&address, &WHO) {
+                for segment in a.path.split('/') {
+                    prop_assert!(!segment.is_empty() && segment != ".." && segment != ".");
+                    prop_assert!(!segment.contains('@') && !segment.contains('\\'));
+                    prop_assert!(!segment.chars().any(char::is_control));
+                }
+                let again = resolve(&a.display(), &WHO).unwrap();
+                prop_assert_eq!(again, a);
+            }
+        }
     }
 }

@@ -39,12 +39,16 @@ impl NoteError {
 /// `1000000` → `1,000,000`.
 pub(crate) fn thousands(n: usize) -> String {
     let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
+    let head = match digits.len() % 3 {
+        0 => 3.min(digits.len()),
+        r => r,
+    };
+    let mut out = digits[..head].to_owned();
+    let mut rest = &digits[head..];
+    while !rest.is_empty() {
+        out.push(',');
+        out.push_str(&rest[..3]);
+        rest = &rest[3..];
     }
     out
 }

@@ -261,7 +261,7 @@ mod tests {
             "@project/a.md (lines 2-3 of 12):\nb\nc\n"
         );
         let list = listing(
-            &[big.clone()],
+            std::slice::from_ref(&big),
             "@project",
             ListOrder::default(),
             true,
