@@ -1,15 +1,256 @@
-//! `ctxd notes ...`. Placeholder: being written.
+//! `ctxd notes write|append|read|list|search|rm|mv|stale`: notes for people, through the same
+//! engine methods as the model's tools.
+//!
+//! Addresses follow the notes grammar (bare = the `--session` home, `@project/` needs
+//! `--project`, `@self/` needs `--agent`, `@model/` needs `--model`). `write` and `append` take
+//! the text as an argument, or from stdin when it is absent or `-`; stdin must be UTF-8. Any
+//! refusal (bad address, over-limit note, invalid UTF-8) is one line and exit 2, nothing written.
 
-use clap::Subcommand;
+use std::io::{IsTerminal, Read, Write};
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use ctxd_core::notes::list::{self, Direction, ListOrder, OrderBy};
+use ctxd_core::notes::render;
+use ctxd_engine::{Caller, Engine};
+use ctxd_store::{SqliteStore, Store};
+use serde::Serialize;
 
 use crate::store::StoreChoice;
 
-#[derive(Debug, Subcommand)]
-pub enum NotesCommand {
-    /// Not implemented yet.
-    Todo,
+/// Who the command acts as: the homes its addresses resolve to.
+#[derive(Debug, Args)]
+pub struct CallerArgs {
+    /// The session whose notes bare paths address (a store key, see `ctxd sessions --store`).
+    #[arg(long, value_name = "KEY")]
+    pub session: Option<String>,
+    /// The agent `@self/` resolves to.
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+    /// The model `@model/` resolves to.
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// The project `@project/` resolves to (its key, e.g. the repository path).
+    #[arg(long, value_name = "KEY")]
+    pub project: Option<String>,
+    /// Print JSON (one object).
+    #[arg(long)]
+    pub json: bool,
 }
 
-pub fn run(_cmd: &NotesCommand, _store: &StoreChoice) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+#[derive(Debug, Subcommand)]
+pub enum NotesCommand {
+    /// Create or replace a note.
+    Write {
+        address: String,
+        /// The text (default: read stdin; `-` too).
+        text: Option<String>,
+        #[command(flatten)]
+        who: CallerArgs,
+    },
+    /// Append to a note, creating it when absent.
+    Append {
+        address: String,
+        /// The text (default: read stdin; `-` too).
+        text: Option<String>,
+        #[command(flatten)]
+        who: CallerArgs,
+    },
+    /// Print a note, or an inclusive line range (negative lines count from the end).
+    Read {
+        address: String,
+        #[arg(long, value_name = "LINE", allow_negative_numbers = true)]
+        start: Option<i64>,
+        #[arg(long, value_name = "LINE", allow_negative_numbers = true)]
+        stop: Option<i64>,
+        #[command(flatten)]
+        who: CallerArgs,
+    },
+    /// List notes under an address prefix (one home), or in every home given.
+    List {
+        prefix: Option<String>,
+        /// name, created_at or updated_at.
+        #[arg(long, default_value = "name")]
+        order_by: String,
+        /// ascending or descending.
+        #[arg(long, default_value = "ascending")]
+        order: String,
+        #[arg(long, value_name = "N")]
+        max: Option<i64>,
+        #[command(flatten)]
+        who: CallerArgs,
+    },
+    /// Lines containing a literal, case-sensitive query.
+    Search {
+        query: String,
+        #[arg(long)]
+        prefix: Option<String>,
+        #[arg(long, value_name = "N")]
+        max: Option<i64>,
+        #[command(flatten)]
+        who: CallerArgs,
+    },
+    /// Delete a note (its text stays in the store's versions).
+    Rm {
+        address: String,
+        #[command(flatten)]
+        who: CallerArgs,
+    },
+    /// Rename or move a note (also to another home).
+    Mv {
+        from: String,
+        to: String,
+        #[command(flatten)]
+        who: CallerArgs,
+    },
+    /// Mark a note stale (out of the boot's index), or fresh with --clear.
+    Stale {
+        address: String,
+        #[arg(long)]
+        clear: bool,
+        #[command(flatten)]
+        who: CallerArgs,
+    },
+}
+
+/// The text argument, or stdin; UTF-8 only.
+fn text_or_stdin(text: &Option<String>) -> anyhow::Result<String> {
+    match text.as_deref() {
+        Some(t) if t != "-" => Ok(t.to_owned()),
+        _ => {
+            let mut bytes = Vec::new();
+            std::io::stdin()
+                .lock()
+                .read_to_end(&mut bytes)
+                .context("reading stdin")?;
+            String::from_utf8(bytes).map_err(|e| {
+                anyhow::anyhow!(
+                    "stdin is not valid UTF-8 (at byte {}): nothing written",
+                    e.utf8_error().valid_up_to()
+                )
+            })
+        }
+    }
+}
+
+fn caller(engine: &Engine<SqliteStore>, who: &CallerArgs) -> anyhow::Result<Caller> {
+    let mut caller = Caller {
+        tenant: String::new(),
+        agent: who.agent.clone(),
+        model: who.model.clone(),
+        project: who.project.clone(),
+        ..Caller::default()
+    };
+    if let Some(key) = &who.session {
+        let Some(record) = engine.store().find_session("", key)? else {
+            bail!("no session {key:?} in the store (see `ctxd sessions --store`)");
+        };
+        caller.session = Some(record.id);
+        caller.session_key = Some(record.key);
+    }
+    Ok(caller)
+}
+
+fn print(json: bool, value: &impl Serialize, text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        serde_json::to_writer(&mut out, value)?;
+        writeln!(out)?;
+    } else if text.ends_with('\n') || text.is_empty() {
+        write!(out, "{text}")?;
+    } else {
+        writeln!(out, "{text}")?;
+    }
+    Ok(())
+}
+
+pub fn run(cmd: &NotesCommand, store: &StoreChoice) -> anyhow::Result<()> {
+    // Input is read and checked before the store is opened.
+    let input = match cmd {
+        NotesCommand::Write { text, .. } | NotesCommand::Append { text, .. } => {
+            Some(text_or_stdin(text)?)
+        }
+        _ => None,
+    };
+    let engine = store.open()?;
+    match cmd {
+        NotesCommand::Write { address, who, .. } => {
+            let c = caller(&engine, who)?;
+            let r = engine.notes_write(&c, address, input.as_deref().unwrap_or(""))?;
+            print(who.json, &r, &render::written(&r.note, r.replaced))
+        }
+        NotesCommand::Append { address, who, .. } => {
+            let c = caller(&engine, who)?;
+            let r = engine.notes_append(&c, address, input.as_deref().unwrap_or(""))?;
+            print(
+                who.json,
+                &r,
+                &render::appended(&r.note, r.added_bytes, r.created),
+            )
+        }
+        NotesCommand::Read {
+            address,
+            start,
+            stop,
+            who,
+        } => {
+            let c = caller(&engine, who)?;
+            let r = engine.notes_read(&c, address, *start, *stop)?;
+            if who.json {
+                return print(true, &r, "");
+            }
+            // People get the text itself, byte for byte when piped (like `cat`); the model's
+            // tool adds a header.
+            let mut out = std::io::stdout().lock();
+            out.write_all(r.text.as_bytes())?;
+            if out.is_terminal() && !r.text.is_empty() && !r.text.ends_with('\n') {
+                writeln!(out)?;
+            }
+            Ok(())
+        }
+        NotesCommand::List {
+            prefix,
+            order_by,
+            order,
+            max,
+            who,
+        } => {
+            let c = caller(&engine, who)?;
+            let order = ListOrder {
+                by: OrderBy::parse(order_by)?,
+                direction: Direction::parse(order)?,
+            };
+            let r = engine.notes_list(&c, prefix.as_deref(), order, list::max_results(*max)?)?;
+            print(who.json, &r, &r.text())
+        }
+        NotesCommand::Search {
+            query,
+            prefix,
+            max,
+            who,
+        } => {
+            let c = caller(&engine, who)?;
+            let r = engine.notes_search(&c, query, prefix.as_deref(), list::max_results(*max)?)?;
+            print(who.json, &r, &r.text())
+        }
+        NotesCommand::Rm { address, who } => {
+            let c = caller(&engine, who)?;
+            let r = engine.notes_delete(&c, address)?;
+            print(who.json, &r, &render::deleted(&r))
+        }
+        NotesCommand::Mv { from, to, who } => {
+            let c = caller(&engine, who)?;
+            let r = engine.notes_rename(&c, from, to)?;
+            print(who.json, &r, &render::renamed(&r.from, &r.note))
+        }
+        NotesCommand::Stale {
+            address,
+            clear,
+            who,
+        } => {
+            let c = caller(&engine, who)?;
+            let r = engine.notes_mark_stale(&c, address, !clear)?;
+            print(who.json, &r, &render::stale(&r))
+        }
+    }
 }

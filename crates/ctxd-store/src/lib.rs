@@ -18,6 +18,7 @@
 //! ```
 
 mod error;
+mod notes;
 mod schema;
 mod sqlite;
 
@@ -25,6 +26,7 @@ use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
 use serde::Serialize;
 
 pub use error::StoreError;
+pub use notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::{Durability, SqliteStore};
 
@@ -58,8 +60,8 @@ impl NewEntry {
     }
 }
 
-/// Sessions and their append-only entries.
-pub trait Store {
+/// Sessions and their append-only entries, and the notes beside them ([`NotesStore`]).
+pub trait Store: NotesStore {
     /// The session `key` of `tenant`, created with `meta` when it does not exist yet.
     fn open_session(
         &self,

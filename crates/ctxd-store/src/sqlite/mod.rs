@@ -1,5 +1,6 @@
 //! The SQLite implementation: one file, WAL, one writer behind a mutex.
 
+mod notes;
 mod sessions;
 
 use std::path::Path;

@@ -1,0 +1,518 @@
+//! Notes on SQLite: the `notes` table holds each note's current state, `note_versions` every
+//! change (see `schema/v1_notes.sql`). Each operation is one transaction.
+
+use rusqlite::{params, OptionalExtension, Row, Transaction};
+
+use ctxd_core::notes::list::{Direction, ListOrder, OrderBy};
+use ctxd_core::notes::text;
+use ctxd_core::notes::NoteError;
+
+use super::SqliteStore;
+use crate::notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
+use crate::StoreError;
+
+const META_COLUMNS: &str = "home, path, bytes, lines, version, stale, created_ms, updated_ms";
+
+fn meta_row(row: &Row<'_>) -> rusqlite::Result<NoteMeta> {
+    Ok(NoteMeta {
+        home: row.get(0)?,
+        path: row.get(1)?,
+        bytes: row.get::<_, i64>(2)? as usize,
+        lines: row.get::<_, i64>(3)? as usize,
+        version: row.get(4)?,
+        stale: row.get(5)?,
+        created_at_ms: row.get(6)?,
+        updated_at_ms: row.get(7)?,
+    })
+}
+
+fn note_row(row: &Row<'_>) -> rusqlite::Result<Note> {
+    Ok(Note {
+        meta: meta_row(row)?,
+        body: row.get(8)?,
+    })
+}
+
+fn current(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    home: &str,
+    path: &str,
+) -> rusqlite::Result<Option<Note>> {
+    tx.query_row(
+        &format!(
+            "SELECT {META_COLUMNS}, body FROM notes WHERE tenant = ?1 AND home = ?2 AND path = ?3"
+        ),
+        params![tenant, home, path],
+        note_row,
+    )
+    .optional()
+}
+
+/// The next version number of a path: numbering continues across deletes and renames.
+fn next_version(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    home: &str,
+    path: &str,
+) -> rusqlite::Result<i64> {
+    tx.query_row(
+        "SELECT COALESCE(MAX(version), 0) + 1 FROM note_versions \
+         WHERE tenant = ?1 AND home = ?2 AND path = ?3",
+        params![tenant, home, path],
+        |r| r.get(0),
+    )
+}
+
+struct VersionRow<'a> {
+    op: &'a str,
+    body: Option<&'a str>,
+    other: Option<&'a str>,
+}
+
+fn record(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    home: &str,
+    path: &str,
+    at_ms: i64,
+    row: VersionRow<'_>,
+) -> rusqlite::Result<i64> {
+    let version = next_version(tx, tenant, home, path)?;
+    tx.execute(
+        "INSERT INTO note_versions (tenant, home, path, version, op, body, other, at_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![tenant, home, path, version, row.op, row.body, row.other, at_ms],
+    )?;
+    Ok(version)
+}
+
+/// Insert or replace the current state of a note.
+#[allow(clippy::too_many_arguments)]
+fn put(
+    tx: &Transaction<'_>,
+    tenant: &str,
+    home: &str,
+    path: &str,
+    body: &str,
+    version: i64,
+    stale: bool,
+    created_ms: i64,
+    updated_ms: i64,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO notes (tenant, home, path, body, bytes, lines, version, stale, created_ms, updated_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+         ON CONFLICT (tenant, home, path) DO UPDATE SET body = excluded.body, \
+         bytes = excluded.bytes, lines = excluded.lines, version = excluded.version, \
+         stale = excluded.stale, created_ms = excluded.created_ms, updated_ms = excluded.updated_ms",
+        params![
+            tenant,
+            home,
+            path,
+            body,
+            body.len() as i64,
+            text::line_count(body) as i64,
+            version,
+            stale,
+            created_ms,
+            updated_ms
+        ],
+    )?;
+    Ok(())
+}
+
+fn order_sql(order: ListOrder) -> String {
+    let column = match order.by {
+        OrderBy::Name => "path",
+        OrderBy::CreatedAt => "created_ms",
+        OrderBy::UpdatedAt => "updated_ms",
+    };
+    let direction = match order.direction {
+        Direction::Ascending => "ASC",
+        Direction::Descending => "DESC",
+    };
+    if order.by == OrderBy::Name {
+        format!("path {direction}")
+    } else {
+        format!("{column} {direction}, path ASC")
+    }
+}
+
+impl NotesStore for SqliteStore {
+    fn note_write(
+        &self,
+        tenant: &str,
+        home: &str,
+        path: &str,
+        body: &str,
+        at_ms: i64,
+    ) -> NoteResult<Written> {
+        if let Err(e) = text::check_size(path, body) {
+            return Ok(Err(e));
+        }
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let existing = current(&tx, tenant, home, path)?;
+        let version = record(
+            &tx,
+            tenant,
+            home,
+            path,
+            at_ms,
+            VersionRow {
+                op: "write",
+                body: Some(body),
+                other: None,
+            },
+        )?;
+        let created_ms = existing.as_ref().map_or(at_ms, |n| n.meta.created_at_ms);
+        put(
+            &tx, tenant, home, path, body, version, false, created_ms, at_ms,
+        )?;
+        let meta = current(&tx, tenant, home, path)?
+            .map(|n| n.meta)
+            .ok_or_else(|| StoreError::NoEntry(path.to_owned()))?;
+        tx.commit()?;
+        Ok(Ok(Written {
+            meta,
+            replaced: existing.is_some(),
+        }))
+    }
+
+    fn note_append(
+        &self,
+        tenant: &str,
+        home: &str,
+        path: &str,
+        text_in: &str,
+        at_ms: i64,
+    ) -> NoteResult<Appended> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let existing = current(&tx, tenant, home, path)?;
+        let old = existing.as_ref().map_or("", |n| n.body.as_str());
+        let (body, delta) = match text::append(path, old, text_in) {
+            Ok(done) => done,
+            Err(e) => return Ok(Err(e)),
+        };
+        // A note created by an append records its whole body, so every version can be rebuilt
+        // from the last whole body before it.
+        let row = if existing.is_some() {
+            VersionRow {
+                op: "append",
+                body: Some(&delta),
+                other: None,
+            }
+        } else {
+            VersionRow {
+                op: "write",
+                body: Some(&body),
+                other: None,
+            }
+        };
+        let version = record(&tx, tenant, home, path, at_ms, row)?;
+        let created_ms = existing.as_ref().map_or(at_ms, |n| n.meta.created_at_ms);
+        put(
+            &tx, tenant, home, path, &body, version, false, created_ms, at_ms,
+        )?;
+        let meta = current(&tx, tenant, home, path)?
+            .map(|n| n.meta)
+            .ok_or_else(|| StoreError::NoEntry(path.to_owned()))?;
+        tx.commit()?;
+        Ok(Ok(Appended {
+            meta,
+            created: existing.is_none(),
+            added_bytes: delta.len(),
+        }))
+    }
+
+    fn note_read(&self, tenant: &str, home: &str, path: &str) -> Result<Option<Note>, StoreError> {
+        let conn = self.conn();
+        Ok(conn
+            .query_row(
+                &format!(
+                    "SELECT {META_COLUMNS}, body FROM notes \
+                     WHERE tenant = ?1 AND home = ?2 AND path = ?3"
+                ),
+                params![tenant, home, path],
+                note_row,
+            )
+            .optional()?)
+    }
+
+    fn note_list(
+        &self,
+        tenant: &str,
+        home: &str,
+        prefix: &str,
+        order: ListOrder,
+        limit: usize,
+    ) -> Result<Vec<NoteMeta>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {META_COLUMNS} FROM notes WHERE tenant = ?1 AND home = ?2 \
+             AND substr(path, 1, length(?3)) = ?3 ORDER BY {} LIMIT ?4",
+            order_sql(order)
+        ))?;
+        let rows = stmt
+            .query_map(
+                params![
+                    tenant,
+                    home,
+                    prefix,
+                    i64::try_from(limit).unwrap_or(i64::MAX)
+                ],
+                meta_row,
+            )?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    fn note_search(
+        &self,
+        tenant: &str,
+        home: &str,
+        prefix: &str,
+        query: &str,
+    ) -> Result<Vec<Note>, StoreError> {
+        if query.is_empty() {
+            return Ok(Vec::new());
+        }
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {META_COLUMNS}, body FROM notes WHERE tenant = ?1 AND home = ?2 \
+             AND substr(path, 1, length(?3)) = ?3 AND instr(body, ?4) > 0 ORDER BY path"
+        ))?;
+        let rows = stmt
+            .query_map(params![tenant, home, prefix, query], note_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    fn note_home(&self, tenant: &str, home: &str) -> Result<Vec<Note>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {META_COLUMNS}, body FROM notes WHERE tenant = ?1 AND home = ?2 \
+             ORDER BY updated_ms DESC, path ASC"
+        ))?;
+        let rows = stmt
+            .query_map(params![tenant, home], note_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    fn note_delete(
+        &self,
+        tenant: &str,
+        home: &str,
+        path: &str,
+        at_ms: i64,
+    ) -> Result<Option<NoteMeta>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let Some(existing) = current(&tx, tenant, home, path)? else {
+            return Ok(None);
+        };
+        record(
+            &tx,
+            tenant,
+            home,
+            path,
+            at_ms,
+            VersionRow {
+                op: "delete",
+                body: None,
+                other: None,
+            },
+        )?;
+        tx.execute(
+            "DELETE FROM notes WHERE tenant = ?1 AND home = ?2 AND path = ?3",
+            params![tenant, home, path],
+        )?;
+        tx.commit()?;
+        Ok(Some(existing.meta))
+    }
+
+    fn note_rename(
+        &self,
+        tenant: &str,
+        from: (&str, &str),
+        to: (&str, &str),
+        at_ms: i64,
+    ) -> NoteResult<NoteMeta> {
+        let (from_home, from_path) = from;
+        let (to_home, to_path) = to;
+        if from == to {
+            return Ok(Err(NoteError::Argument(
+                "the new address is the same as the old one".to_owned(),
+            )));
+        }
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let Some(source) = current(&tx, tenant, from_home, from_path)? else {
+            return Ok(Err(NoteError::NotFound {
+                address: from_path.to_owned(),
+            }));
+        };
+        if current(&tx, tenant, to_home, to_path)?.is_some() {
+            return Ok(Err(NoteError::Exists {
+                address: to_path.to_owned(),
+            }));
+        }
+        let to_label = format!("{to_home}\t{to_path}");
+        let from_label = format!("{from_home}\t{from_path}");
+        record(
+            &tx,
+            tenant,
+            from_home,
+            from_path,
+            at_ms,
+            VersionRow {
+                op: "rename_out",
+                body: None,
+                other: Some(&to_label),
+            },
+        )?;
+        tx.execute(
+            "DELETE FROM notes WHERE tenant = ?1 AND home = ?2 AND path = ?3",
+            params![tenant, from_home, from_path],
+        )?;
+        let version = record(
+            &tx,
+            tenant,
+            to_home,
+            to_path,
+            at_ms,
+            VersionRow {
+                op: "rename_in",
+                body: Some(&source.body),
+                other: Some(&from_label),
+            },
+        )?;
+        put(
+            &tx,
+            tenant,
+            to_home,
+            to_path,
+            &source.body,
+            version,
+            source.meta.stale,
+            source.meta.created_at_ms,
+            at_ms,
+        )?;
+        let meta = current(&tx, tenant, to_home, to_path)?
+            .map(|n| n.meta)
+            .ok_or_else(|| StoreError::NoEntry(to_path.to_owned()))?;
+        tx.commit()?;
+        Ok(Ok(meta))
+    }
+
+    fn note_set_stale(
+        &self,
+        tenant: &str,
+        home: &str,
+        path: &str,
+        stale: bool,
+        at_ms: i64,
+    ) -> Result<Option<NoteMeta>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let Some(existing) = current(&tx, tenant, home, path)? else {
+            return Ok(None);
+        };
+        if existing.meta.stale == stale {
+            return Ok(Some(existing.meta));
+        }
+        let version = record(
+            &tx,
+            tenant,
+            home,
+            path,
+            at_ms,
+            VersionRow {
+                op: if stale { "stale" } else { "fresh" },
+                body: None,
+                other: None,
+            },
+        )?;
+        tx.execute(
+            "UPDATE notes SET stale = ?4, version = ?5 WHERE tenant = ?1 AND home = ?2 AND path = ?3",
+            params![tenant, home, path, stale, version],
+        )?;
+        let meta = current(&tx, tenant, home, path)?.map(|n| n.meta);
+        tx.commit()?;
+        Ok(meta)
+    }
+
+    fn note_versions(
+        &self,
+        tenant: &str,
+        home: &str,
+        path: &str,
+    ) -> Result<Vec<NoteVersion>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT version, op, other, at_ms FROM note_versions \
+             WHERE tenant = ?1 AND home = ?2 AND path = ?3 ORDER BY version",
+        )?;
+        let rows = stmt
+            .query_map(params![tenant, home, path], |r| {
+                Ok(NoteVersion {
+                    version: r.get(0)?,
+                    op: r.get(1)?,
+                    other: r.get(2)?,
+                    at_ms: r.get(3)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    fn note_version_body(
+        &self,
+        tenant: &str,
+        home: &str,
+        path: &str,
+        version: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT version, op, body FROM note_versions \
+             WHERE tenant = ?1 AND home = ?2 AND path = ?3 AND version <= ?4 \
+             ORDER BY version DESC",
+        )?;
+        let mut rows = stmt.query(params![tenant, home, path, version])?;
+        // Walk back to the last whole body, collecting the appends after it.
+        let mut appends: Vec<String> = Vec::new();
+        let mut first = true;
+        while let Some(row) = rows.next()? {
+            let v: i64 = row.get(0)?;
+            let op: String = row.get(1)?;
+            let body: Option<String> = row.get(2)?;
+            if first && v != version {
+                return Ok(None);
+            }
+            first = false;
+            match (op.as_str(), body) {
+                ("write" | "rename_in", Some(base)) => {
+                    let mut out = base;
+                    for delta in appends.iter().rev() {
+                        out.push_str(delta);
+                    }
+                    return Ok(Some(out));
+                }
+                ("append", Some(delta)) => appends.push(delta),
+                ("delete" | "rename_out", _) => return Ok(None),
+                ("stale" | "fresh", _) => {}
+                (other, _) => {
+                    return Err(StoreError::Corrupt {
+                        id: format!("note {home}/{path} version {v}"),
+                        message: format!("unexpected version row {other}"),
+                    })
+                }
+            }
+        }
+        Ok(None)
+    }
+}
