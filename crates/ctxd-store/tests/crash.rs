@@ -299,7 +299,6 @@ fn the_checker_catches_a_partial_batch_and_a_lost_one() {
 /// (`busy_timeout`), not fail. Today `append` opens a deferred transaction that reads before it
 /// writes, so SQLite answers `database is locked` at once instead of waiting.
 #[test]
-#[ignore = "known bug: append uses a DEFERRED transaction (sqlite/sessions.rs append)"]
 fn concurrent_writers_wait_for_each_other() {
     use ctxd_core::model::{Entry, EntryId, EntryKind, Message, Role, SessionMeta};
     use ctxd_store::NewEntry;

@@ -627,7 +627,6 @@ fn a_store_from_a_newer_ctxd_is_refused_clearly() {
 /// `PRAGMA journal_mode=WAL` before `schema::migrate` checks the version, so a newer store left
 /// in rollback-journal mode is switched to WAL before it is refused.
 #[test]
-#[ignore = "known bug: the journal mode is set before the version check (sqlite/mod.rs setup)"]
 fn a_refused_store_keeps_its_journal_mode() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("future.db");

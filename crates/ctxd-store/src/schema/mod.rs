@@ -18,7 +18,8 @@ const MIGRATIONS: &[(u32, &str)] = &[(
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: u32 = 1;
 
-pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+/// A store written by a newer ctxd is refused, untouched.
+pub(crate) fn refuse_newer(conn: &Connection) -> Result<u32, StoreError> {
     let current: u32 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if current > SCHEMA_VERSION {
         return Err(StoreError::TooNew {
@@ -26,8 +27,13 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             supported: SCHEMA_VERSION,
         });
     }
+    Ok(current)
+}
+
+pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let current = refuse_newer(conn)?;
     for &(version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
-        let tx = conn.transaction()?;
+        let tx = crate::sqlite::write_transaction(conn)?;
         tx.execute_batch(sql)?;
         tx.pragma_update(None, "user_version", version)?;
         tx.commit()?;

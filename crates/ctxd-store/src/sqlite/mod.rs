@@ -49,6 +49,8 @@ impl SqliteStore {
 
     fn setup(mut conn: Connection, durability: Durability) -> Result<Self, StoreError> {
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        // Refuse a newer store before touching it (not even its journal mode).
+        schema::refuse_newer(&conn)?;
         // journal_mode answers with the mode in force (`memory` for in-memory databases).
         let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
         let sync = match durability {
@@ -80,6 +82,14 @@ impl SqliteStore {
             .collect::<Result<_, _>>()?;
         Ok(rows.join("\n"))
     }
+}
+
+/// A write transaction that takes the write lock at once (`BEGIN IMMEDIATE`), so a second
+/// writer (another process) waits for the busy timeout instead of failing on upgrade.
+pub(crate) fn write_transaction(
+    conn: &mut Connection,
+) -> rusqlite::Result<rusqlite::Transaction<'_>> {
+    conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
 }
 
 /// The current time as ISO-8601 with milliseconds, from SQLite's clock.

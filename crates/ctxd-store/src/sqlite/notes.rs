@@ -152,7 +152,7 @@ impl NotesStore for SqliteStore {
             return Ok(Err(e));
         }
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = super::write_transaction(&mut conn)?;
         let existing = current(&tx, tenant, home, path)?;
         let version = record(
             &tx,
@@ -189,7 +189,7 @@ impl NotesStore for SqliteStore {
         at_ms: i64,
     ) -> NoteResult<Appended> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = super::write_transaction(&mut conn)?;
         let existing = current(&tx, tenant, home, path)?;
         let old = existing.as_ref().map_or("", |n| n.body.as_str());
         let (body, delta) = match text::append(path, old, text_in) {
@@ -310,7 +310,7 @@ impl NotesStore for SqliteStore {
         at_ms: i64,
     ) -> Result<Option<NoteMeta>, StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = super::write_transaction(&mut conn)?;
         let Some(existing) = current(&tx, tenant, home, path)? else {
             return Ok(None);
         };
@@ -349,7 +349,7 @@ impl NotesStore for SqliteStore {
             )));
         }
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = super::write_transaction(&mut conn)?;
         let Some(source) = current(&tx, tenant, from_home, from_path)? else {
             return Ok(Err(NoteError::NotFound {
                 address: from_path.to_owned(),
@@ -417,7 +417,7 @@ impl NotesStore for SqliteStore {
         at_ms: i64,
     ) -> Result<Option<NoteMeta>, StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = super::write_transaction(&mut conn)?;
         let Some(existing) = current(&tx, tenant, home, path)? else {
             return Ok(None);
         };

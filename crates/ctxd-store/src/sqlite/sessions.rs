@@ -145,7 +145,7 @@ impl Store for SqliteStore {
         leaf: Option<&EntryId>,
     ) -> Result<i64, StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = super::write_transaction(&mut conn)?;
         let exists: Option<i64> = tx
             .query_row(
                 "SELECT id FROM sessions WHERE id = ?1",
@@ -156,11 +156,16 @@ impl Store for SqliteStore {
         if exists.is_none() {
             return Err(StoreError::NoSession(session.to_string()));
         }
-        let (mut seq, batch_no): (i64, i64) = tx.query_row(
-            "SELECT COALESCE(MAX(seq), 0), COALESCE(MAX(batch), 0) + 1 FROM entries WHERE session_id = ?1",
-            params![session],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
+        // The last entry holds both the highest seq and the highest batch (appends are ordered):
+        // one primary-key probe, not a scan of the session.
+        let (mut seq, batch_no): (i64, i64) = tx
+            .query_row(
+                "SELECT seq, batch + 1 FROM entries WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1",
+                params![session],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?
+            .unwrap_or((0, 1));
         {
             let mut insert = tx.prepare_cached(
                 "INSERT INTO entries (session_id, seq, id, parent, timestamp, sidechain, kind, body, raw, batch) \
@@ -231,7 +236,7 @@ impl Store for SqliteStore {
 
     fn set_leaf(&self, session: SessionId, leaf: &EntryId) -> Result<(), StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = super::write_transaction(&mut conn)?;
         let known: Option<i64> = tx
             .query_row(
                 "SELECT seq FROM entries WHERE session_id = ?1 AND id = ?2",
