@@ -154,7 +154,7 @@ impl LineImporter for Importer {
                     _ => return Err(format!("`{ty}` line without a message object")),
                 };
                 if ty == "user" {
-                    let mut msg = wire::anthropic::message(&message);
+                    let mut msg = wire::anthropic::message_owned(message);
                     msg.role = Role::User;
                     if line.is_compact_summary {
                         let text = joined_text(&msg.content);
@@ -177,7 +177,7 @@ impl LineImporter for Importer {
                         EntryKind::Message(msg)
                     }
                 } else {
-                    let msg = assistant(&message);
+                    let msg = assistant(message);
                     response.clone_from(&msg.response_id);
                     EntryKind::Message(msg)
                 }
@@ -406,17 +406,21 @@ impl Importer {
 }
 
 /// An assistant message with its response id, model, stop reason and usage.
-fn assistant(message: &Value) -> Message {
-    let mut msg = wire::anthropic::message(message);
+fn assistant(message: Value) -> Message {
+    let model = crate::util::string_field(&message, "model");
+    let response_id = crate::util::string_field(&message, "id");
+    let stop_reason = crate::util::string_field(&message, "stop_reason");
+    let usage = message.get("usage").map(wire::anthropic::usage);
+    let mut msg = wire::anthropic::message_owned(message);
     msg.role = Role::Assistant;
-    msg.model = crate::util::string_field(message, "model");
-    msg.response_id = crate::util::string_field(message, "id");
-    msg.stop_reason = crate::util::string_field(message, "stop_reason");
-    if msg.model.as_deref() == Some(SYNTHETIC) {
+    if model.as_deref() == Some(SYNTHETIC) {
         msg.injected = Some("synthetic".into());
     } else {
-        msg.usage = message.get("usage").map(wire::anthropic::usage);
+        msg.usage = usage;
     }
+    msg.model = model;
+    msg.response_id = response_id;
+    msg.stop_reason = stop_reason;
     msg
 }
 

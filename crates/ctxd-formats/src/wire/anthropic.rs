@@ -1,6 +1,6 @@
 //! Anthropic Messages: content blocks, messages, system, tools, usage.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use ctxd_core::model::{ContentBlock, Message, Role, ToolDef, Usage};
 
@@ -9,50 +9,75 @@ use crate::util::{image_from_base64, image_from_url, str_field, string_field, u6
 
 /// Content blocks from a `content` value (a string or an array of blocks).
 pub fn blocks(content: &Value) -> Vec<ContentBlock> {
+    blocks_owned(content.clone())
+}
+
+/// Like [`blocks`], moving the strings out of `content` instead of copying them (importers
+/// parse a line once and hand it over).
+pub fn blocks_owned(content: Value) -> Vec<ContentBlock> {
     match content {
-        Value::String(s) => vec![ContentBlock::text(s.clone())],
-        Value::Array(items) => items.iter().map(block).collect(),
+        Value::String(s) => vec![ContentBlock::text(s)],
+        Value::Array(items) => items.into_iter().map(block_owned).collect(),
         Value::Null => Vec::new(),
-        other => vec![ContentBlock::text(json_text(other))],
+        other => vec![ContentBlock::text(json_text(&other))],
     }
 }
 
 /// One content block.
 pub fn block(b: &Value) -> ContentBlock {
-    match str_field(b, "type") {
-        Some("text") => ContentBlock::text(str_field(b, "text").unwrap_or_default()),
-        Some("thinking") => ContentBlock::Thinking {
-            thinking: string_field(b, "thinking").unwrap_or_default(),
-            signature: string_field(b, "signature"),
+    block_owned(b.clone())
+}
+
+fn take_string(o: &mut Map<String, Value>, key: &str) -> Option<String> {
+    match o.remove(key) {
+        Some(Value::String(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// One content block, moving its strings.
+pub fn block_owned(b: Value) -> ContentBlock {
+    let Value::Object(mut o) = b else {
+        return ContentBlock::text(json_text(&b));
+    };
+    let ty = match o.get("type") {
+        Some(Value::String(t)) => t.clone(),
+        _ => return ContentBlock::text(json_text(&Value::Object(o))),
+    };
+    match ty.as_str() {
+        "text" => ContentBlock::text(take_string(&mut o, "text").unwrap_or_default()),
+        "thinking" => ContentBlock::Thinking {
+            thinking: take_string(&mut o, "thinking").unwrap_or_default(),
+            signature: take_string(&mut o, "signature"),
             redacted: false,
         },
-        Some("redacted_thinking") => ContentBlock::Thinking {
+        "redacted_thinking" => ContentBlock::Thinking {
             thinking: String::new(),
-            signature: string_field(b, "data"),
+            signature: take_string(&mut o, "data"),
             redacted: true,
         },
-        Some("image") => ContentBlock::Image(image(b.get("source").unwrap_or(&Value::Null))),
-        Some("tool_use" | "server_tool_use" | "mcp_tool_use") => ContentBlock::ToolCall {
-            id: string_field(b, "id").unwrap_or_default(),
-            name: string_field(b, "name").unwrap_or_default(),
-            arguments: b.get("input").cloned().unwrap_or(Value::Null),
+        "image" => ContentBlock::Image(image(o.get("source").unwrap_or(&Value::Null))),
+        "tool_use" | "server_tool_use" | "mcp_tool_use" => ContentBlock::ToolCall {
+            id: take_string(&mut o, "id").unwrap_or_default(),
+            name: take_string(&mut o, "name").unwrap_or_default(),
+            arguments: o.remove("input").unwrap_or(Value::Null),
         },
-        Some("tool_result" | "mcp_tool_result") => ContentBlock::ToolResult {
-            call_id: string_field(b, "tool_use_id").unwrap_or_default(),
+        "tool_result" | "mcp_tool_result" => ContentBlock::ToolResult {
+            call_id: take_string(&mut o, "tool_use_id").unwrap_or_default(),
             tool_name: None,
-            content: blocks(b.get("content").unwrap_or(&Value::Null)),
-            is_error: b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+            is_error: o.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+            content: blocks_owned(o.remove("content").unwrap_or(Value::Null)),
         },
-        Some(t) if t.ends_with("_tool_result") => ContentBlock::ToolResult {
-            call_id: string_field(b, "tool_use_id").unwrap_or_default(),
+        t if t.ends_with("_tool_result") => ContentBlock::ToolResult {
+            call_id: take_string(&mut o, "tool_use_id").unwrap_or_default(),
             tool_name: None,
             content: vec![ContentBlock::text(json_text(
-                b.get("content").unwrap_or(&Value::Null),
+                o.get("content").unwrap_or(&Value::Null),
             ))],
             is_error: false,
         },
-        Some("document") => ContentBlock::text(document_text(b)),
-        _ => ContentBlock::text(json_text(b)),
+        "document" => ContentBlock::text(document_text(&Value::Object(o))),
+        _ => ContentBlock::text(json_text(&Value::Object(o))),
     }
 }
 
@@ -73,6 +98,20 @@ fn document_text(b: &Value) -> String {
         Some("text") => string_field(source, "data").unwrap_or_default(),
         _ => json_text(source),
     }
+}
+
+/// One message `{role, content}`, moving its content.
+pub fn message_owned(mut m: Value) -> Message {
+    let role = match str_field(&m, "role") {
+        Some("assistant") => Role::Assistant,
+        Some("system") => Role::System,
+        _ => Role::User,
+    };
+    let content = m
+        .as_object_mut()
+        .and_then(|o| o.remove("content"))
+        .unwrap_or(Value::Null);
+    Message::new(role, blocks_owned(content))
 }
 
 /// One message `{role, content}`.
