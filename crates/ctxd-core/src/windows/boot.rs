@@ -91,20 +91,8 @@ fn home_label(scope: HomeScope) -> &'static str {
     }
 }
 
-/// `3m ago`, `in 2h`: the largest whole unit, as the seed renders update times.
-pub(crate) fn relative_time(at_ms: i64, now_ms: i64) -> String {
-    let seconds = (at_ms - now_ms) / 1000;
-    let (unit, size) = [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)]
-        .into_iter()
-        .find(|&(_, size)| seconds.abs() >= size)
-        .unwrap_or(("s", 1));
-    let amount = format!("{}{unit}", (seconds / size).abs());
-    if seconds > 0 {
-        format!("in {amount}")
-    } else {
-        format!("{amount} ago")
-    }
-}
+/// `3m ago`, `in 2h`: the same rendering as note listings.
+pub(crate) use crate::notes::render::relative_time;
 
 fn rows(snapshot: &NotesSnapshot, scope: HomeScope) -> &[NoteRow] {
     snapshot.homes.get(&scope).map_or(&[], Vec::as_slice)
