@@ -26,6 +26,7 @@ use serde::Serialize;
 
 pub use error::StoreError;
 pub use schema::SCHEMA_VERSION;
+pub use sqlite::history::{HistoryRow, HistoryStore, Visit, WindowRow};
 pub use sqlite::{Durability, SqliteStore};
 
 /// The store's own id of a session (stable for the life of the store).
@@ -58,8 +59,8 @@ impl NewEntry {
     }
 }
 
-/// Sessions and their append-only entries.
-pub trait Store {
+/// Sessions and their append-only entries (and the history index over them).
+pub trait Store: HistoryStore {
     /// The session `key` of `tenant`, created with `meta` when it does not exist yet.
     fn open_session(
         &self,
