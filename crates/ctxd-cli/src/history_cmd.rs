@@ -7,9 +7,7 @@ use std::io::Write;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use ctxd_engine::history::{
-    ItemsQuery, ReadQuery, Scope, SearchMode, SearchQuery, WindowsQuery,
-};
+use ctxd_engine::history::{ItemsQuery, ReadQuery, Scope, SearchMode, SearchQuery, WindowsQuery};
 use ctxd_engine::{Caller, Engine};
 use ctxd_store::{SqliteStore, Store};
 
@@ -179,7 +177,10 @@ pub fn run(cmd: &HistoryCommand, store: &StoreChoice) -> anyhow::Result<()> {
                 writeln!(out)?;
             } else {
                 for w in &page.windows {
-                    let reason = w.reason.as_deref().map_or(String::new(), |r| format!(" ({r})"));
+                    let reason = w
+                        .reason
+                        .as_deref()
+                        .map_or(String::new(), |r| format!(" ({r})"));
                     writeln!(
                         out,
                         "{}  #{}  {}{}  {} items  {}",
@@ -196,8 +197,7 @@ pub fn run(cmd: &HistoryCommand, store: &StoreChoice) -> anyhow::Result<()> {
         }
         HistoryCommand::Items(a) => {
             let caller = caller(&engine, &a.common.session)?;
-            let page =
-                engine.history_list_items(&caller, &items_query(&a.filters, a.max_chars))?;
+            let page = engine.history_list_items(&caller, &items_query(&a.filters, a.max_chars))?;
             if a.common.json {
                 serde_json::to_writer(&mut out, &page)?;
                 writeln!(out)?;
@@ -281,7 +281,11 @@ pub fn run(cmd: &HistoryCommand, store: &StoreChoice) -> anyhow::Result<()> {
                     out,
                     "{} hits{}",
                     page.hits.len(),
-                    if page.more { " (more: raise --limit)" } else { "" }
+                    if page.more {
+                        " (more: raise --limit)"
+                    } else {
+                        ""
+                    }
                 )?;
             }
         }

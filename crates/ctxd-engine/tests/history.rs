@@ -700,3 +700,108 @@ fn recall_reads_the_raw_entry_and_omitted_exchanges() {
     let (out, _) = tool(&engine, &caller, "recall", json!({"entryId": "u2"}));
     assert_eq!(out.as_str().unwrap(), "now write the docs");
 }
+
+/// Random trees, appended in random batches, with random leaves: the items history lists are
+/// exactly the items of `tree::active_branch`, and each item's window is the nearest marker (or
+/// root) above it.
+#[test]
+fn lanes_match_the_tree_walk_on_random_trees() {
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rand = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    for round in 0..40 {
+        let engine = Engine::new(SqliteStore::open_in_memory().unwrap());
+        let s = engine
+            .store()
+            .open_session("", "r", &SessionMeta::default())
+            .unwrap();
+        let caller = Caller {
+            session: Some(s.id),
+            ..Default::default()
+        };
+        let mut session = ctxd_core::model::Session::default();
+        let size = 5 + rand(60);
+        let mut pending = Vec::new();
+        for i in 0..size {
+            let parent = match rand(10) {
+                0 => None,
+                1..=3 if i > 0 => Some(format!("n{}", rand(i))),
+                _ if i > 0 => Some(format!("n{}", i - 1)),
+                _ => None,
+            };
+            let kind = if rand(8) == 0 {
+                EntryKind::WindowMarker {
+                    window_id: format!("w{i}"),
+                    reason: "r".into(),
+                }
+            } else {
+                text(Role::User, &format!("item {i}"))
+            };
+            let e = Entry {
+                id: EntryId::new(format!("n{i}")),
+                parent: parent.map(EntryId::new),
+                timestamp: None,
+                sidechain: false,
+                kind,
+            };
+            session.entries.push(e.clone());
+            pending.push(NewEntry::new(e));
+            if rand(4) == 0 || i + 1 == size {
+                engine.store().append(s.id, &pending, None).unwrap();
+                pending.clear();
+                // Read (and so index) between batches sometimes.
+                if rand(2) == 0 {
+                    engine
+                        .history_list_items(&caller, &ItemsQuery::default())
+                        .unwrap();
+                }
+            }
+        }
+        for _ in 0..3 {
+            let leaf = format!("n{}", rand(size));
+            engine.store().set_leaf(s.id, &EntryId::new(&leaf)).unwrap();
+            session.leaf = Some(EntryId::new(&leaf));
+            let branch = ctxd_core::tree::active_branch(&session);
+            let expected: Vec<String> = branch
+                .iter()
+                .map(|&p| &session.entries[p])
+                .filter(|e| matches!(e.kind, EntryKind::Message(_)))
+                .map(|e| e.id.0.clone())
+                .collect();
+            let q = ItemsQuery {
+                limit: Some(500),
+                ..Default::default()
+            };
+            let page = engine.history_list_items(&caller, &q).unwrap();
+            let got: Vec<String> = page.items.iter().map(|i| i.entry_id.clone()).collect();
+            assert_eq!(got, expected, "round {round}, leaf {leaf}");
+            // Windows: the nearest marker above, else the branch root.
+            let mut opener = None;
+            let mut want_window = std::collections::HashMap::new();
+            for &p in &branch {
+                let e = &session.entries[p];
+                if opener.is_none()
+                    || e.parent.is_none()
+                    || matches!(e.kind, EntryKind::WindowMarker { .. })
+                {
+                    opener = Some(e.id.0.clone());
+                }
+                want_window.insert(e.id.0.clone(), opener.clone().unwrap());
+            }
+            for item in &page.items {
+                let opener = &want_window[&item.entry_id];
+                let id =
+                    ctxd_core::history::window_id(ctxd_core::history::window_key(s.id, opener));
+                assert_eq!(
+                    item.window_id, id,
+                    "round {round}: window of {}",
+                    item.entry_id
+                );
+            }
+        }
+    }
+}

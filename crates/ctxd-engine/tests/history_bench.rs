@@ -27,8 +27,11 @@ fn peak_rss_mb() -> f64 {
 
 fn text(i: usize) -> String {
     let tool = ["bash", "read", "edit", "grep"][i % 4];
-    let status = if i % 97 == 0 { "failed" } else { "ok" };
-    format!("step {i} ran {tool} on src/file{}.rs with status {status}", i % 10_000)
+    let status = if i.is_multiple_of(97) { "failed" } else { "ok" };
+    format!(
+        "step {i} ran {tool} on src/file{}.rs with status {status}",
+        i % 10_000
+    )
 }
 
 #[test]
@@ -42,12 +45,18 @@ fn history_search_over_a_million_items() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let store = SqliteStore::open(&dir.join("bench.db"), Durability::Normal).unwrap();
-    let s = store.open_session("", "bench", &SessionMeta::default()).unwrap();
+    let s = store
+        .open_session("", "bench", &SessionMeta::default())
+        .unwrap();
 
     let t = Instant::now();
     let mut batch = Vec::with_capacity(10_000);
     for i in 0..n {
-        let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
+        let role = if i.is_multiple_of(2) {
+            Role::User
+        } else {
+            Role::Assistant
+        };
         batch.push(NewEntry::new(Entry {
             id: EntryId::new(format!("e{i}")),
             parent: i.checked_sub(1).map(|p| EntryId::new(format!("e{p}"))),
@@ -81,13 +90,48 @@ fn history_search_over_a_million_items() {
     let rare = format!("step {} ran", n / 2 + 1);
     let cases: Vec<(&str, String, SearchMode, Option<usize>)> = vec![
         ("literal, 1 hit", rare.clone(), SearchMode::Literal, None),
-        ("literal, 100 hits", "src/file1234.rs".into(), SearchMode::Literal, None),
-        ("literal, ~all items (first 50)", "with status ok".into(), SearchMode::Literal, None),
-        ("literal, ~1% of items (first 50)", "status failed".into(), SearchMode::Literal, None),
-        ("ranked, 1 hit", format!("{}", n / 2 + 1), SearchMode::Ranked, None),
-        ("ranked, 100 hits", "file1234".into(), SearchMode::Ranked, None),
-        ("ranked, ~1% of items", "failed".into(), SearchMode::Ranked, None),
-        ("ranked, ~all items", "status ok".into(), SearchMode::Ranked, None),
+        (
+            "literal, 100 hits",
+            "src/file1234.rs".into(),
+            SearchMode::Literal,
+            None,
+        ),
+        (
+            "literal, ~all items (first 50)",
+            "with status ok".into(),
+            SearchMode::Literal,
+            None,
+        ),
+        (
+            "literal, ~1% of items (first 50)",
+            "status failed".into(),
+            SearchMode::Literal,
+            None,
+        ),
+        (
+            "ranked, 1 hit",
+            format!("{}", n / 2 + 1),
+            SearchMode::Ranked,
+            None,
+        ),
+        (
+            "ranked, 100 hits",
+            "file1234".into(),
+            SearchMode::Ranked,
+            None,
+        ),
+        (
+            "ranked, ~1% of items",
+            "failed".into(),
+            SearchMode::Ranked,
+            None,
+        ),
+        (
+            "ranked, ~all items",
+            "status ok".into(),
+            SearchMode::Ranked,
+            None,
+        ),
     ];
     for (label, query, mode, limit) in cases {
         let q = SearchQuery {

@@ -142,7 +142,7 @@ fn visit_rows(
         let entry = decode_entry(r.get(8)?, r.get(9)?, r.get(10)?, sidechain, &body)?;
         if let Some(q) = literal {
             let text = item_facts(&entry.kind, &|_| None).map(|f| f.text);
-            if !text.is_some_and(|t| find_literal(&t, q).is_some()) {
+            if text.is_none_or(|t| find_literal(&t, q).is_none()) {
                 continue;
             }
         }
