@@ -14,8 +14,8 @@ use ctxd_core::history::{
     self as h, agent_scope, check_query, check_role, item_facts, preview, ranked_excerpt,
     ranked_query, slice_chars, BranchLanes, ItemFilter,
 };
-use ctxd_core::model::{Entry, EntryKind};
-use ctxd_store::{HistoryRow, SessionId, SessionRecord, Store};
+use ctxd_core::model::{Entry, EntryKind, SessionMeta};
+use ctxd_store::{HistoryRow, SessionId, Store};
 
 use crate::tools::{ToolOutput, ToolSpec};
 use crate::{Caller, Engine, EngineError};
@@ -158,6 +158,12 @@ pub struct SearchPage {
     pub more: bool,
 }
 
+/// A session the caller owns.
+struct Owned {
+    id: SessionId,
+    meta: SessionMeta,
+}
+
 /// Window keys by the seq of their opening entry.
 struct Windows {
     by_seq: HashMap<i64, u64>,
@@ -220,14 +226,14 @@ fn item_text(entry: &Entry) -> String {
 
 impl<S: Store> Engine<S> {
     /// The caller's session, checked against its tenant, with its history index up to date.
-    fn history_session(&self, caller: &Caller) -> Result<SessionRecord, EngineError> {
+    fn history_session(&self, caller: &Caller) -> Result<Owned, EngineError> {
         let id: SessionId = caller.session.ok_or(EngineError::NoSession("history"))?;
-        let record = self
+        let meta = self
             .store
-            .session(&caller.tenant, id)?
+            .history_owned(&caller.tenant, id)?
             .ok_or_else(|| EngineError::invalid(format!("no session {id} for this caller")))?;
-        self.store.history_sync(record.id)?;
-        Ok(record)
+        self.store.history_sync(id)?;
+        Ok(Owned { id, meta })
     }
 
     fn branch(
@@ -254,7 +260,7 @@ impl<S: Store> Engine<S> {
 
     fn filter(
         &self,
-        record: &SessionRecord,
+        record: &Owned,
         windows: &Windows,
         q: &ItemsQuery,
     ) -> Result<ItemFilter, EngineError> {

@@ -40,17 +40,16 @@ impl<S: Store> Engine<S> {
         selection: &Selection,
     ) -> Result<String, EngineError> {
         let id = caller.session.ok_or(EngineError::NoSession("recall"))?;
-        let record = self
-            .store
-            .session(&caller.tenant, id)?
+        self.store
+            .history_owned(&caller.tenant, id)?
             .ok_or_else(|| EngineError::invalid(format!("no session {id} for this caller")))?;
         let entry = self
             .store
-            .entry(record.id, &EntryId::new(entry_id))?
+            .entry(id, &EntryId::new(entry_id))?
             .ok_or_else(|| EngineError::invalid(r::unknown_entry(entry_id)))?;
         let text = if r::is_prompt(&entry.kind) {
             // A prompt may head an omitted exchange: that needs the branch and its edits.
-            let session = self.store.load(record.id)?;
+            let session = self.store.load(id)?;
             let branch = active_branch(&session);
             let omitted = session
                 .entries

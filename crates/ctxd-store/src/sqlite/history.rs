@@ -12,7 +12,7 @@ use ctxd_core::history::{
     find_literal, item_facts, place, tool_calls, BranchLanes, ItemFilter, ItemRow, ParentPlace,
     Place,
 };
-use ctxd_core::model::{Entry, EntryKind};
+use ctxd_core::model::{Entry, EntryKind, SessionMeta};
 
 use super::sessions::decode_entry;
 use super::SqliteStore;
@@ -51,6 +51,14 @@ pub type Visit<'a> = &'a mut dyn FnMut(HistoryRow) -> bool;
 /// History queries over the stored log. Every method takes a session the caller already checked
 /// belongs to its tenant.
 pub trait HistoryStore {
+    /// The metadata of `session` when it belongs to `tenant` (a cheap check, without counting
+    /// entries as [`crate::Store::session`] does).
+    fn history_owned(
+        &self,
+        tenant: &str,
+        session: SessionId,
+    ) -> Result<Option<SessionMeta>, StoreError>;
+
     /// Index entries appended since the last sync. Returns how many were indexed.
     fn history_sync(&self, session: SessionId) -> Result<u64, StoreError>;
 
@@ -172,6 +180,28 @@ fn visit_rows(
 }
 
 impl HistoryStore for SqliteStore {
+    fn history_owned(
+        &self,
+        tenant: &str,
+        session: SessionId,
+    ) -> Result<Option<SessionMeta>, StoreError> {
+        let conn = self.conn();
+        let meta: Option<String> = conn
+            .query_row(
+                "SELECT meta FROM sessions WHERE id = ?1 AND tenant = ?2",
+                params![session, tenant],
+                |r| r.get(0),
+            )
+            .optional()?;
+        meta.map(|m| {
+            serde_json::from_str(&m).map_err(|e| StoreError::Corrupt {
+                id: format!("session {session}"),
+                message: e.to_string(),
+            })
+        })
+        .transpose()
+    }
+
     fn history_sync(&self, session: SessionId) -> Result<u64, StoreError> {
         let mut conn = self.conn();
         let behind = |c: &rusqlite::Connection| -> rusqlite::Result<(i64, i64)> {
