@@ -1,15 +1,294 @@
-//! `ctxd history ...`. Placeholder: being written.
+//! `ctxd history windows|items|read|search SESSION ...`: a stored session's history.
+//!
+//! SESSION is the store's session id (as `ctxd sessions --store` lists it) or its key. The
+//! commands run the same engine calls as the model's history tools.
 
-use clap::Subcommand;
+use std::io::Write;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use ctxd_engine::history::{ItemsQuery, ReadQuery, Scope, SearchMode, SearchQuery, WindowsQuery};
+use ctxd_engine::{Caller, Engine};
+use ctxd_store::{SqliteStore, Store};
 
 use crate::store::StoreChoice;
 
 #[derive(Debug, Subcommand)]
 pub enum HistoryCommand {
-    /// Not implemented yet.
-    Todo,
+    /// The session's context windows (a window starts at the root or at a reset marker).
+    Windows(WindowsArgs),
+    /// Items (messages, summaries, boots), filtered, with previews.
+    Items(ItemsArgs),
+    /// One item's text, paged by characters.
+    Read(ReadArgs),
+    /// Search items' contents: literal (case-sensitive) or --ranked full-text.
+    Search(SearchArgs),
 }
 
-pub fn run(_cmd: &HistoryCommand, _store: &StoreChoice) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+#[derive(Debug, Args)]
+pub struct Common {
+    /// The session: store id or key.
+    pub session: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ScopeArgs {
+    /// `main` (or the session's agent name) or `subagent`.
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+    /// Every branch, not only the active one.
+    #[arg(long)]
+    pub all_branches: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WindowsArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    /// Newest first.
+    #[arg(long)]
+    pub recent_first: bool,
+    #[arg(long)]
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct FilterArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    /// Only this window (an id from `ctxd history windows`).
+    #[arg(long, value_name = "WINDOW_ID")]
+    pub window: Option<String>,
+    /// Only this role: user, assistant, tool, system, developer, summary.
+    #[arg(long)]
+    pub role: Option<String>,
+    /// Only items that call this tool or hold its results.
+    #[arg(long, value_name = "NAME")]
+    pub tool: Option<String>,
+    /// Newest first.
+    #[arg(long)]
+    pub recent_first: bool,
+    #[arg(long)]
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct ItemsArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub filters: FilterArgs,
+    /// Preview length per item, in characters.
+    #[arg(long, value_name = "CHARS")]
+    pub max_chars: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReadArgs {
+    #[command(flatten)]
+    pub common: Common,
+    pub window_id: String,
+    pub item_id: String,
+    /// Start at this character.
+    #[arg(long, value_name = "CHARS")]
+    pub offset: Option<usize>,
+    /// At most this many characters.
+    #[arg(long, value_name = "CHARS")]
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    #[command(flatten)]
+    pub common: Common,
+    pub query: String,
+    /// Ranked full-text search (words, any case, best first) instead of a literal substring.
+    #[arg(long)]
+    pub ranked: bool,
+    #[command(flatten)]
+    pub filters: FilterArgs,
+}
+
+fn scope(a: &ScopeArgs) -> Scope {
+    Scope {
+        agent_name: a.agent.clone(),
+        all_branches: a.all_branches,
+    }
+}
+
+fn items_query(f: &FilterArgs, max_chars: Option<usize>) -> ItemsQuery {
+    ItemsQuery {
+        scope: scope(&f.scope),
+        window_id: f.window.clone(),
+        role: f.role.clone(),
+        tool_name: f.tool.clone(),
+        recent_first: f.recent_first,
+        limit: f.limit,
+        max_chars_per_item: max_chars,
+    }
+}
+
+/// The caller for a session named by id or key (the local tenant).
+fn caller(engine: &Engine<SqliteStore>, session: &str) -> anyhow::Result<Caller> {
+    let store = engine.store();
+    let by_id = match session.parse::<i64>() {
+        Ok(id) => store.session("", id)?,
+        Err(_) => None,
+    };
+    let record = match by_id {
+        Some(r) => r,
+        None => store.find_session("", session)?.with_context(|| {
+            format!("no session {session:?} in the store (list them with `ctxd sessions --store`)")
+        })?,
+    };
+    Ok(Caller {
+        session: Some(record.id),
+        session_key: Some(record.key),
+        agent: record.meta.agent.map(|a| a.as_str().to_owned()),
+        ..Default::default()
+    })
+}
+
+fn one_line(text: &str) -> String {
+    text.replace('\n', "⏎")
+}
+
+pub fn run(cmd: &HistoryCommand, store: &StoreChoice) -> anyhow::Result<()> {
+    let engine = store.open()?;
+    let mut out = std::io::stdout().lock();
+    match cmd {
+        HistoryCommand::Windows(a) => {
+            let caller = caller(&engine, &a.common.session)?;
+            let page = engine.history_list_windows(
+                &caller,
+                &WindowsQuery {
+                    scope: scope(&a.scope),
+                    recent_first: a.recent_first,
+                    limit: a.limit,
+                },
+            )?;
+            if a.common.json {
+                serde_json::to_writer(&mut out, &page)?;
+                writeln!(out)?;
+            } else {
+                for w in &page.windows {
+                    let reason = w
+                        .reason
+                        .as_deref()
+                        .map_or(String::new(), |r| format!(" ({r})"));
+                    writeln!(
+                        out,
+                        "{}  #{}  {}{}  {} items  {}",
+                        w.window_id,
+                        w.number,
+                        w.opened_by,
+                        reason,
+                        w.items,
+                        w.started_at.as_deref().unwrap_or("-")
+                    )?;
+                }
+                writeln!(out, "{} windows", page.total)?;
+            }
+        }
+        HistoryCommand::Items(a) => {
+            let caller = caller(&engine, &a.common.session)?;
+            let page = engine.history_list_items(&caller, &items_query(&a.filters, a.max_chars))?;
+            if a.common.json {
+                serde_json::to_writer(&mut out, &page)?;
+                writeln!(out)?;
+            } else {
+                for i in &page.items {
+                    let tools = if i.tools.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" [{}]", i.tools.join(", "))
+                    };
+                    writeln!(
+                        out,
+                        "{} {} {} {}{} ({} chars): {}{}",
+                        i.window_id,
+                        i.item_id,
+                        i.entry_id,
+                        i.role,
+                        tools,
+                        i.chars,
+                        one_line(&i.text),
+                        if i.truncated { "…" } else { "" }
+                    )?;
+                }
+                if page.more {
+                    writeln!(out, "(more items: raise --limit)")?;
+                }
+            }
+        }
+        HistoryCommand::Read(a) => {
+            let caller = caller(&engine, &a.common.session)?;
+            let item = engine.history_read_item(
+                &caller,
+                &ReadQuery {
+                    window_id: a.window_id.clone(),
+                    item_id: a.item_id.clone(),
+                    offset_chars: a.offset,
+                    limit_chars: a.limit,
+                },
+            )?;
+            if a.common.json {
+                serde_json::to_writer(&mut out, &item)?;
+                writeln!(out)?;
+            } else {
+                writeln!(out, "{}", item.text)?;
+                if let Some(next) = item.next_offset {
+                    writeln!(
+                        out,
+                        "[{} of {} characters; continue with --offset {next}]",
+                        next, item.total_chars
+                    )?;
+                }
+            }
+        }
+        HistoryCommand::Search(a) => {
+            let caller = caller(&engine, &a.common.session)?;
+            let page = engine.history_search_contents(
+                &caller,
+                &SearchQuery {
+                    query: a.query.clone(),
+                    mode: if a.ranked {
+                        SearchMode::Ranked
+                    } else {
+                        SearchMode::Literal
+                    },
+                    filters: items_query(&a.filters, None),
+                },
+            )?;
+            if a.common.json {
+                serde_json::to_writer(&mut out, &page)?;
+                writeln!(out)?;
+            } else {
+                for h in &page.hits {
+                    let score = h.score.map_or(String::new(), |s| format!(" {s:.2}"));
+                    writeln!(
+                        out,
+                        "{} {} {} {}{}: {}",
+                        h.window_id, h.item_id, h.entry_id, h.role, score, h.excerpt
+                    )?;
+                }
+                writeln!(
+                    out,
+                    "{} hits{}",
+                    page.hits.len(),
+                    if page.more {
+                        " (more: raise --limit)"
+                    } else {
+                        ""
+                    }
+                )?;
+            }
+        }
+    }
+    Ok(())
 }

@@ -21,9 +21,11 @@
 //! ```
 
 pub mod budget;
+pub mod history;
 pub mod model;
 pub mod models;
 pub mod notes;
+pub mod recall;
 pub mod report;
 pub mod text;
 pub mod tokens;

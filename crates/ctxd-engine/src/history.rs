@@ -1,21 +1,778 @@
-//! Placeholder: being written.
+//! History tools: `history_list_windows`, `history_list_items`, `history_read_item`,
+//! `history_search_contents`.
+//!
+//! Every call is scoped to the caller's session, checked against its tenant; ids resolve only
+//! inside that session. History follows the active branch unless `all_branches` is set. The
+//! store's history index is brought up to date (incrementally) before each read.
 
-use serde_json::Value;
+use std::collections::HashMap;
+
+use serde::Serialize;
+use serde_json::{json, Map, Value};
+
+use ctxd_core::history::{
+    self as h, agent_scope, check_query, check_role, item_facts, preview, ranked_excerpt,
+    ranked_query, slice_chars, BranchLanes, ItemFilter,
+};
+use ctxd_core::model::{Entry, EntryKind, SessionMeta};
+use ctxd_store::{HistoryRow, SessionId, Store};
 
 use crate::tools::{ToolOutput, ToolSpec};
 use crate::{Caller, Engine, EngineError};
 
+/// Which part of the history a listing covers.
+#[derive(Clone, Debug, Default)]
+pub struct Scope {
+    /// `main` or the session's agent (the main chain), or `subagent` (sidechains).
+    pub agent_name: Option<String>,
+    /// Every entry of the session instead of only the active branch.
+    pub all_branches: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct WindowsQuery {
+    pub scope: Scope,
+    pub recent_first: bool,
+    pub limit: Option<usize>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ItemsQuery {
+    pub scope: Scope,
+    pub window_id: Option<String>,
+    pub role: Option<String>,
+    pub tool_name: Option<String>,
+    pub recent_first: bool,
+    pub limit: Option<usize>,
+    pub max_chars_per_item: Option<usize>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ReadQuery {
+    pub window_id: String,
+    pub item_id: String,
+    pub offset_chars: Option<usize>,
+    pub limit_chars: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchMode {
+    /// Case-sensitive substring (the seed's behaviour).
+    #[default]
+    Literal,
+    /// Full-text (FTS5, bm25), best first; words, any case.
+    Ranked,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct SearchQuery {
+    pub query: String,
+    pub mode: SearchMode,
+    /// The same filters as a listing (`max_chars_per_item` is not used).
+    pub filters: ItemsQuery,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WindowInfo {
+    pub window_id: String,
+    /// 1-based position among the windows listed in append order.
+    pub number: usize,
+    /// `root` or `window_marker`.
+    pub opened_by: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    pub items: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WindowsPage {
+    pub windows: Vec<WindowInfo>,
+    /// Windows in the scope (before `limit`).
+    pub total: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ItemInfo {
+    pub item_id: String,
+    pub window_id: String,
+    /// The raw entry's id (what `recall` takes).
+    pub entry_id: String,
+    pub kind: String,
+    pub role: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<String>,
+    pub chars: usize,
+    pub text: String,
+    /// `text` is a preview: read the item for the rest.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ItemsPage {
+    pub items: Vec<ItemInfo>,
+    /// More items match than `limit`.
+    pub more: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReadItem {
+    pub item_id: String,
+    pub window_id: String,
+    pub entry_id: String,
+    pub kind: String,
+    pub role: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<String>,
+    pub offset_chars: usize,
+    pub total_chars: usize,
+    pub text: String,
+    /// Where to continue reading; `null` at the end.
+    pub next_offset: Option<usize>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SearchHit {
+    pub item_id: String,
+    pub window_id: String,
+    pub entry_id: String,
+    pub kind: String,
+    pub role: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<String>,
+    pub excerpt: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SearchPage {
+    pub query: String,
+    pub mode: SearchMode,
+    pub hits: Vec<SearchHit>,
+    pub more: bool,
+}
+
+/// A session the caller owns.
+struct Owned {
+    id: SessionId,
+    meta: SessionMeta,
+}
+
+/// Window keys by the seq of their opening entry.
+struct Windows {
+    by_seq: HashMap<i64, u64>,
+}
+
+impl Windows {
+    fn id(&self, window_seq: i64) -> String {
+        self.by_seq
+            .get(&window_seq)
+            .map_or_else(|| "w_unknown".to_owned(), |&k| h::window_id(k))
+    }
+
+    fn seq_of(&self, window_id: &str) -> Result<i64, EngineError> {
+        let key = h::parse_window_id(window_id).map_err(EngineError::Invalid)?;
+        self.by_seq
+            .iter()
+            .find(|(_, &k)| k == key)
+            .map(|(&s, _)| s)
+            .ok_or_else(|| {
+                EngineError::invalid(format!(
+                    "no window {window_id} in this session: list them with history_list_windows"
+                ))
+            })
+    }
+}
+
+fn limit(limit: Option<usize>) -> Result<usize, EngineError> {
+    match limit {
+        None => Ok(h::DEFAULT_LIMIT),
+        Some(0) => Err(EngineError::invalid("limit must be at least 1")),
+        Some(n) if n > h::MAX_LIMIT => Err(EngineError::invalid(format!(
+            "limit {n} is over the maximum of {}",
+            h::MAX_LIMIT
+        ))),
+        Some(n) => Ok(n),
+    }
+}
+
+fn bounded(
+    value: Option<usize>,
+    default: usize,
+    max: usize,
+    what: &str,
+) -> Result<usize, EngineError> {
+    match value {
+        None => Ok(default),
+        Some(0) => Err(EngineError::invalid(format!("{what} must be at least 1"))),
+        Some(n) if n > max => Err(EngineError::invalid(format!(
+            "{what} {n} is over the maximum of {max}"
+        ))),
+        Some(n) => Ok(n),
+    }
+}
+
+fn item_text(entry: &Entry) -> String {
+    item_facts(&entry.kind, &|_| None)
+        .map(|f| f.text)
+        .unwrap_or_default()
+}
+
+impl<S: Store> Engine<S> {
+    /// The caller's session, checked against its tenant, with its history index up to date.
+    fn history_session(&self, caller: &Caller) -> Result<Owned, EngineError> {
+        let id: SessionId = caller.session.ok_or(EngineError::NoSession("history"))?;
+        let meta = self
+            .store
+            .history_owned(&caller.tenant, id)?
+            .ok_or_else(|| EngineError::invalid(format!("no session {id} for this caller")))?;
+        self.store.history_sync(id)?;
+        Ok(Owned { id, meta })
+    }
+
+    fn branch(
+        &self,
+        session: SessionId,
+        scope: &Scope,
+    ) -> Result<Option<BranchLanes>, EngineError> {
+        if scope.all_branches {
+            Ok(None)
+        } else {
+            Ok(Some(self.store.history_branch(session)?))
+        }
+    }
+
+    fn windows_of(&self, session: SessionId) -> Result<Windows, EngineError> {
+        let by_seq = self
+            .store
+            .history_window_starts(session)?
+            .into_iter()
+            .map(|(seq, id)| (seq, h::window_key(session, &id)))
+            .collect();
+        Ok(Windows { by_seq })
+    }
+
+    fn filter(
+        &self,
+        record: &Owned,
+        windows: &Windows,
+        q: &ItemsQuery,
+    ) -> Result<ItemFilter, EngineError> {
+        let sidechain = match &q.scope.agent_name {
+            None => None,
+            Some(name) => Some(
+                agent_scope(name, record.meta.agent.map(|a| a.as_str()))
+                    .map_err(EngineError::Invalid)?,
+            ),
+        };
+        if let Some(role) = &q.role {
+            check_role(role).map_err(EngineError::Invalid)?;
+        }
+        Ok(ItemFilter {
+            window_seq: q
+                .window_id
+                .as_deref()
+                .map(|w| windows.seq_of(w))
+                .transpose()?,
+            role: q.role.clone(),
+            tool: q.tool_name.clone(),
+            sidechain,
+        })
+    }
+
+    /// The windows of the caller's session.
+    pub fn history_list_windows(
+        &self,
+        caller: &Caller,
+        q: &WindowsQuery,
+    ) -> Result<WindowsPage, EngineError> {
+        let record = self.history_session(caller)?;
+        if let Some(name) = &q.scope.agent_name {
+            agent_scope(name, record.meta.agent.map(|a| a.as_str()))
+                .map_err(EngineError::Invalid)?;
+        }
+        let limit = limit(q.limit)?;
+        let branch = self.branch(record.id, &q.scope)?;
+        let rows = self.store.history_windows(record.id, branch.as_ref())?;
+        let total = rows.len();
+        let mut windows: Vec<WindowInfo> = rows
+            .into_iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let (opened_by, reason) = match &w.start.kind {
+                    EntryKind::WindowMarker { reason, .. } => {
+                        ("window_marker", Some(reason.clone()))
+                    }
+                    _ => ("root", None),
+                };
+                WindowInfo {
+                    window_id: h::window_id(h::window_key(record.id, w.start.id.as_str())),
+                    number: i + 1,
+                    opened_by,
+                    reason,
+                    started_at: w.start.timestamp.clone(),
+                    items: w.items,
+                }
+            })
+            .collect();
+        if q.recent_first {
+            windows.reverse();
+        }
+        windows.truncate(limit);
+        Ok(WindowsPage { windows, total })
+    }
+
+    /// Items of the caller's session, filtered.
+    pub fn history_list_items(
+        &self,
+        caller: &Caller,
+        q: &ItemsQuery,
+    ) -> Result<ItemsPage, EngineError> {
+        let record = self.history_session(caller)?;
+        let windows = self.windows_of(record.id)?;
+        let filter = self.filter(&record, &windows, q)?;
+        let limit = limit(q.limit)?;
+        let max_chars = bounded(
+            q.max_chars_per_item,
+            h::DEFAULT_ITEM_CHARS,
+            h::MAX_ITEM_CHARS,
+            "max_chars_per_item",
+        )?;
+        let branch = self.branch(record.id, &q.scope)?;
+        let mut rows = Vec::new();
+        self.store.history_items(
+            record.id,
+            &filter,
+            branch.as_ref(),
+            q.recent_first,
+            &mut |row| {
+                rows.push(row);
+                rows.len() <= limit
+            },
+        )?;
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let items = rows
+            .into_iter()
+            .map(|row| {
+                let text = item_text(&row.entry);
+                let (shown, truncated) = preview(&text, max_chars);
+                ItemInfo {
+                    item_id: h::item_id(row.item_key),
+                    window_id: windows.id(row.window_seq),
+                    entry_id: row.entry.id.0.clone(),
+                    kind: row.kind,
+                    role: row.role,
+                    tools: row.tools,
+                    timestamp: row.entry.timestamp,
+                    chars: text.chars().count(),
+                    text: shown.to_owned(),
+                    truncated,
+                }
+            })
+            .collect();
+        Ok(ItemsPage { items, more })
+    }
+
+    /// One item's text, from `offset_chars`, at most `limit_chars` characters.
+    pub fn history_read_item(
+        &self,
+        caller: &Caller,
+        q: &ReadQuery,
+    ) -> Result<ReadItem, EngineError> {
+        let record = self.history_session(caller)?;
+        let key = h::parse_item_id(&q.item_id).map_err(EngineError::Invalid)?;
+        let windows = self.windows_of(record.id)?;
+        let window_seq = windows.seq_of(&q.window_id)?;
+        let limit_chars = bounded(
+            q.limit_chars,
+            h::DEFAULT_READ_CHARS,
+            h::MAX_READ_CHARS,
+            "limit_chars",
+        )?;
+        let rows = self.store.history_item(record.id, key)?;
+        let row: HistoryRow = match rows.len() {
+            0 => {
+                return Err(EngineError::invalid(format!(
+                    "no item {} in this session: list items with history_list_items",
+                    q.item_id
+                )))
+            }
+            1 => rows
+                .into_iter()
+                .next()
+                .ok_or_else(|| EngineError::invalid("no item"))?,
+            _ => rows
+                .into_iter()
+                .find(|r| r.window_seq == window_seq)
+                .ok_or_else(|| EngineError::invalid(format!("item {} is ambiguous", q.item_id)))?,
+        };
+        if row.window_seq != window_seq {
+            return Err(EngineError::invalid(format!(
+                "item {} is not in window {}; it is in {}",
+                q.item_id,
+                q.window_id,
+                windows.id(row.window_seq)
+            )));
+        }
+        let text = item_text(&row.entry);
+        let offset = q.offset_chars.unwrap_or(0);
+        let slice = slice_chars(&text, offset, limit_chars);
+        if offset > slice.total_chars {
+            return Err(EngineError::invalid(format!(
+                "offset_chars {offset} is past the end of the item ({} characters)",
+                slice.total_chars
+            )));
+        }
+        Ok(ReadItem {
+            item_id: q.item_id.clone(),
+            window_id: q.window_id.clone(),
+            entry_id: row.entry.id.0.clone(),
+            kind: row.kind,
+            role: row.role,
+            timestamp: row.entry.timestamp.clone(),
+            offset_chars: offset,
+            total_chars: slice.total_chars,
+            text: slice.text.to_owned(),
+            next_offset: slice.next_offset,
+        })
+    }
+
+    /// Search items' contents: literal (case-sensitive) or ranked full-text.
+    pub fn history_search_contents(
+        &self,
+        caller: &Caller,
+        q: &SearchQuery,
+    ) -> Result<SearchPage, EngineError> {
+        check_query(&q.query).map_err(EngineError::Invalid)?;
+        let fts = match q.mode {
+            SearchMode::Ranked => Some(ranked_query(&q.query).map_err(EngineError::Invalid)?),
+            SearchMode::Literal => None,
+        };
+        let record = self.history_session(caller)?;
+        let windows = self.windows_of(record.id)?;
+        let filter = self.filter(&record, &windows, &q.filters)?;
+        let limit = limit(q.filters.limit)?;
+        let branch = self.branch(record.id, &q.filters.scope)?;
+        let mut rows = Vec::new();
+        let mut visit = |row: HistoryRow| {
+            rows.push(row);
+            rows.len() <= limit
+        };
+        match &fts {
+            Some(expr) => self.store.history_search_ranked(
+                record.id,
+                expr,
+                &filter,
+                branch.as_ref(),
+                &mut visit,
+            )?,
+            None => self.store.history_search_literal(
+                record.id,
+                &q.query,
+                &filter,
+                branch.as_ref(),
+                q.filters.recent_first,
+                &mut visit,
+            )?,
+        }
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let hits = rows
+            .into_iter()
+            .map(|row| {
+                let text = item_text(&row.entry);
+                let excerpt = match q.mode {
+                    SearchMode::Literal => {
+                        let at = h::find_literal(&text, &q.query).unwrap_or(0);
+                        h::excerpt(&text, at, q.query.len())
+                    }
+                    SearchMode::Ranked => ranked_excerpt(&text, &q.query),
+                };
+                SearchHit {
+                    item_id: h::item_id(row.item_key),
+                    window_id: windows.id(row.window_seq),
+                    entry_id: row.entry.id.0.clone(),
+                    kind: row.kind,
+                    role: row.role,
+                    timestamp: row.entry.timestamp,
+                    excerpt,
+                    score: row.score,
+                }
+            })
+            .collect();
+        Ok(SearchPage {
+            query: q.query.clone(),
+            mode: q.mode,
+            hits,
+            more,
+        })
+    }
+}
+
+// ---- The tools: schemas and argument parsing ----
+
+fn filter_properties() -> Map<String, Value> {
+    let mut p = Map::new();
+    p.insert("agent_name".into(), json!({"type": "string", "description": "\"main\" (or the session's agent name) for the main conversation, \"subagent\" for subagent sidechains (these are off the active branch: add all_branches)."}));
+    p.insert("window_id".into(), json!({"type": "string", "description": "Only this window (an id from history_list_windows)."}));
+    p.insert(
+        "role".into(),
+        json!({"type": "string", "enum": h::ROLES, "description": "Only items of this role."}),
+    );
+    p.insert("tool_name".into(), json!({"type": "string", "description": "Only items that call this tool or hold its results."}));
+    p.insert(
+        "recent_first".into(),
+        json!({"type": "boolean", "description": "Newest first (default: oldest first)."}),
+    );
+    p.insert("limit".into(), json!({"type": "integer", "minimum": 1, "maximum": h::MAX_LIMIT, "description": format!("At most this many results (default {}).", h::DEFAULT_LIMIT)}));
+    p.insert("all_branches".into(), json!({"type": "boolean", "description": "Include entries off the active branch (default: the active branch only)."}));
+    p
+}
+
 /// The tools of this module.
 pub fn specs() -> Vec<ToolSpec> {
-    Vec::new()
+    let windows = json!({
+        "type": "object",
+        "properties": {
+            "agent_name": {"type": "string", "description": "\"main\" or the session's agent name."},
+            "recent_first": {"type": "boolean", "description": "Newest window first."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": h::MAX_LIMIT},
+            "all_branches": {"type": "boolean", "description": "Windows of every branch, not only the active one."}
+        },
+        "additionalProperties": false
+    });
+    let mut items_props = filter_properties();
+    items_props.insert("max_chars_per_item".into(), json!({"type": "integer", "minimum": 1, "maximum": h::MAX_ITEM_CHARS, "description": format!("Preview length per item (default {}); read the item for all of it.", h::DEFAULT_ITEM_CHARS)}));
+    let mut search_props = filter_properties();
+    search_props.insert("query".into(), json!({"type": "string", "description": "Text to find. literal: case-sensitive substring; ranked: words, any case, best matches first."}));
+    search_props.insert("mode".into(), json!({"type": "string", "enum": ["literal", "ranked"], "description": "literal (default) or ranked full-text."}));
+    vec![
+        ToolSpec {
+            name: "history_list_windows",
+            description: "List the context windows of this session (the conversation before each reset). Returns window ids for the other history tools.",
+            parameters: windows,
+        },
+        ToolSpec {
+            name: "history_list_items",
+            description: "List items (messages, summaries, boots) of this session's full history, including what is no longer in context, with text previews. Filter by window, role, tool name or agent.",
+            parameters: json!({"type": "object", "properties": items_props, "additionalProperties": false}),
+        },
+        ToolSpec {
+            name: "history_read_item",
+            description: "Read one history item's full text in pages: pass offset_chars = the returned next_offset to continue.",
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "window_id": {"type": "string"},
+                    "item_id": {"type": "string"},
+                    "agent_name": {"type": "string"},
+                    "offset_chars": {"type": "integer", "minimum": 0, "description": "Start at this character (default 0)."},
+                    "limit_chars": {"type": "integer", "minimum": 1, "maximum": h::MAX_READ_CHARS, "description": format!("At most this many characters (default {}).", h::DEFAULT_READ_CHARS)}
+                },
+                "required": ["window_id", "item_id"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSpec {
+            name: "history_search_contents",
+            description: "Search this session's full history. Literal, case-sensitive by default; mode \"ranked\" for full-text relevance. Same filters as history_list_items.",
+            parameters: json!({"type": "object", "properties": search_props, "required": ["query"], "additionalProperties": false}),
+        },
+    ]
+}
+
+/// Arguments of one call, checked as they are read.
+struct Args<'a> {
+    tool: &'a str,
+    map: &'a Map<String, Value>,
+}
+
+impl<'a> Args<'a> {
+    fn new(tool: &'a str, args: &'a Value, allowed: &[&str]) -> Result<Self, EngineError> {
+        static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+        let map = match args {
+            Value::Object(m) => m,
+            Value::Null => EMPTY.get_or_init(Map::new),
+            _ => {
+                return Err(EngineError::invalid(format!(
+                    "{tool}: arguments must be a JSON object"
+                )))
+            }
+        };
+        if let Some(bad) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(EngineError::invalid(format!(
+                "{tool}: unknown argument {bad:?}; the arguments are {}",
+                allowed.join(", ")
+            )));
+        }
+        Ok(Self { tool, map })
+    }
+
+    fn string(&self, name: &str) -> Result<Option<String>, EngineError> {
+        match self.map.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(EngineError::invalid(format!(
+                "{}: {name} must be a string",
+                self.tool
+            ))),
+        }
+    }
+
+    fn required(&self, name: &str) -> Result<String, EngineError> {
+        self.string(name)?
+            .ok_or_else(|| EngineError::invalid(format!("{}: {name} is required", self.tool)))
+    }
+
+    fn boolean(&self, name: &str) -> Result<bool, EngineError> {
+        match self.map.get(name) {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(EngineError::invalid(format!(
+                "{}: {name} must be true or false",
+                self.tool
+            ))),
+        }
+    }
+
+    fn count(&self, name: &str) -> Result<Option<usize>, EngineError> {
+        match self.map.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .map(Some)
+                .ok_or_else(|| {
+                    EngineError::invalid(format!(
+                        "{}: {name} must be a whole number from 0; got {v}",
+                        self.tool
+                    ))
+                }),
+        }
+    }
+
+    fn scope(&self) -> Result<Scope, EngineError> {
+        Ok(Scope {
+            agent_name: self.string("agent_name")?,
+            all_branches: self.boolean("all_branches")?,
+        })
+    }
+
+    fn items(&self) -> Result<ItemsQuery, EngineError> {
+        Ok(ItemsQuery {
+            scope: self.scope()?,
+            window_id: self.string("window_id")?,
+            role: self.string("role")?,
+            tool_name: self.string("tool_name")?,
+            recent_first: self.boolean("recent_first")?,
+            limit: self.count("limit")?,
+            max_chars_per_item: self.count("max_chars_per_item")?,
+        })
+    }
+}
+
+const FILTER_ARGS: &[&str] = &[
+    "agent_name",
+    "window_id",
+    "role",
+    "tool_name",
+    "recent_first",
+    "limit",
+    "all_branches",
+];
+
+fn to_output<T: Serialize>(value: &T) -> Result<ToolOutput, EngineError> {
+    serde_json::to_string_pretty(value)
+        .map(ToolOutput::ok)
+        .map_err(|e| EngineError::invalid(e.to_string()))
+}
+
+fn run<S: Store>(
+    engine: &Engine<S>,
+    caller: &Caller,
+    name: &str,
+    args: &Value,
+) -> Result<ToolOutput, EngineError> {
+    match name {
+        "history_list_windows" => {
+            let a = Args::new(
+                name,
+                args,
+                &["agent_name", "recent_first", "limit", "all_branches"],
+            )?;
+            let q = WindowsQuery {
+                scope: a.scope()?,
+                recent_first: a.boolean("recent_first")?,
+                limit: a.count("limit")?,
+            };
+            to_output(&engine.history_list_windows(caller, &q)?)
+        }
+        "history_list_items" => {
+            let mut allowed = FILTER_ARGS.to_vec();
+            allowed.push("max_chars_per_item");
+            let a = Args::new(name, args, &allowed)?;
+            to_output(&engine.history_list_items(caller, &a.items()?)?)
+        }
+        "history_read_item" => {
+            let a = Args::new(
+                name,
+                args,
+                &[
+                    "window_id",
+                    "item_id",
+                    "agent_name",
+                    "offset_chars",
+                    "limit_chars",
+                ],
+            )?;
+            let q = ReadQuery {
+                window_id: a.required("window_id")?,
+                item_id: a.required("item_id")?,
+                offset_chars: a.count("offset_chars")?,
+                limit_chars: a.count("limit_chars")?,
+            };
+            to_output(&engine.history_read_item(caller, &q)?)
+        }
+        "history_search_contents" => {
+            let mut allowed = FILTER_ARGS.to_vec();
+            allowed.extend(["query", "mode"]);
+            let a = Args::new(name, args, &allowed)?;
+            let mode = match a.string("mode")?.as_deref() {
+                None | Some("literal") => SearchMode::Literal,
+                Some("ranked") => SearchMode::Ranked,
+                Some(other) => {
+                    return Err(EngineError::invalid(format!(
+                        "{name}: mode {other:?} is not \"literal\" or \"ranked\""
+                    )))
+                }
+            };
+            let q = SearchQuery {
+                query: a.required("query")?,
+                mode,
+                filters: a.items()?,
+            };
+            to_output(&engine.history_search_contents(caller, &q)?)
+        }
+        _ => Err(EngineError::UnknownTool(name.to_owned())),
+    }
 }
 
 /// Run `name` if it is one of this module's tools.
 pub(crate) fn call<S: ctxd_store::Store>(
-    _engine: &Engine<S>,
-    _caller: &Caller,
-    _name: &str,
-    _args: &Value,
+    engine: &Engine<S>,
+    caller: &Caller,
+    name: &str,
+    args: &Value,
 ) -> Option<Result<ToolOutput, EngineError>> {
-    None
+    if !name.starts_with("history_") || !specs().iter().any(|s| s.name == name) {
+        return None;
+    }
+    Some(run(engine, caller, name, args))
 }

@@ -1,21 +1,124 @@
-//! Placeholder: being written.
+//! The `recall` tool: an entry's raw content by id (never the edited view), whole, by line
+//! range or by pattern; an omitted exchange as a transcript. The rules are the core's
+//! ([`ctxd_core::recall`]).
 
-use serde_json::Value;
+use serde_json::{json, Value};
+
+use ctxd_core::model::{Entry, EntryId};
+use ctxd_core::recall::{self as r, Selection};
+use ctxd_core::tree::active_branch;
+use ctxd_store::Store;
 
 use crate::tools::{ToolOutput, ToolSpec};
 use crate::{Caller, Engine, EngineError};
 
 /// The tools of this module.
 pub fn specs() -> Vec<ToolSpec> {
-    Vec::new()
+    vec![ToolSpec {
+        name: "recall",
+        description: "Show the full original content of an entry whose output was shortened or omitted from context (the id in a recall({\"entryId\":…}) note). An omitted exchange comes back as a transcript. Optional pattern (regex; matching lines with line numbers) or offset/limit (lines). Output is capped at 2,000 lines / 50 KB with a note on how to continue.",
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "entryId": {"type": "string", "description": "The entry id."},
+                "pattern": {"type": "string", "maxLength": r::MAX_PATTERN_CHARS, "description": "Only lines matching this regex (Rust syntax; each line is matched on its first 4,000 characters)."},
+                "offset": {"type": "integer", "minimum": 1, "description": "First line to show (1-based)."},
+                "limit": {"type": "integer", "minimum": 1, "description": "At most this many lines."}
+            },
+            "required": ["entryId"],
+            "additionalProperties": false
+        }),
+    }]
+}
+
+impl<S: Store> Engine<S> {
+    /// The text `recall` returns for `entry_id` in the caller's session.
+    pub fn recall(
+        &self,
+        caller: &Caller,
+        entry_id: &str,
+        selection: &Selection,
+    ) -> Result<String, EngineError> {
+        let id = caller.session.ok_or(EngineError::NoSession("recall"))?;
+        self.store
+            .history_owned(&caller.tenant, id)?
+            .ok_or_else(|| EngineError::invalid(format!("no session {id} for this caller")))?;
+        let entry = self
+            .store
+            .entry(id, &EntryId::new(entry_id))?
+            .ok_or_else(|| EngineError::invalid(r::unknown_entry(entry_id)))?;
+        let text = if r::is_prompt(&entry.kind) {
+            // A prompt may head an omitted exchange: that needs the branch and its edits.
+            let session = self.store.load(id)?;
+            let branch = active_branch(&session);
+            let omitted = session
+                .entries
+                .iter()
+                .position(|e| e.id == entry.id)
+                .map(|pos| r::omitted_exchange(&session, &branch, pos))
+                .unwrap_or_default();
+            if omitted.is_empty() {
+                r::entry_text(&entry.kind)
+            } else {
+                let mut parts: Vec<&Entry> = vec![&entry];
+                parts.extend(omitted.iter().filter_map(|&p| session.entries.get(p)));
+                r::transcript(&parts)
+            }
+        } else {
+            r::entry_text(&entry.kind)
+        };
+        Ok(r::render(entry_id, &text, selection))
+    }
+}
+
+fn run<S: Store>(
+    engine: &Engine<S>,
+    caller: &Caller,
+    args: &Value,
+) -> Result<ToolOutput, EngineError> {
+    let map = args.as_object().ok_or_else(|| {
+        EngineError::invalid("recall: arguments must be a JSON object with entryId")
+    })?;
+    const ALLOWED: &[&str] = &["entryId", "pattern", "offset", "limit"];
+    if let Some(bad) = map.keys().find(|k| !ALLOWED.contains(&k.as_str())) {
+        return Err(EngineError::invalid(format!(
+            "recall: unknown argument {bad:?}; the arguments are {}",
+            ALLOWED.join(", ")
+        )));
+    }
+    let entry_id = match map.get("entryId") {
+        Some(Value::String(s)) if !s.is_empty() => s.as_str(),
+        Some(Value::String(_)) | None | Some(Value::Null) => {
+            return Err(EngineError::invalid(
+                "recall: entryId is required (the id in a recall({\"entryId\":…}) note)",
+            ))
+        }
+        Some(_) => return Err(EngineError::invalid("recall: entryId must be a string")),
+    };
+    let pattern = match map.get("pattern") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(_) => return Err(EngineError::invalid("recall: pattern must be a string")),
+    };
+    let int = |name: &str| -> Result<Option<i64>, EngineError> {
+        match map.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_i64().map(Some).ok_or_else(|| {
+                EngineError::invalid(format!("recall: {name} must be a whole number; got {v}"))
+            }),
+        }
+    };
+    let selection = Selection::new(pattern, int("offset")?, int("limit")?)
+        .map_err(|e| EngineError::invalid(format!("recall: {e}")))?;
+    Ok(ToolOutput::ok(engine.recall(caller, entry_id, &selection)?))
 }
 
 /// Run `name` if it is one of this module's tools.
 pub(crate) fn call<S: ctxd_store::Store>(
-    _engine: &Engine<S>,
-    _caller: &Caller,
-    _name: &str,
-    _args: &Value,
+    engine: &Engine<S>,
+    caller: &Caller,
+    name: &str,
+    args: &Value,
 ) -> Option<Result<ToolOutput, EngineError>> {
-    None
+    (name == "recall").then(|| run(engine, caller, args))
 }

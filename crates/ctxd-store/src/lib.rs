@@ -28,6 +28,7 @@ use serde::Serialize;
 pub use error::StoreError;
 pub use notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
 pub use schema::SCHEMA_VERSION;
+pub use sqlite::history::{HistoryRow, HistoryStore, Visit, WindowRow};
 pub use sqlite::{Durability, SqliteStore};
 
 /// The store's own id of a session (stable for the life of the store).
@@ -60,8 +61,9 @@ impl NewEntry {
     }
 }
 
-/// Sessions and their append-only entries, and the notes beside them ([`NotesStore`]).
-pub trait Store: NotesStore {
+/// Sessions and their append-only entries, with the notes beside them ([`NotesStore`]) and
+/// the history index over them ([`HistoryStore`]).
+pub trait Store: NotesStore + HistoryStore {
     /// The session `key` of `tenant`, created with `meta` when it does not exist yet.
     fn open_session(
         &self,

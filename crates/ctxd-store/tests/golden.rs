@@ -644,3 +644,25 @@ fn a_refused_store_keeps_its_journal_mode() {
         .unwrap();
     assert_eq!(mode, "delete", "journal mode of a refused store");
 }
+
+/// The golden file's schema is exactly what this build creates for its version: a schema change
+/// without a new migration (and a new golden file) fails here.
+#[test]
+fn golden_v1_schema_is_what_this_build_creates() {
+    fn schema(path: &Path) -> Vec<(String, String, Option<String>)> {
+        let conn = Connection::open(path).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+    assert_eq!(SCHEMA_VERSION, 1);
+    let (_dir, golden) = golden_copy(1);
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = fresh_dir.path().join("fresh.db");
+    drop(SqliteStore::open(&fresh, Durability::Full).unwrap());
+    assert_eq!(schema(&golden), schema(&fresh));
+}

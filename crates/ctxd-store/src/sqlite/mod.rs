@@ -1,5 +1,6 @@
 //! The SQLite implementation: one file, WAL, one writer behind a mutex.
 
+pub(crate) mod history;
 mod notes;
 mod sessions;
 

@@ -1,0 +1,564 @@
+//! The history index: windows, items, lanes, literal (trigram) and ranked (FTS5 bm25) search.
+//!
+//! Everything here is derived from `entries` and can be rebuilt from them. [`HistoryStore::
+//! history_sync`] indexes the entries appended since the last sync (one transaction; cheap when
+//! nothing is new); the engine calls it before every history read. The rules (what an item is,
+//! lanes, windows, filters) are the core's ([`ctxd_core::history`]); this module only stores and
+//! queries.
+
+use rusqlite::{params, OptionalExtension, TransactionBehavior};
+
+use ctxd_core::history::{
+    find_literal, item_facts, place, tool_calls, BranchLanes, ItemFilter, ItemRow, ParentPlace,
+    Place,
+};
+use ctxd_core::model::{Entry, EntryKind, SessionMeta};
+
+use super::sessions::decode_entry;
+use super::SqliteStore;
+use crate::{SessionId, StoreError};
+
+/// One indexed item with its entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryRow {
+    pub seq: i64,
+    pub lane: i64,
+    pub window_seq: i64,
+    pub item_key: u64,
+    pub kind: String,
+    pub role: String,
+    pub tools: Vec<String>,
+    pub sidechain: bool,
+    pub entry: Entry,
+    /// Ranked search only: bm25 relevance (higher is better).
+    pub score: Option<f64>,
+}
+
+/// One window: its opening entry and what it holds (on the branch asked for).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowRow {
+    pub window_seq: i64,
+    /// The entry that opened the window (a root, or a window marker).
+    pub start: Entry,
+    pub items: u64,
+    pub first_seq: i64,
+    pub last_seq: i64,
+}
+
+/// A visitor of rows in order; returns `false` to stop.
+pub type Visit<'a> = &'a mut dyn FnMut(HistoryRow) -> bool;
+
+/// History queries over the stored log. Every method takes a session the caller already checked
+/// belongs to its tenant.
+pub trait HistoryStore {
+    /// The metadata of `session` when it belongs to `tenant` (a cheap check, without counting
+    /// entries as [`crate::Store::session`] does).
+    fn history_owned(
+        &self,
+        tenant: &str,
+        session: SessionId,
+    ) -> Result<Option<SessionMeta>, StoreError>;
+
+    /// Index entries appended since the last sync. Returns how many were indexed.
+    fn history_sync(&self, session: SessionId) -> Result<u64, StoreError>;
+
+    /// The active branch (from the session's leaf) as lanes.
+    fn history_branch(&self, session: SessionId) -> Result<BranchLanes, StoreError>;
+
+    /// Every window opener of the session: (seq, entry id), in order.
+    fn history_window_starts(&self, session: SessionId) -> Result<Vec<(i64, String)>, StoreError>;
+
+    /// Windows in order of their opening entry; on `branch` when given.
+    fn history_windows(
+        &self,
+        session: SessionId,
+        branch: Option<&BranchLanes>,
+    ) -> Result<Vec<WindowRow>, StoreError>;
+
+    /// Items in append order (or the reverse), filtered.
+    fn history_items(
+        &self,
+        session: SessionId,
+        filter: &ItemFilter,
+        branch: Option<&BranchLanes>,
+        recent_first: bool,
+        visit: Visit<'_>,
+    ) -> Result<(), StoreError>;
+
+    /// The items whose key is `key` (one, or none; more only on a hash collision).
+    fn history_item(&self, session: SessionId, key: u64) -> Result<Vec<HistoryRow>, StoreError>;
+
+    /// Items whose text contains `query` (case-sensitive), in order, filtered.
+    fn history_search_literal(
+        &self,
+        session: SessionId,
+        query: &str,
+        filter: &ItemFilter,
+        branch: Option<&BranchLanes>,
+        recent_first: bool,
+        visit: Visit<'_>,
+    ) -> Result<(), StoreError>;
+
+    /// Items matching the FTS5 expression `fts_query`, best first, filtered.
+    fn history_search_ranked(
+        &self,
+        session: SessionId,
+        fts_query: &str,
+        filter: &ItemFilter,
+        branch: Option<&BranchLanes>,
+        visit: Visit<'_>,
+    ) -> Result<(), StoreError>;
+}
+
+const ROW_COLUMNS: &str = "h.seq, h.lane, h.window_seq, h.item_key, h.kind, h.role, h.tools, \
+     h.sidechain, e.id, e.parent, e.timestamp, e.body";
+
+/// Read rows of a query selecting [`ROW_COLUMNS`] (plus an optional score at index 12), apply
+/// the filter before decoding the entry, and hand them to `visit` until it says stop.
+fn visit_rows(
+    rows: &mut rusqlite::Rows<'_>,
+    filter: &ItemFilter,
+    branch: Option<&BranchLanes>,
+    scored: bool,
+    literal: Option<&str>,
+    visit: Visit<'_>,
+) -> Result<(), StoreError> {
+    while let Some(r) = rows.next()? {
+        let seq: i64 = r.get(0)?;
+        let lane: i64 = r.get(1)?;
+        let window_seq: i64 = r.get(2)?;
+        let role: String = r.get::<_, Option<String>>(5)?.unwrap_or_default();
+        let tools_text: String = r.get(6)?;
+        let tools: Vec<String> = tools_text
+            .split('\n')
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let sidechain: bool = r.get(7)?;
+        let row = ItemRow {
+            lane,
+            seq,
+            window_seq,
+            role: &role,
+            tools: &tools,
+            sidechain,
+        };
+        if !filter.accepts(&row, branch) {
+            continue;
+        }
+        let body: String = r.get(11)?;
+        let entry = decode_entry(r.get(8)?, r.get(9)?, r.get(10)?, sidechain, &body)?;
+        if let Some(q) = literal {
+            let text = item_facts(&entry.kind, &|_| None).map(|f| f.text);
+            if text.is_none_or(|t| find_literal(&t, q).is_none()) {
+                continue;
+            }
+        }
+        let item_key: i64 = r.get(3)?;
+        let row = HistoryRow {
+            seq,
+            lane,
+            window_seq,
+            item_key: item_key as u64,
+            kind: r.get::<_, Option<String>>(4)?.unwrap_or_default(),
+            role,
+            tools,
+            sidechain,
+            entry,
+            // FTS5's bm25 is lower-is-better; report higher-is-better.
+            score: if scored {
+                Some(-r.get::<_, f64>(12)?)
+            } else {
+                None
+            },
+        };
+        if !visit(row) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+impl HistoryStore for SqliteStore {
+    fn history_owned(
+        &self,
+        tenant: &str,
+        session: SessionId,
+    ) -> Result<Option<SessionMeta>, StoreError> {
+        let conn = self.conn();
+        let meta: Option<String> = conn
+            .query_row(
+                "SELECT meta FROM sessions WHERE id = ?1 AND tenant = ?2",
+                params![session, tenant],
+                |r| r.get(0),
+            )
+            .optional()?;
+        meta.map(|m| {
+            serde_json::from_str(&m).map_err(|e| StoreError::Corrupt {
+                id: format!("session {session}"),
+                message: e.to_string(),
+            })
+        })
+        .transpose()
+    }
+
+    fn history_sync(&self, session: SessionId) -> Result<u64, StoreError> {
+        let mut conn = self.conn();
+        let behind = |c: &rusqlite::Connection| -> rusqlite::Result<(i64, i64)> {
+            c.query_row(
+                "SELECT (SELECT COALESCE(MAX(seq), 0) FROM history_items WHERE session_id = ?1), \
+                        (SELECT COALESCE(MAX(seq), 0) FROM entries WHERE session_id = ?1)",
+                params![session],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+        };
+        let (indexed, last) = behind(&conn)?;
+        if indexed >= last {
+            return Ok(0);
+        }
+        // IMMEDIATE: a second process syncing the same session waits, then finds nothing to do.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let (indexed, _) = behind(&tx)?;
+        let mut count = 0u64;
+        {
+            let mut entries = tx.prepare(
+                "SELECT seq, id, parent, timestamp, sidechain, body FROM entries \
+                 WHERE session_id = ?1 AND seq > ?2 ORDER BY seq",
+            )?;
+            let mut parent_q = tx.prepare_cached(
+                "SELECT h.seq, h.lane, h.window_seq, \
+                        EXISTS (SELECT 1 FROM history_items c \
+                                WHERE c.session_id = h.session_id AND c.parent_seq = h.seq) \
+                 FROM entries e JOIN history_items h ON h.session_id = e.session_id AND h.seq = e.seq \
+                 WHERE e.session_id = ?1 AND e.id = ?2",
+            )?;
+            let mut insert_call = tx.prepare_cached(
+                "INSERT OR IGNORE INTO history_calls (session_id, call_id, name) VALUES (?1, ?2, ?3)",
+            )?;
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO history_items (session_id, seq, parent_seq, lane, window_seq, item_key, \
+                 kind, role, tools, sidechain) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?;
+            let mut trigram =
+                tx.prepare_cached("INSERT INTO history_trigram (rowid, text) VALUES (?1, ?2)")?;
+            // The previous entry: in a linear log it is the next one's parent.
+            let mut prev: Option<(String, i64, Place, bool)> = None;
+            let mut rows = entries.query(params![session, indexed])?;
+            while let Some(r) = rows.next()? {
+                let seq: i64 = r.get(0)?;
+                let id: String = r.get(1)?;
+                let parent: Option<String> = r.get(2)?;
+                let sidechain: bool = r.get(4)?;
+                let body: String = r.get(5)?;
+                let kind: EntryKind =
+                    serde_json::from_str(&body).map_err(|e| StoreError::Corrupt {
+                        id: id.clone(),
+                        message: e.to_string(),
+                    })?;
+                let parent_place: Option<(i64, ParentPlace)> = match &parent {
+                    None => None,
+                    Some(p) => match &mut prev {
+                        Some((pid, pseq, pplace, has_child)) if pid == p => {
+                            let found = (
+                                *pseq,
+                                ParentPlace {
+                                    place: *pplace,
+                                    has_child: *has_child,
+                                },
+                            );
+                            *has_child = true;
+                            Some(found)
+                        }
+                        _ => parent_q
+                            .query_row(params![session, p], |r| {
+                                Ok((
+                                    r.get::<_, i64>(0)?,
+                                    ParentPlace {
+                                        place: Place {
+                                            lane: r.get(1)?,
+                                            window_seq: r.get(2)?,
+                                        },
+                                        has_child: r.get(3)?,
+                                    },
+                                ))
+                            })
+                            .optional()?,
+                    },
+                };
+                let here = place(seq, &kind, parent_place.map(|(_, p)| p));
+                for (call_id, name) in tool_calls(&kind) {
+                    insert_call.execute(params![session, call_id, name])?;
+                }
+                let facts = item_facts(&kind, &|call_id| {
+                    tx.prepare_cached(
+                        "SELECT name FROM history_calls WHERE session_id = ?1 AND call_id = ?2",
+                    )
+                    .ok()?
+                    .query_row(params![session, call_id], |r| r.get::<_, String>(0))
+                    .optional()
+                    .ok()
+                    .flatten()
+                });
+                let key = facts
+                    .as_ref()
+                    .map(|_| ctxd_core::history::item_key(session, &id) as i64);
+                insert.execute(params![
+                    session,
+                    seq,
+                    parent_place.map(|(s, _)| s),
+                    here.lane,
+                    here.window_seq,
+                    key,
+                    facts.as_ref().map(|f| f.kind),
+                    facts.as_ref().map(|f| f.role),
+                    facts
+                        .as_ref()
+                        .map(|f| f.tools.join("\n"))
+                        .unwrap_or_default(),
+                    sidechain,
+                ])?;
+                if let Some(f) = facts.filter(|f| !f.text.is_empty()) {
+                    trigram.execute(params![tx.last_insert_rowid(), f.text])?;
+                }
+                prev = Some((id, seq, here, false));
+                count += 1;
+            }
+        }
+        tx.commit()?;
+        Ok(count)
+    }
+
+    fn history_branch(&self, session: SessionId) -> Result<BranchLanes, StoreError> {
+        let conn = self.conn();
+        let leaf: Option<String> = conn
+            .query_row(
+                "SELECT leaf FROM sessions WHERE id = ?1",
+                params![session],
+                |r| r.get(0),
+            )
+            .optional()?
+            .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
+        let mut leaf_seq: Option<i64> = match leaf {
+            Some(id) => conn
+                .query_row(
+                    "SELECT seq FROM entries WHERE session_id = ?1 AND id = ?2",
+                    params![session, id],
+                    |r| r.get(0),
+                )
+                .optional()?,
+            None => None,
+        };
+        if leaf_seq.is_none() {
+            leaf_seq = conn.query_row(
+                "SELECT COALESCE((SELECT MAX(seq) FROM entries WHERE session_id = ?1 AND sidechain = 0), \
+                                 (SELECT MAX(seq) FROM entries WHERE session_id = ?1))",
+                params![session],
+                |r| r.get(0),
+            )?;
+        }
+        let mut lanes = BranchLanes::default();
+        let mut at = leaf_seq;
+        let mut lane_of = conn
+            .prepare_cached("SELECT lane FROM history_items WHERE session_id = ?1 AND seq = ?2")?;
+        let mut parent_of = conn.prepare_cached(
+            "SELECT parent_seq FROM history_items WHERE session_id = ?1 AND seq = ?2",
+        )?;
+        while let Some(seq) = at {
+            let Some(lane) = lane_of
+                .query_row(params![session, seq], |r| r.get::<_, i64>(0))
+                .optional()?
+            else {
+                break;
+            };
+            lanes.push(lane, seq);
+            // Parents always have smaller seqs, so this walk ends.
+            at = parent_of
+                .query_row(params![session, lane], |r| r.get::<_, Option<i64>>(0))
+                .optional()?
+                .flatten()
+                .filter(|&p| p < lane);
+        }
+        Ok(lanes)
+    }
+
+    fn history_window_starts(&self, session: SessionId) -> Result<Vec<(i64, String)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT h.seq, e.id FROM history_items h \
+             JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq \
+             WHERE h.session_id = ?1 AND h.window_seq = h.seq ORDER BY h.seq",
+        )?;
+        let rows = stmt
+            .query_map(params![session], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    fn history_windows(
+        &self,
+        session: SessionId,
+        branch: Option<&BranchLanes>,
+    ) -> Result<Vec<WindowRow>, StoreError> {
+        let conn = self.conn();
+        let mut acc: std::collections::BTreeMap<i64, (u64, i64, i64)> = Default::default();
+        let mut add = |rows: &mut rusqlite::Rows<'_>| -> Result<(), StoreError> {
+            while let Some(r) = rows.next()? {
+                let w: i64 = r.get(0)?;
+                let n: i64 = r.get(1)?;
+                let (lo, hi): (i64, i64) = (r.get(2)?, r.get(3)?);
+                let slot = acc.entry(w).or_insert((0, lo, hi));
+                slot.0 += n as u64;
+                slot.1 = slot.1.min(lo);
+                slot.2 = slot.2.max(hi);
+            }
+            Ok(())
+        };
+        match branch {
+            Some(b) => {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT window_seq, SUM(item_key IS NOT NULL), MIN(seq), MAX(seq) FROM history_items \
+                     WHERE session_id = ?1 AND lane = ?2 AND seq <= ?3 GROUP BY window_seq",
+                )?;
+                for (lane, last) in b.lanes() {
+                    add(&mut stmt.query(params![session, lane, last])?)?;
+                }
+            }
+            None => {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT window_seq, SUM(item_key IS NOT NULL), MIN(seq), MAX(seq) FROM history_items \
+                     WHERE session_id = ?1 GROUP BY window_seq",
+                )?;
+                add(&mut stmt.query(params![session])?)?;
+            }
+        }
+        let mut start = conn.prepare_cached(
+            "SELECT id, parent, timestamp, sidechain, body FROM entries WHERE session_id = ?1 AND seq = ?2",
+        )?;
+        let mut out = Vec::with_capacity(acc.len());
+        for (window_seq, (items, first_seq, last_seq)) in acc {
+            let entry = start
+                .query_row(params![session, window_seq], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get::<_, String>(4)?,
+                    ))
+                })
+                .optional()?;
+            let Some((id, parent, ts, side, body)) = entry else {
+                continue;
+            };
+            out.push(WindowRow {
+                window_seq,
+                start: decode_entry(id, parent, ts, side, &body)?,
+                items,
+                first_seq,
+                last_seq,
+            });
+        }
+        Ok(out)
+    }
+
+    fn history_items(
+        &self,
+        session: SessionId,
+        filter: &ItemFilter,
+        branch: Option<&BranchLanes>,
+        recent_first: bool,
+        visit: Visit<'_>,
+    ) -> Result<(), StoreError> {
+        let conn = self.conn();
+        let order = if recent_first { "DESC" } else { "ASC" };
+        let window = if filter.window_seq.is_some() {
+            "AND h.window_seq = ?2"
+        } else {
+            "AND ?2 IS NULL"
+        };
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {ROW_COLUMNS} FROM history_items h \
+             JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq \
+             WHERE h.session_id = ?1 AND h.item_key IS NOT NULL {window} ORDER BY h.seq {order}"
+        ))?;
+        let mut rows = stmt.query(params![session, filter.window_seq])?;
+        visit_rows(&mut rows, filter, branch, false, None, visit)
+    }
+
+    fn history_item(&self, session: SessionId, key: u64) -> Result<Vec<HistoryRow>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {ROW_COLUMNS} FROM history_items h \
+             JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq \
+             WHERE h.session_id = ?1 AND h.item_key = ?2 ORDER BY h.seq"
+        ))?;
+        let mut rows = stmt.query(params![session, key as i64])?;
+        let mut out = Vec::new();
+        visit_rows(
+            &mut rows,
+            &ItemFilter::default(),
+            None,
+            false,
+            None,
+            &mut |r| {
+                out.push(r);
+                true
+            },
+        )?;
+        Ok(out)
+    }
+
+    fn history_search_literal(
+        &self,
+        session: SessionId,
+        query: &str,
+        filter: &ItemFilter,
+        branch: Option<&BranchLanes>,
+        recent_first: bool,
+        visit: Visit<'_>,
+    ) -> Result<(), StoreError> {
+        let Some(phrase) = ctxd_core::history::trigram_phrase(query) else {
+            // Shorter than a trigram: scan the items, checking each.
+            let conn = self.conn();
+            let order = if recent_first { "DESC" } else { "ASC" };
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {ROW_COLUMNS} FROM history_items h \
+                 JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq \
+                 WHERE h.session_id = ?1 AND h.item_key IS NOT NULL ORDER BY h.seq {order}"
+            ))?;
+            let mut rows = stmt.query(params![session])?;
+            return visit_rows(&mut rows, filter, branch, false, Some(query), visit);
+        };
+        let conn = self.conn();
+        let order = if recent_first { "DESC" } else { "ASC" };
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {ROW_COLUMNS} FROM history_trigram f \
+             JOIN history_items h ON h.rowid = f.rowid \
+             JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq \
+             WHERE history_trigram MATCH ?2 AND h.session_id = ?1 ORDER BY f.rowid {order}"
+        ))?;
+        let mut rows = stmt.query(params![session, phrase])?;
+        visit_rows(&mut rows, filter, branch, false, Some(query), visit)
+    }
+
+    fn history_search_ranked(
+        &self,
+        session: SessionId,
+        fts_query: &str,
+        filter: &ItemFilter,
+        branch: Option<&BranchLanes>,
+        visit: Visit<'_>,
+    ) -> Result<(), StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {ROW_COLUMNS}, f.rank FROM entry_fts f \
+             JOIN entry_text t ON t.rowid = f.rowid \
+             JOIN history_items h ON h.session_id = t.session_id AND h.seq = t.seq \
+             JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq \
+             WHERE entry_fts MATCH ?2 AND t.session_id = ?1 AND h.item_key IS NOT NULL \
+             ORDER BY f.rank"
+        ))?;
+        let mut rows = stmt.query(params![session, fts_query])?;
+        visit_rows(&mut rows, filter, branch, true, None, visit)
+    }
+}
