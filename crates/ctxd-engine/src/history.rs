@@ -552,7 +552,7 @@ pub fn specs() -> Vec<ToolSpec> {
     items_props.insert("max_chars_per_item".into(), json!({"type": "integer", "minimum": 1, "maximum": h::MAX_ITEM_CHARS, "description": format!("Preview length per item (default {}); read the item for all of it.", h::DEFAULT_ITEM_CHARS)}));
     let mut search_props = filter_properties();
     search_props.insert("query".into(), json!({"type": "string", "description": "Text to find. literal: case-sensitive substring; ranked: words, any case, best matches first."}));
-    search_props.insert("mode".into(), json!({"type": "string", "enum": ["literal", "ranked"], "description": "literal (default) or ranked full-text."}));
+    search_props.insert("mode".into(), json!({"type": "string", "enum": ["literal", "ranked"], "description": "literal (default) or ranked full-text (ranks the 2,000 most recent matches)."}));
     vec![
         ToolSpec {
             name: "history_list_windows",

@@ -45,6 +45,9 @@ pub struct WindowRow {
     pub last_seq: i64,
 }
 
+/// How many of the most recent matches a ranked search ranks.
+pub const RANKED_CANDIDATES: usize = 2_000;
+
 /// A visitor of rows in order; returns `false` to stop.
 pub type Visit<'a> = &'a mut dyn FnMut(HistoryRow) -> bool;
 
@@ -549,6 +552,10 @@ impl HistoryStore for SqliteStore {
         branch: Option<&BranchLanes>,
         visit: Visit<'_>,
     ) -> Result<(), StoreError> {
+        // Ranking every match costs time in proportion to the matches (a common word matches
+        // nearly every item: seconds at 1M items). Matches are stepped newest first and the
+        // RANKED_CANDIDATES most recent ones that pass the filters are ranked: the cost is
+        // bounded, and what an agent searches for is usually recent.
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(&format!(
             "SELECT {ROW_COLUMNS}, f.rank FROM entry_fts f \
@@ -556,9 +563,23 @@ impl HistoryStore for SqliteStore {
              JOIN history_items h ON h.session_id = t.session_id AND h.seq = t.seq \
              JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq \
              WHERE entry_fts MATCH ?2 AND t.session_id = ?1 AND h.item_key IS NOT NULL \
-             ORDER BY f.rank"
+             ORDER BY f.rowid DESC"
         ))?;
         let mut rows = stmt.query(params![session, fts_query])?;
-        visit_rows(&mut rows, filter, branch, true, None, visit)
+        let mut candidates = Vec::new();
+        visit_rows(&mut rows, filter, branch, true, None, &mut |row| {
+            candidates.push(row);
+            candidates.len() < RANKED_CANDIDATES
+        })?;
+        candidates.sort_by(|a, b| {
+            let (sa, sb) = (a.score.unwrap_or(0.0), b.score.unwrap_or(0.0));
+            sb.total_cmp(&sa).then(b.seq.cmp(&a.seq))
+        });
+        for row in candidates {
+            if !visit(row) {
+                break;
+            }
+        }
+        Ok(())
     }
 }
