@@ -35,6 +35,20 @@ pub struct Item<'a> {
     pub kind: ItemKind<'a>,
 }
 
+impl<'a> Item<'a> {
+    /// A message shown as it was written (no edit).
+    pub fn as_written(entry: usize, message: &'a Message) -> Self {
+        Item {
+            entry,
+            kind: ItemKind::Message {
+                message,
+                content: &message.content,
+                edited: false,
+            },
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum ItemKind<'a> {
     /// A message, with the content the model sees (its own, or the latest edit's).
@@ -167,14 +181,7 @@ impl<'a> Projector<'a> {
                 Change::Tools
             }
             EntryKind::Message(message) => {
-                self.items.push(Item {
-                    entry: pos,
-                    kind: ItemKind::Message {
-                        message,
-                        content: &message.content,
-                        edited: false,
-                    },
-                });
+                self.items.push(Item::as_written(pos, message));
                 Change::Added
             }
             EntryKind::BranchSummary { summary, .. } => {
@@ -244,14 +251,7 @@ impl<'a> Projector<'a> {
                 Change::None
             }
             EntryKind::WindowBoot { window_id, message } => {
-                let item = Item {
-                    entry: pos,
-                    kind: ItemKind::Message {
-                        message,
-                        content: &message.content,
-                        edited: false,
-                    },
-                };
+                let item = Item::as_written(pos, message);
                 if let Some(w) = self
                     .window
                     .as_mut()
@@ -265,14 +265,7 @@ impl<'a> Projector<'a> {
                 }
                 // A boot no pending marker asks for (the root window's, or a copy): shown in
                 // place, as written.
-                self.items.push(Item {
-                    entry: pos,
-                    kind: ItemKind::Message {
-                        message,
-                        content: &message.content,
-                        edited: false,
-                    },
-                });
+                self.items.push(Item::as_written(pos, message));
                 Change::Added
             }
         }
@@ -282,14 +275,7 @@ impl<'a> Projector<'a> {
         if let Some(replacement) = &compaction.replacement {
             self.items = replacement
                 .iter()
-                .map(|message| Item {
-                    entry: pos,
-                    kind: ItemKind::Message {
-                        message,
-                        content: &message.content,
-                        edited: false,
-                    },
-                })
+                .map(|message| Item::as_written(pos, message))
                 .collect();
             return;
         }

@@ -9,6 +9,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed expectation is a failed test
 
+mod common;
+use common::{confuse, Rng};
+
 use std::io::Cursor;
 use std::path::PathBuf;
 
@@ -456,57 +459,6 @@ fn typed_fast_path_and_value_path_agree() {
     }
 }
 
-/// A small deterministic generator (xorshift) for the mutation test.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
-/// Replace one random node of `v` with a value of another type.
-fn confuse(v: &mut serde_json::Value, rng: &mut Rng) {
-    let depth = rng.below(6);
-    confuse_at(v, rng, depth);
-}
-
-fn confuse_at(v: &mut serde_json::Value, rng: &mut Rng, depth: usize) {
-    use serde_json::Value;
-    if depth > 0 {
-        match v {
-            Value::Object(o) if !o.is_empty() => {
-                let i = rng.below(o.len());
-                if let Some(child) = o.values_mut().nth(i) {
-                    return confuse_at(child, rng, depth - 1);
-                }
-            }
-            Value::Array(a) if !a.is_empty() => {
-                let i = rng.below(a.len());
-                if let Some(child) = a.get_mut(i) {
-                    return confuse_at(child, rng, depth - 1);
-                }
-            }
-            _ => {}
-        }
-    }
-    *v = match rng.below(7) {
-        0 => Value::Null,
-        1 => Value::from(-1),
-        2 => Value::from(1.5e300),
-        3 => Value::from("x"),
-        4 => Value::Array(vec![Value::Null]),
-        5 => serde_json::json!({"type": "image", "data": "%%%", "mimeType": 3}),
-        _ => Value::Bool(true),
-    };
-}
-
 #[test]
 fn type_confused_lines_never_panic() {
     let text = std::fs::read_to_string(large_session()).expect("shared session");
@@ -522,7 +474,12 @@ fn type_confused_lines_never_panic() {
         let mut mutated = lines.clone();
         for _ in 0..8 {
             let i = rng.below(mutated.len());
-            confuse(&mut mutated[i], &mut rng);
+            confuse(
+                &mut mutated[i],
+                &mut rng,
+                6,
+                &[serde_json::json!({"type": "image", "data": "%%%", "mimeType": 3})],
+            );
         }
         let out: Vec<String> = mutated.iter().map(|v| v.to_string()).collect();
         // Any outcome but a panic is fine: an import with warnings, or a clean error.
