@@ -6,6 +6,7 @@
 pub mod anthropic;
 pub mod openai_chat;
 pub mod openai_responses;
+pub mod stream;
 
 use ctxd_core::model::{EntryKind, Message, ToolDef};
 
