@@ -24,6 +24,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the gateway: point agents' base URL here (Anthropic Messages, OpenAI Chat
+    /// Completions and Responses); conversations are kept in the store.
+    Serve(crate::serve_cmd::ServeArgs),
     /// Where a session's context window goes: headline, composition, drift, compactions,
     /// largest messages, context per turn and billed totals.
     Report(ReportArgs),

@@ -9,6 +9,7 @@ mod import_cmd;
 mod load;
 mod notes_cmd;
 mod report_cmd;
+mod serve_cmd;
 mod sessions_cmd;
 mod store;
 mod tui;
@@ -31,6 +32,7 @@ fn main() -> ExitCode {
     };
     let store = store::StoreChoice::new(cli.store.clone(), &matches);
     let result = match cli.command {
+        cli::Command::Serve(args) => serve_cmd::run(&args, &store),
         cli::Command::Report(args) => report_cmd::run(&args),
         cli::Command::Sessions(args) => sessions_cmd::run(&args, &store),
         cli::Command::Import(args) => import_cmd::run(&args, &store),

@@ -23,6 +23,11 @@ impl StoreChoice {
         }
     }
 
+    /// A store path was given (flag or `CTXD_STORE`).
+    pub fn given(&self) -> bool {
+        self.path.is_some()
+    }
+
     /// The store file: the given path, or `ctxd/ctxd.db` in the user's data directory.
     pub fn path(&self) -> anyhow::Result<PathBuf> {
         match &self.path {

@@ -6,7 +6,7 @@
 //! the session, gathers the notes snapshot and appends the drafts in one atomic batch.
 
 use ctxd_core::budget::{self, Thresholds};
-use ctxd_core::model::{ContentBlock, EntryId, Message, Session, ToolDef};
+use ctxd_core::model::{ContentBlock, Entry, EntryId, Message, Session, ToolDef};
 use ctxd_core::tokens::{CharEstimate, TokenCounter};
 use ctxd_core::tree::active_branch;
 use ctxd_core::view::{project_checked, ItemKind, ProjectionError, SummaryKind};
@@ -306,8 +306,32 @@ impl<S: Store> Engine<S> {
         now_ms: i64,
     ) -> Result<TurnEndOutcome, EngineError> {
         let (record, session) = self.caller_session(caller, "turn_end")?;
-        let policy = Self::policy(caller, &session, policy);
-        let branch = active_branch(&session);
+        let (outcome, entries) =
+            self.plan_turn_end(caller, &record, &session, end, policy, counter, now_ms)?;
+        if !entries.is_empty() {
+            let batch: Vec<NewEntry> = entries.into_iter().map(NewEntry::new).collect();
+            self.store.append(record.id, &batch, None)?;
+        }
+        Ok(outcome)
+    }
+
+    /// The entries [`Engine::turn_end_at`] would append to `session` (already loaded, e.g. the
+    /// gateway's copy of the log including writes still queued), chained from its leaf, without
+    /// appending them. The caller appends them as one batch. Reads notes only when a window
+    /// opens (for its boot).
+    #[allow(clippy::too_many_arguments)]
+    pub fn plan_turn_end(
+        &self,
+        caller: &Caller,
+        record: &SessionRecord,
+        session: &Session,
+        end: TurnEnd,
+        policy: Option<WindowPolicy>,
+        counter: &dyn TokenCounter,
+        now_ms: i64,
+    ) -> Result<(TurnEndOutcome, Vec<Entry>), EngineError> {
+        let policy = Self::policy(caller, session, policy);
+        let branch = active_branch(session);
         let leaf = branch
             .last()
             .and_then(|&p| session.entries.get(p))
@@ -320,31 +344,32 @@ impl<S: Store> Engine<S> {
                 name: windows::ABORT_EVENT.to_owned(),
                 detail: None,
             }];
-            outcome.appended = self.commit(&record, leaf.as_ref(), drafts, stamp)?;
-            return Ok(outcome);
+            let entries = windows::chain(leaf.as_ref(), drafts, stamp);
+            outcome.appended = entries.iter().map(|e| e.id.clone()).collect();
+            return Ok((outcome, entries));
         }
 
         let remaining = policy
             .context_window
-            .zip(budget::window_tokens(&session, &branch, counter))
+            .zip(budget::window_tokens(session, &branch, counter))
             .map(|(w, t)| budget::remaining(w, t));
         outcome.remaining = remaining;
         let mut drafts = Vec::new();
         if let Some(reminder) =
-            remaining.and_then(|r| budget::due_reminder(&session, &branch, r, &policy.thresholds))
+            remaining.and_then(|r| budget::due_reminder(session, &branch, r, &policy.thresholds))
         {
             outcome.reminder = Some(reminder.kind());
             drafts.push(ctxd_core::model::EntryKind::Message(reminder.message()));
         }
 
-        let complete = windows::batch_complete(&session, &branch);
+        let complete = windows::batch_complete(session, &branch);
         let cause = match end {
             TurnEnd::Overflow
-                if policy.automatic && windows::overflow_recovery_allowed(&session, &branch) =>
+                if policy.automatic && windows::overflow_recovery_allowed(session, &branch) =>
             {
                 Some(ResetCause::Overflow)
             }
-            TurnEnd::Completed if complete && windows::reset_requests(&session, &branch) > 0 => {
+            TurnEnd::Completed if complete && windows::reset_requests(session, &branch) > 0 => {
                 Some(ResetCause::Requested)
             }
             TurnEnd::Completed
@@ -358,12 +383,16 @@ impl<S: Store> Engine<S> {
         };
         if let Some(cause) = cause {
             let window_id = windows::new_window_id(&record.key, leaf.as_ref());
-            let boot = self.boot_text(caller, &record, &session, &branch, &window_id, now_ms)?;
+            let boot = self.boot_text(caller, record, session, &branch, &window_id, now_ms)?;
             drafts.extend(windows::reset_drafts(&window_id, cause, boot));
             outcome.reset = Some((window_id, cause.as_str()));
         }
-        outcome.appended = self.commit(&record, leaf.as_ref(), drafts, stamp)?;
-        Ok(outcome)
+        if drafts.is_empty() {
+            return Ok((outcome, Vec::new()));
+        }
+        let entries = windows::chain(leaf.as_ref(), drafts, stamp);
+        outcome.appended = entries.iter().map(|e| e.id.clone()).collect();
+        Ok((outcome, entries))
     }
 
     /// The seed's narrow repair: append the boot of a marker whose boot is missing when only

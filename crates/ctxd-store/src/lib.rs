@@ -100,4 +100,8 @@ pub trait Store: NotesStore + HistoryStore {
 
     /// The client's own bytes of an entry, when they were stored.
     fn raw(&self, session: SessionId, id: &EntryId) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// The store-wide setting `key`; when absent, `value` is stored first (atomically, so two
+    /// processes racing agree on one value). Used for the gateway's tenant-hash key.
+    fn setting_or_insert(&self, key: &str, value: &[u8]) -> Result<Vec<u8>, StoreError>;
 }

@@ -144,7 +144,7 @@ pub fn request(body: &Value) -> Request {
 }
 
 /// The text blocks of a message, one a line (other blocks say nothing here).
-pub(crate) fn text_of(blocks: &[ContentBlock]) -> String {
+pub fn text_of(blocks: &[ContentBlock]) -> String {
     blocks
         .iter()
         .filter_map(|b| match b {

@@ -5,18 +5,21 @@ use rusqlite::Connection;
 
 use crate::StoreError;
 
-/// (version, SQL). Version 1 is the first schema.
-const MIGRATIONS: &[(u32, &str)] = &[(
-    1,
-    concat!(
-        include_str!("v1_core.sql"),
-        include_str!("v1_notes.sql"),
-        include_str!("v1_history.sql")
+/// (version, SQL). Version 1 is the first schema; 2 adds store settings (the gateway's key).
+const MIGRATIONS: &[(u32, &str)] = &[
+    (
+        1,
+        concat!(
+            include_str!("v1_core.sql"),
+            include_str!("v1_notes.sql"),
+            include_str!("v1_history.sql")
+        ),
     ),
-)];
+    (2, include_str!("v2_settings.sql")),
+];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// A store written by a newer ctxd is refused, untouched.
 pub(crate) fn refuse_newer(conn: &Connection) -> Result<u32, StoreError> {

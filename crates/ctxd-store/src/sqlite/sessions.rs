@@ -315,4 +315,20 @@ impl Store for SqliteStore {
             .optional()?;
         Ok(raw.flatten())
     }
+
+    fn setting_or_insert(&self, key: &str, value: &[u8]) -> Result<Vec<u8>, StoreError> {
+        let mut conn = self.conn();
+        let tx = super::write_transaction(&mut conn)?;
+        tx.execute(
+            "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING",
+            params![key, value],
+        )?;
+        let stored: Vec<u8> = tx.query_row(
+            "SELECT value FROM settings WHERE key = ?1",
+            params![key],
+            |r| r.get(0),
+        )?;
+        tx.commit()?;
+        Ok(stored)
+    }
 }

@@ -1,0 +1,110 @@
+//! `ctxd serve`: the gateway, on the store, until SIGTERM or Ctrl-C.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use ctxd_gateway::{shutdown_signal, Server, Settings};
+
+use crate::store::StoreChoice;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on. Binds to loopback unless told otherwise.
+    #[arg(long, env = "CTXD_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// The Anthropic API origin requests to `/v1/messages` go to [default: https://api.anthropic.com].
+    #[arg(long, env = "CTXD_UPSTREAM_ANTHROPIC", value_name = "URL")]
+    pub upstream_anthropic: Option<String>,
+    /// The OpenAI API origin Chat Completions and Responses requests go to [default: https://api.openai.com].
+    #[arg(long, env = "CTXD_UPSTREAM_OPENAI", value_name = "URL")]
+    pub upstream_openai: Option<String>,
+    /// A TOML settings file (keys as the long flags: listen, upstream-anthropic, ...).
+    #[arg(long, env = "CTXD_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Largest request body accepted, in bytes (also after decompression) [default: 67108864].
+    #[arg(long, env = "CTXD_MAX_BODY_BYTES", value_name = "BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// Seconds to wait for a connection to the provider [default: 10].
+    #[arg(long, env = "CTXD_CONNECT_TIMEOUT", value_name = "SECS")]
+    pub connect_timeout: Option<u64>,
+    /// Seconds to wait for the provider's response headers, then between two chunks [default: 600].
+    #[arg(long, env = "CTXD_READ_TIMEOUT", value_name = "SECS")]
+    pub read_timeout: Option<u64>,
+    /// Log lines as JSON objects instead of text.
+    #[arg(long)]
+    pub log_json: bool,
+}
+
+pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
+    let mut settings = Settings::new(store.path()?);
+    if let Some(file) = &args.config {
+        settings.apply_file(file).map_err(anyhow::Error::msg)?;
+        // A store given on the command line or in CTXD_STORE wins over the file's.
+        if store.given() {
+            settings.store = store.path()?;
+        }
+    }
+    if let Some(listen) = args.listen {
+        settings.listen = listen;
+    }
+    if let Some(u) = &args.upstream_anthropic {
+        settings.upstream_anthropic.clone_from(u);
+    }
+    if let Some(u) = &args.upstream_openai {
+        settings.upstream_openai.clone_from(u);
+    }
+    if let Some(n) = args.max_body_bytes {
+        settings.max_body_bytes = n;
+    }
+    if let Some(s) = args.connect_timeout {
+        settings.connect_timeout = Duration::from_secs(s);
+    }
+    if let Some(s) = args.read_timeout {
+        settings.read_timeout = Duration::from_secs(s);
+    }
+    settings.validate().map_err(anyhow::Error::msg)?;
+    init_logging(args.log_json);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("ctxd-serve")
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(async {
+        let server = Server::bind(settings.clone()).await?;
+        let addr = server.local_addr()?;
+        tracing::info!(
+            %addr,
+            store = %settings.store.display(),
+            anthropic = %settings.upstream_anthropic,
+            openai = %settings.upstream_openai,
+            "ctxd gateway listening"
+        );
+        // One line on stdout for people and scripts: where to point ANTHROPIC_BASE_URL.
+        println!("ctxd serve: listening on http://{addr}");
+        server.run(shutdown_signal()).await?;
+        Ok::<(), anyhow::Error>(())
+    })
+}
+
+/// Logs to stderr; `CTXD_LOG` (or `RUST_LOG`) sets the filter, `info` by default.
+fn init_logging(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = std::env::var("CTXD_LOG")
+        .ok()
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .and_then(|f| EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}

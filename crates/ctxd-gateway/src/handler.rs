@@ -1,0 +1,546 @@
+//! One conversation request, end to end: read and check the body, find the tenant and the
+//! session, plan the request against the log, send the projection upstream, relay the response
+//! as it arrives while assembling it, and record the outcome when it completes.
+
+// A rejection is the finished error response; it is built once per failed request.
+#![allow(clippy::result_large_err)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use ctxd_core::model::SessionMeta;
+use ctxd_core::view::ProjectionError;
+use ctxd_engine::Caller;
+use tracing::Instrument;
+
+use crate::api::Api;
+use crate::hash;
+use crate::identity;
+use crate::log::SessionLog;
+use crate::plan::{plan_request, upstream_parts};
+use crate::relay::{Completion, Outcome, Relay};
+use crate::request::ParsedRequest;
+use crate::rewrite::splice;
+use crate::server::Gateway;
+use crate::sessions::{Loaded, Slot};
+use crate::writer::Job;
+
+/// An error answered in the API's own shape.
+pub(crate) fn api_error(api: Api, status: StatusCode, message: &str) -> Response {
+    metrics::counter!("ctxd_rejected_total", "route" => api.route(), "status" => status.as_str().to_owned())
+        .increment(1);
+    (status, axum::Json(api.error_body(status, message))).into_response()
+}
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Read the body within the size limit.
+pub(crate) async fn read_body(
+    api: Api,
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, Response> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large(api, limit));
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let too_big = std::error::Error::source(&e)
+            .is_some_and(|s| s.to_string().contains("length limit"))
+            || e.to_string().contains("length limit");
+        if too_big {
+            too_large(api, limit)
+        } else {
+            api_error(
+                api,
+                StatusCode::BAD_REQUEST,
+                &format!("cannot read request body: {e}"),
+            )
+        }
+    })
+}
+
+fn too_large(api: Api, limit: usize) -> Response {
+    api_error(
+        api,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("request body is larger than the gateway's limit of {limit} bytes"),
+    )
+}
+
+/// The body as JSON bytes: `content-encoding` gzip and zstd (Codex) are decoded, within the
+/// size limit (a small body must not inflate without bound).
+fn decode(api: Api, headers: &HeaderMap, raw: &Bytes, limit: usize) -> Result<Bytes, Response> {
+    use std::io::Read;
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_ascii_lowercase());
+    let mut out = Vec::new();
+    let read = match encoding.as_deref() {
+        None | Some("") | Some("identity") => return Ok(raw.clone()),
+        Some("gzip") | Some("x-gzip") => flate2::read::GzDecoder::new(raw.as_ref())
+            .take(limit as u64 + 1)
+            .read_to_end(&mut out),
+        Some("zstd") => match ruzstd::decoding::StreamingDecoder::new(raw.as_ref()) {
+            Ok(mut d) => (&mut d).take(limit as u64 + 1).read_to_end(&mut out),
+            Err(e) => Err(std::io::Error::other(e.to_string())),
+        },
+        Some(other) => {
+            return Err(api_error(
+                api,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                &format!("content-encoding {other:?} is not supported (use gzip or zstd)"),
+            ))
+        }
+    };
+    if let Err(e) = read {
+        return Err(api_error(
+            api,
+            StatusCode::BAD_REQUEST,
+            &format!("cannot decompress request body: {e}"),
+        ));
+    }
+    if out.len() > limit {
+        return Err(too_large(api, limit));
+    }
+    Ok(Bytes::from(out))
+}
+
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let essence = v.split(';').next().unwrap_or("").trim();
+            essence.eq_ignore_ascii_case("application/json") || essence.ends_with("+json")
+        })
+}
+
+/// What a request needs once planned.
+struct Planned {
+    upstream_body: Bytes,
+    encoded: bool,
+    rewritten: bool,
+    completion: Completion,
+}
+
+pub(crate) async fn conversation(
+    app: Arc<Gateway>,
+    api: Api,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let request_id = app.request_id(&headers);
+    let span = tracing::info_span!("request", id = %request_id, route = api.route());
+    let mut response = async move {
+        let planned = match prepare(&app, api, &headers, body, started).await {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
+        let path = uri
+            .path_and_query()
+            .map_or(uri.path(), |p| p.as_str())
+            .to_owned();
+        forward(&app, api, method, &path, &headers, planned, started).await
+    }
+    .instrument(span)
+    .await;
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert("x-ctxd-request-id", v);
+    }
+    response
+}
+
+async fn prepare(
+    app: &Arc<Gateway>,
+    api: Api,
+    headers: &HeaderMap,
+    body: Body,
+    started: Instant,
+) -> Result<Planned, Response> {
+    let limit = app.settings.max_body_bytes;
+    let raw = read_body(api, headers, body, limit).await?;
+    if !is_json(headers) {
+        return Err(api_error(
+            api,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "content-type must be application/json",
+        ));
+    }
+    let decoded = decode(api, headers, &raw, limit)?;
+    let req = ParsedRequest::parse(api, &decoded)
+        .map_err(|e| api_error(api, StatusCode::BAD_REQUEST, &e.to_string()))?;
+
+    let tenant = identity::tenant(&app.tenant_key, headers);
+    let first = (!req.elements.is_empty()).then(|| hash::message(&req.message(&decoded, 0)));
+    let (key, source) = identity::session_key(headers, &req, first);
+    let (agent, agent_name) = identity::agent(headers, source);
+    let caller = Caller {
+        tenant: tenant.clone(),
+        session: None,
+        session_key: Some(key.clone()),
+        agent: Some(agent_name),
+        model: req.model.clone(),
+        project: None,
+    };
+
+    let slot = app.sessions.slot(&tenant, &key);
+    let mut state = slot.state.lock().await;
+    if state.is_none() || slot.take_stale() {
+        let meta = SessionMeta {
+            id: Some(key.clone()),
+            agent,
+            format: format!("gateway/{}", api.route()),
+            started_at: Some(ctxd_core::windows::iso8601(now_ms())),
+            model: req.model.clone(),
+            ..SessionMeta::default()
+        };
+        *state = Some(load(app, &tenant, &key, meta).await?);
+    }
+    let Some(loaded) = state.as_mut() else {
+        return Err(internal(api, "session state missing"));
+    };
+    let caller = Caller {
+        session: Some(loaded.record.id),
+        ..caller
+    };
+    let now = ctxd_core::windows::iso8601(now_ms());
+    let plan = plan_request(&mut loaded.log, &req, &decoded, &now);
+    if !plan.appended.is_empty() {
+        app.writer.send(Job::Append {
+            session: loaded.record.id,
+            entries: plan.appended.clone(),
+            stale: slot.stale.clone(),
+        });
+    } else if let Some(leaf) = plan.moved_leaf.clone() {
+        app.writer.send(Job::SetLeaf {
+            session: loaded.record.id,
+            leaf,
+            stale: slot.stale.clone(),
+        });
+    }
+    let parts = match upstream_parts(&loaded.log, &plan) {
+        Ok(parts) => parts,
+        Err(ProjectionError::MissingBoot { .. }) => {
+            drop(state);
+            return Err(repair_and_retry_hint(app, api, &slot, &caller).await);
+        }
+    };
+    let attach = loaded
+        .log
+        .leaf()
+        .and_then(|p| loaded.log.entry(p))
+        .map(|e| e.id.clone());
+    tracing::debug!(
+        session = loaded.record.id,
+        matched = plan.matched,
+        appended = plan.appended.len(),
+        rewritten = parts.is_some(),
+        "planned"
+    );
+    drop(state);
+
+    let (upstream_body, encoded, rewritten) = match parts {
+        None => (raw, true, false),
+        Some(parts) => (Bytes::from(splice(&req, &decoded, &parts)), false, true),
+    };
+    if rewritten {
+        metrics::counter!("ctxd_rewritten_total", "route" => api.route()).increment(1);
+    }
+    let completion = Completion::new(
+        app.clone(),
+        slot,
+        caller,
+        attach,
+        api,
+        started,
+        started.elapsed(),
+    );
+    Ok(Planned {
+        upstream_body,
+        encoded,
+        rewritten,
+        completion,
+    })
+}
+
+/// A window marker without its boot: the seed's narrow repair, then the client retries.
+async fn repair_and_retry_hint(
+    app: &Arc<Gateway>,
+    api: Api,
+    slot: &Arc<Slot>,
+    caller: &Caller,
+) -> Response {
+    app.writer.flush().await;
+    let engine = app.engine.clone();
+    let c = caller.clone();
+    let outcome = tokio::task::spawn_blocking(move || engine.repair_window(&c, now_ms())).await;
+    // Whatever happened, the next request reads the session back from the store.
+    slot.stale.store(true, std::sync::atomic::Ordering::Release);
+    let message = match outcome {
+        Ok(Ok(o)) => {
+            format!("ctxd repaired this session's context window ({o:?}); retry the request")
+        }
+        Ok(Err(e)) => {
+            format!("ctxd: this session's context window has no boot and repair failed: {e}")
+        }
+        Err(e) => format!("ctxd: repair failed: {e}"),
+    };
+    tracing::warn!(%message, "window without boot");
+    api_error(api, StatusCode::SERVICE_UNAVAILABLE, &message)
+}
+
+fn internal(api: Api, message: &str) -> Response {
+    api_error(
+        api,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        &format!("ctxd: {message}"),
+    )
+}
+
+/// Open (or create) the session and read it back, after the writer has drained (the store must
+/// hold everything queued before it is read).
+async fn load(
+    app: &Arc<Gateway>,
+    tenant: &str,
+    key: &str,
+    meta: SessionMeta,
+) -> Result<Loaded, Response> {
+    app.writer.flush().await;
+    let engine = app.engine.clone();
+    let (tenant, key) = (tenant.to_owned(), key.to_owned());
+    let loaded = tokio::task::spawn_blocking(move || {
+        use ctxd_store::Store;
+        let store = engine.store();
+        let record = store.open_session(&tenant, &key, &meta)?;
+        let session = store.load(record.id)?;
+        Ok::<_, ctxd_store::StoreError>(Loaded {
+            record,
+            log: SessionLog::new(session),
+        })
+    })
+    .await;
+    match loaded {
+        Ok(Ok(l)) => Ok(l),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "cannot open session");
+            Err(internal(Api::Anthropic, &format!("store: {e}")))
+        }
+        Err(e) => Err(internal(Api::Anthropic, &format!("store task: {e}"))),
+    }
+}
+
+/// Whether an upstream error says the prompt did not fit the context window.
+fn is_overflow(status: StatusCode, body: &[u8]) -> bool {
+    if status != StatusCode::BAD_REQUEST && status != StatusCode::PAYLOAD_TOO_LARGE {
+        return false;
+    }
+    let text = String::from_utf8_lossy(&body[..body.len().min(4096)]).to_ascii_lowercase();
+    text.contains("prompt is too long")
+        || text.contains("context_length_exceeded")
+        || text.contains("maximum context length")
+        || text.contains("context window")
+}
+
+async fn forward(
+    app: &Arc<Gateway>,
+    api: Api,
+    method: Method,
+    path: &str,
+    headers: &HeaderMap,
+    planned: Planned,
+    started: Instant,
+) -> Response {
+    let Planned {
+        upstream_body,
+        encoded,
+        rewritten,
+        completion,
+    } = planned;
+    let sent = Instant::now();
+    let upstream = app
+        .upstream
+        .send(api, method, path, headers, upstream_body, encoded)
+        .await;
+    let resp = match upstream {
+        Ok(r) => r,
+        Err(e) => {
+            completion.finish(Outcome::Failed, Duration::ZERO);
+            let (status, what) = if e.is_timeout() {
+                (StatusCode::GATEWAY_TIMEOUT, "timed out")
+            } else {
+                (StatusCode::BAD_GATEWAY, "failed")
+            };
+            tracing::warn!(error = %e, "upstream {what}");
+            return api_error(api, status, &format!("ctxd: upstream request {what}: {e}"));
+        }
+    };
+    let waited = sent.elapsed();
+    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut out_headers = crate::upstream::response_headers(resp.headers());
+    if rewritten {
+        out_headers.insert("x-ctxd-rewritten", HeaderValue::from_static("1"));
+    }
+    let is_sse = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    tracing::info!(
+        status = status.as_u16(),
+        stream = is_sse,
+        upstream_ms = waited.as_millis() as u64,
+        "upstream answered"
+    );
+
+    if status.is_success() && is_sse {
+        out_headers.remove(header::CONTENT_LENGTH);
+        let relay = Relay::new(api, resp.bytes_stream(), completion, waited);
+        let mut response = Response::new(Body::from_stream(relay));
+        *response.status_mut() = status;
+        *response.headers_mut() = out_headers;
+        return response;
+    }
+
+    let body = match resp.bytes().await {
+        Ok(b) => b,
+        Err(e) => {
+            completion.finish(Outcome::Failed, sent.elapsed());
+            return api_error(
+                api,
+                StatusCode::BAD_GATEWAY,
+                &format!("ctxd: upstream response failed: {e}"),
+            );
+        }
+    };
+    let waited = sent.elapsed();
+    let outcome = if status.is_success() {
+        match ctxd_formats::wire::stream::assemble_json(api.stream_api(), &body) {
+            Ok(a) => Outcome::Response(a),
+            Err(e) => {
+                tracing::warn!(error = %e, "response not recorded");
+                Outcome::Failed
+            }
+        }
+    } else if is_overflow(status, &body) {
+        Outcome::Overflow
+    } else {
+        Outcome::Failed
+    };
+    completion.finish(outcome, waited);
+    let _ = started;
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    *response.headers_mut() = out_headers;
+    response
+}
+
+/// A request that is not a conversation turn (`count_tokens`, `/v1/models`, other paths):
+/// relayed both ways untouched, nothing stored.
+pub(crate) async fn passthrough(
+    app: Arc<Gateway>,
+    api: Api,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let raw = match read_body(api, &headers, body, app.settings.max_body_bytes).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let path = uri
+        .path_and_query()
+        .map_or(uri.path(), |p| p.as_str())
+        .to_owned();
+    let started = Instant::now();
+    match app
+        .upstream
+        .send(api, method, &path, &headers, raw, true)
+        .await
+    {
+        Ok(resp) => {
+            let status =
+                StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            let headers = crate::upstream::response_headers(resp.headers());
+            metrics::histogram!("ctxd_upstream_seconds", "route" => "passthrough")
+                .record(started.elapsed().as_secs_f64());
+            let mut response = Response::new(Body::from_stream(resp.bytes_stream()));
+            *response.status_mut() = status;
+            *response.headers_mut() = headers;
+            response
+        }
+        Err(e) => {
+            let status = if e.is_timeout() {
+                StatusCode::GATEWAY_TIMEOUT
+            } else {
+                StatusCode::BAD_GATEWAY
+            };
+            api_error(api, status, &format!("ctxd: upstream request failed: {e}"))
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compressed_bodies_are_decoded_within_the_limit() {
+        use std::io::Write;
+        let json = br#"{"input":"hello"}"#;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(json).unwrap();
+        let gz = Bytes::from(gz.finish().unwrap());
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        assert_eq!(decode(Api::Responses, &h, &gz, 1000).unwrap(), &json[..]);
+        let r = decode(Api::Responses, &h, &gz, 5).unwrap_err();
+        assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("br"));
+        assert_eq!(
+            decode(Api::Responses, &h, &gz, 1000).unwrap_err().status(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        );
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        let junk = Bytes::from_static(b"not gzip at all");
+        assert_eq!(
+            decode(Api::Responses, &h, &junk, 1000)
+                .unwrap_err()
+                .status(),
+            StatusCode::BAD_REQUEST
+        );
+    }
+
+    #[test]
+    fn overflow_errors_are_recognised() {
+        assert!(is_overflow(
+            StatusCode::BAD_REQUEST,
+            br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#
+        ));
+        assert!(is_overflow(
+            StatusCode::BAD_REQUEST,
+            br#"{"error":{"code":"context_length_exceeded"}}"#
+        ));
+        assert!(!is_overflow(
+            StatusCode::TOO_MANY_REQUESTS,
+            b"context window"
+        ));
+    }
+}

@@ -1,0 +1,170 @@
+//! Who is asking: the tenant (a keyed hash of the client's credential, never the credential),
+//! the session (the client's own hint, else a fingerprint of the conversation's start) and the
+//! agent (from the user agent).
+
+use axum::http::HeaderMap;
+use ctxd_core::model::Agent;
+
+use crate::api::Api;
+use crate::hash;
+use crate::request::ParsedRequest;
+
+/// The tenant of a credential: 128 bits of BLAKE3 keyed with the store's secret, so the store
+/// never holds anything from which the credential can be recovered or tested offline.
+pub fn tenant(key: &[u8; 32], headers: &HeaderMap) -> String {
+    let credential = headers
+        .get("x-api-key")
+        .or_else(|| headers.get("authorization"))
+        .map(|v| v.as_bytes())
+        .unwrap_or_default();
+    let digest = blake3::keyed_hash(key, credential);
+    format!("t-{}", &digest.to_hex()[..32])
+}
+
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty() && v.len() <= 256)
+}
+
+/// Where a session key came from (logged, and a hint for the agent name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeySource {
+    Explicit,
+    ClaudeCode,
+    Codex,
+    PiHeader,
+    PromptCacheKey,
+    MetadataUserId,
+    Fingerprint,
+}
+
+/// The session key of a request.
+pub fn session_key(
+    headers: &HeaderMap,
+    req: &ParsedRequest,
+    first_message: Option<hash::Hash>,
+) -> (String, KeySource) {
+    if let Some(k) = header(headers, "x-ctxd-session") {
+        return (k.to_owned(), KeySource::Explicit);
+    }
+    if let Some(k) = header(headers, "x-claude-code-session-id") {
+        return (k.to_owned(), KeySource::ClaudeCode);
+    }
+    if let Some(k) = header(headers, "session-id").or_else(|| header(headers, "thread-id")) {
+        return (k.to_owned(), KeySource::Codex);
+    }
+    if let Some(k) = header(headers, "session_id") {
+        return (k.to_owned(), KeySource::PiHeader);
+    }
+    if let Some(k) = req.prompt_cache_key.as_deref().filter(|k| !k.is_empty()) {
+        return (k.to_owned(), KeySource::PromptCacheKey);
+    }
+    if let Some(k) = req.metadata_user_id.as_deref().filter(|k| !k.is_empty()) {
+        return (k.to_owned(), KeySource::MetadataUserId);
+    }
+    // No hint: the same system prompt and first message make the same conversation.
+    let mut h = blake3::Hasher::new();
+    h.update(req.api.route().as_bytes());
+    h.update(req.system.as_deref().unwrap_or("").as_bytes());
+    h.update(&first_message.unwrap_or_default());
+    (
+        format!("fp-{}", &h.finalize().to_hex()[..24]),
+        KeySource::Fingerprint,
+    )
+}
+
+/// The agent behind a request: `x-ctxd-agent`, else the user agent, else the session hint.
+pub fn agent(headers: &HeaderMap, source: KeySource) -> (Option<Agent>, String) {
+    if let Some(name) = header(headers, "x-ctxd-agent") {
+        return (None, name.to_owned());
+    }
+    let ua = header(headers, "user-agent").unwrap_or("");
+    if ua.starts_with("claude-cli/") || source == KeySource::ClaudeCode {
+        return (Some(Agent::ClaudeCode), "claude-code".into());
+    }
+    if ua.starts_with("codex")
+        || header(headers, "originator").is_some_and(|o| o.starts_with("codex"))
+    {
+        return (Some(Agent::Codex), "codex".into());
+    }
+    // Pi talks through the official JS SDKs and names its session in these hints.
+    if matches!(source, KeySource::PiHeader | KeySource::PromptCacheKey) && ua.contains("/JS ") {
+        return (Some(Agent::Pi), "pi".into());
+    }
+    (Some(Agent::Api), "sdk".into())
+}
+
+/// The API a route-less request (`/v1/models`, unknown paths) belongs to, from its headers.
+pub fn api_of_headers(headers: &HeaderMap) -> Api {
+    if headers.contains_key("x-api-key") || headers.contains_key("anthropic-version") {
+        Api::Anthropic
+    } else {
+        Api::Chat
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn req(body: &[u8], api: Api) -> ParsedRequest {
+        ParsedRequest::parse(api, body).unwrap()
+    }
+
+    #[test]
+    fn tenants_differ_by_credential_and_hide_it() {
+        let key = [7u8; 32];
+        let mut a = HeaderMap::new();
+        a.insert("x-api-key", HeaderValue::from_static("sk-ant-secret"));
+        let mut b = HeaderMap::new();
+        b.insert("authorization", HeaderValue::from_static("Bearer sk-other"));
+        let (ta, tb) = (tenant(&key, &a), tenant(&key, &b));
+        assert_ne!(ta, tb);
+        assert!(!ta.contains("secret"));
+        assert_eq!(ta, tenant(&key, &a), "stable");
+        assert_ne!(ta, tenant(&[8u8; 32], &a), "keyed");
+    }
+
+    #[test]
+    fn session_hints_in_order_of_trust() {
+        let body = br#"{"messages":[{"role":"user","content":"hi"}],"metadata":{"user_id":"u-1"}}"#;
+        let r = req(body, Api::Anthropic);
+        let mut h = HeaderMap::new();
+        assert_eq!(session_key(&h, &r, None).1, KeySource::MetadataUserId);
+        h.insert("x-claude-code-session-id", HeaderValue::from_static("cc-1"));
+        assert_eq!(
+            session_key(&h, &r, None),
+            ("cc-1".into(), KeySource::ClaudeCode)
+        );
+        h.insert("x-ctxd-session", HeaderValue::from_static("mine"));
+        assert_eq!(session_key(&h, &r, None).0, "mine");
+        let plain = req(br#"{"messages":[]}"#, Api::Chat);
+        let (k1, s) = session_key(&HeaderMap::new(), &plain, Some([1; 16]));
+        assert_eq!(s, KeySource::Fingerprint);
+        assert_ne!(k1, session_key(&HeaderMap::new(), &plain, Some([2; 16])).0);
+    }
+
+    #[test]
+    fn agents_from_user_agents() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "user-agent",
+            HeaderValue::from_static("claude-cli/2.1.197 (external, sdk-cli)"),
+        );
+        assert_eq!(agent(&h, KeySource::ClaudeCode).1, "claude-code");
+        h.insert(
+            "user-agent",
+            HeaderValue::from_static("codex_exec/0.171.0 (Debian)"),
+        );
+        assert_eq!(agent(&h, KeySource::Codex).1, "codex");
+        h.insert("user-agent", HeaderValue::from_static("OpenAI/JS 6.26.0"));
+        assert_eq!(agent(&h, KeySource::PiHeader).1, "pi");
+        h.insert("user-agent", HeaderValue::from_static("OpenAI/Python 1.99"));
+        assert_eq!(agent(&h, KeySource::Fingerprint).1, "sdk");
+    }
+}

@@ -1,0 +1,358 @@
+//! The gateway's indexed copy of one session's log: the store's entries plus the ones queued
+//! for writing, with the indices reconciliation needs (children of each entry, the hash of each
+//! conversation message). Rebuilt from the store whenever a write fails, so the store stays the
+//! truth and this is only ever a cache of it.
+
+use std::collections::HashMap;
+
+use ctxd_core::model::{Entry, EntryId, EntryKind, Session};
+
+use crate::hash::{self, Hash};
+
+/// A session's log with reconciliation indices.
+#[derive(Debug, Default)]
+pub struct SessionLog {
+    pub session: Session,
+    positions: HashMap<EntryId, usize>,
+    /// Children of each entry (`None`: roots), in append order.
+    children: HashMap<Option<usize>, Vec<usize>>,
+    /// Hash of each conversation message (what a client sends); `None` for everything else.
+    hashes: Vec<Option<Hash>>,
+    /// Hash of the system prompt / tool definitions an entry sets.
+    settings: HashMap<usize, Hash>,
+    /// Element bytes already seen → message hash (skips parsing resent elements).
+    raw_index: HashMap<Hash, Hash>,
+    leaf: Option<usize>,
+}
+
+/// Where a request's conversation meets the log.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Match {
+    /// Entry positions of the leading elements found in the log, in order.
+    pub matched: Vec<usize>,
+    /// Where the first unmatched element goes: the last match, followed down through ctxd's own
+    /// entries after it (reminders, window marker and boot); `None` for a new root.
+    pub parent: Option<usize>,
+}
+
+/// A message a client sends or echoes; ctxd's own injected messages are not.
+pub fn is_conversation(entry: &Entry) -> bool {
+    match &entry.kind {
+        EntryKind::Message(m) => !m
+            .injected
+            .as_deref()
+            .is_some_and(|k| k.starts_with("ctxd/")),
+        _ => false,
+    }
+}
+
+impl SessionLog {
+    pub fn new(session: Session) -> Self {
+        let Session {
+            meta,
+            entries,
+            leaf,
+        } = session;
+        let mut log = SessionLog {
+            session: Session {
+                meta,
+                entries: Vec::with_capacity(entries.len()),
+                leaf: None,
+            },
+            ..SessionLog::default()
+        };
+        for entry in entries {
+            log.push(entry);
+        }
+        if let Some(pos) = leaf.as_ref().and_then(|id| log.position(id)) {
+            log.set_leaf(pos);
+        }
+        log
+    }
+
+    pub fn position(&self, id: &EntryId) -> Option<usize> {
+        self.positions.get(id).copied()
+    }
+
+    pub fn entry(&self, pos: usize) -> Option<&Entry> {
+        self.session.entries.get(pos)
+    }
+
+    pub fn leaf(&self) -> Option<usize> {
+        self.leaf
+    }
+
+    pub fn len(&self) -> usize {
+        self.session.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.session.entries.is_empty()
+    }
+
+    /// Append `entry` (its parent must be in the log or absent) and make it the leaf.
+    pub fn push(&mut self, entry: Entry) -> usize {
+        let pos = self.session.entries.len();
+        let parent = entry.parent.as_ref().and_then(|p| self.position(p));
+        self.children.entry(parent).or_default().push(pos);
+        self.positions.insert(entry.id.clone(), pos);
+        match &entry.kind {
+            EntryKind::SystemPrompt { text } => {
+                self.settings.insert(pos, hash::text(text));
+            }
+            EntryKind::ToolDefs { tools } => {
+                self.settings.insert(pos, hash::tools(tools));
+            }
+            _ => {}
+        }
+        self.hashes.push(match &entry.kind {
+            EntryKind::Message(m) if is_conversation(&entry) => Some(hash::message(m)),
+            _ => None,
+        });
+        self.session.leaf = Some(entry.id.clone());
+        self.session.entries.push(entry);
+        self.leaf = Some(pos);
+        pos
+    }
+
+    pub fn set_leaf(&mut self, pos: usize) {
+        if let Some(e) = self.session.entries.get(pos) {
+            self.session.leaf = Some(e.id.clone());
+            self.leaf = Some(pos);
+        }
+    }
+
+    /// Positions from the root to the leaf.
+    pub fn branch(&self) -> Vec<usize> {
+        self.path_to(self.leaf)
+    }
+
+    /// Positions from the root to `pos`, root first.
+    pub fn path_to(&self, pos: Option<usize>) -> Vec<usize> {
+        let mut path = Vec::new();
+        let mut cur = pos;
+        while let Some(p) = cur {
+            if path.len() > self.session.entries.len() {
+                break; // a cycle in a corrupt log: stop rather than loop
+            }
+            path.push(p);
+            cur = self.session.entries[p]
+                .parent
+                .as_ref()
+                .and_then(|id| self.position(id));
+        }
+        path.reverse();
+        path
+    }
+
+    pub fn remember_raw(&mut self, raw: Hash, message: Hash) {
+        self.raw_index.insert(raw, message);
+    }
+
+    pub fn known_raw(&self, raw: &Hash) -> Option<Hash> {
+        self.raw_index.get(raw).copied()
+    }
+
+    /// Conversation messages reachable from `from` through ctxd's own entries only.
+    fn next_messages(&self, from: Option<usize>, out: &mut Vec<usize>) {
+        let mut stack: Vec<usize> = self.children.get(&from).cloned().unwrap_or_default();
+        let mut visited = 0usize;
+        while let Some(c) = stack.pop() {
+            visited += 1;
+            if visited > 4096 {
+                break; // bounded: ctxd's own chains are a handful of entries long
+            }
+            if self.hashes[c].is_some() {
+                out.push(c);
+            } else if let Some(grand) = self.children.get(&Some(c)) {
+                stack.extend(grand.iter().copied());
+            }
+        }
+    }
+
+    /// The latest conversation message with hash `h` right after `from` (through ctxd's own
+    /// entries).
+    pub fn find_next(&self, from: Option<usize>, h: &Hash) -> Option<usize> {
+        let mut candidates = Vec::new();
+        self.next_messages(from, &mut candidates);
+        candidates
+            .into_iter()
+            .filter(|&c| self.hashes[c].as_ref() == Some(h))
+            .max()
+    }
+
+    /// The longest prefix of `elements` (message hashes) found as a path in the log, and where
+    /// the rest goes. Among equal candidates the latest appended wins.
+    pub fn reconcile(&self, elements: &[Hash]) -> Match {
+        let mut matched = Vec::new();
+        let mut cur: Option<usize> = None;
+        for h in elements {
+            match self.find_next(cur, h) {
+                Some(c) => {
+                    matched.push(c);
+                    cur = Some(c);
+                }
+                None => break,
+            }
+        }
+        Match {
+            parent: self.tail_after(cur),
+            matched,
+        }
+    }
+
+    /// `pos` followed down through ctxd's own entries (latest child first): where the next
+    /// conversation message attaches.
+    pub fn tail_after(&self, pos: Option<usize>) -> Option<usize> {
+        let mut cur = pos;
+        for _ in 0..64 {
+            let next = self.children.get(&cur).and_then(|cs| {
+                cs.iter()
+                    .rev()
+                    .find(|&&c| self.hashes[c].is_none())
+                    .copied()
+            });
+            match next {
+                // At the root nothing is followed: a new conversation starts its own chain.
+                Some(n) if cur.is_some() => cur = Some(n),
+                _ => break,
+            }
+        }
+        cur
+    }
+
+    /// The system prompt or tool definitions hash in force at `pos` (the latest entry of that
+    /// kind on its path).
+    pub fn setting_at(&self, pos: Option<usize>, kind: SettingKind) -> Option<Hash> {
+        self.path_to(pos).iter().rev().find_map(|p| {
+            let entry = &self.session.entries[*p];
+            let is_kind = matches!(
+                (&entry.kind, kind),
+                (EntryKind::SystemPrompt { .. }, SettingKind::System)
+                    | (EntryKind::ToolDefs { .. }, SettingKind::Tools)
+            );
+            if is_kind {
+                self.settings.get(p).copied()
+            } else {
+                None
+            }
+        })
+    }
+
+    /// An id for a new entry under `parent`, derived from its content so the same message under
+    /// the same parent is recognised rather than duplicated.
+    pub fn new_id(&self, parent: Option<usize>, tag: &str, content: &Hash) -> EntryId {
+        let parent_id = parent
+            .and_then(|p| self.session.entries.get(p))
+            .map_or("", |e| e.id.as_str());
+        let mut h = blake3::Hasher::new();
+        h.update(parent_id.as_bytes());
+        h.update(b"\x1f");
+        h.update(tag.as_bytes());
+        h.update(content);
+        let digest = h.finalize();
+        let base = format!("g-{}", &digest.to_hex()[..20]);
+        let mut id = EntryId::new(base.clone());
+        let mut n = 1;
+        while self.positions.contains_key(&id) {
+            n += 1;
+            id = EntryId::new(format!("{base}-{n}"));
+        }
+        id
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SettingKind {
+    System,
+    Tools,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use ctxd_core::model::{Message, Role};
+
+    fn msg(id: &str, parent: Option<&str>, role: Role, text: &str) -> Entry {
+        Entry {
+            id: EntryId::new(id),
+            parent: parent.map(EntryId::new),
+            timestamp: None,
+            sidechain: false,
+            kind: EntryKind::Message(Message::text(role, text)),
+        }
+    }
+
+    fn own(id: &str, parent: &str) -> Entry {
+        Entry {
+            id: EntryId::new(id),
+            parent: Some(EntryId::new(parent)),
+            timestamp: None,
+            sidechain: false,
+            kind: EntryKind::WindowMarker {
+                window_id: "w".into(),
+                reason: "requested".into(),
+            },
+        }
+    }
+
+    fn h(role: Role, text: &str) -> Hash {
+        hash::message(&Message::text(role, text))
+    }
+
+    fn log() -> SessionLog {
+        SessionLog::new(Session {
+            entries: vec![
+                msg("u1", None, Role::User, "hi"),
+                msg("a1", Some("u1"), Role::Assistant, "hello"),
+                own("m1", "a1"),
+            ],
+            ..Session::default()
+        })
+    }
+
+    #[test]
+    fn a_request_extending_the_branch_attaches_after_ctxds_own_entries() {
+        let log = log();
+        let m = log.reconcile(&[
+            h(Role::User, "hi"),
+            h(Role::Assistant, "hello"),
+            h(Role::User, "next"),
+        ]);
+        assert_eq!(m.matched, vec![0, 1]);
+        assert_eq!(m.parent, Some(2), "after the marker, not beside it");
+    }
+
+    #[test]
+    fn a_divergence_branches_at_the_last_match() {
+        let log = log();
+        let m = log.reconcile(&[h(Role::User, "hi"), h(Role::Assistant, "other")]);
+        assert_eq!(m.matched, vec![0]);
+        assert_eq!(m.parent, Some(0));
+        let fresh = log.reconcile(&[h(Role::User, "new conversation")]);
+        assert_eq!(fresh.matched, Vec::<usize>::new());
+        assert_eq!(fresh.parent, None);
+    }
+
+    #[test]
+    fn interleaved_threads_each_find_their_own_path() {
+        let mut log = log();
+        log.push(msg("u2", None, Role::User, "title please"));
+        // The leaf is now on the second thread; the first still matches whole.
+        let m = log.reconcile(&[h(Role::User, "hi"), h(Role::Assistant, "hello")]);
+        assert_eq!(m.matched, vec![0, 1]);
+    }
+
+    #[test]
+    fn ids_are_derived_from_content_and_never_collide() {
+        let mut log = log();
+        let a = log.new_id(Some(1), "message", &h(Role::User, "x"));
+        assert_eq!(a, log.new_id(Some(1), "message", &h(Role::User, "x")));
+        assert_ne!(a, log.new_id(Some(0), "message", &h(Role::User, "x")));
+        let mut e = msg("placeholder", Some("a1"), Role::User, "x");
+        e.id = a.clone();
+        log.push(e);
+        assert_ne!(a, log.new_id(Some(1), "message", &h(Role::User, "x")));
+    }
+}

@@ -1,0 +1,268 @@
+//! What one request does to the log, and what goes upstream: pure functions over the session's
+//! [`SessionLog`] and the client's [`ParsedRequest`].
+//!
+//! 1. [`plan_request`]: map the request's elements onto the log (content hashes, longest
+//!    matching path), append what is new (system prompt and tools when they changed, then the
+//!    new elements with the client's bytes), move the leaf.
+//! 2. [`upstream_parts`]: the projection of the resulting branch, as a list of parts: the
+//!    client's own elements (by index) and messages ctxd renders. `None` when the projection is
+//!    exactly the client's elements in order: the body then goes upstream untouched.
+
+use std::collections::HashMap;
+
+use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role};
+use ctxd_core::view::{project_checked, ItemKind, ProjectionError};
+use ctxd_store::NewEntry;
+
+use crate::hash::{self, Hash};
+use crate::log::{SessionLog, SettingKind};
+use crate::request::ParsedRequest;
+
+/// What [`plan_request`] changed.
+#[derive(Debug, Default)]
+pub struct RequestPlan {
+    /// Entries appended to the log (already pushed into it), to be written in one batch.
+    pub appended: Vec<NewEntry>,
+    /// The entry of each element of the request.
+    pub element_entries: Vec<usize>,
+    /// The leaf moved to an existing entry without an append (a rewind or a retry).
+    pub moved_leaf: Option<EntryId>,
+    /// How many leading elements were already in the log.
+    pub matched: usize,
+}
+
+/// Apply `req` to `log` (see the module docs). `now` stamps the new entries.
+pub fn plan_request(
+    log: &mut SessionLog,
+    req: &ParsedRequest,
+    body: &[u8],
+    now: &str,
+) -> RequestPlan {
+    let mut parsed: Vec<Option<Message>> = Vec::with_capacity(req.elements.len());
+    let mut hashes: Vec<Hash> = Vec::with_capacity(req.elements.len());
+    for (i, element) in req.elements.iter().enumerate() {
+        match log.known_raw(&element.raw_hash) {
+            Some(h) => {
+                hashes.push(h);
+                parsed.push(None);
+            }
+            None => {
+                let m = req.message(body, i);
+                let h = hash::message(&m);
+                log.remember_raw(element.raw_hash, h);
+                hashes.push(h);
+                parsed.push(Some(m));
+            }
+        }
+    }
+    let found = log.reconcile(&hashes);
+    let matched = found.matched.len();
+    let mut plan = RequestPlan {
+        element_entries: found.matched,
+        matched,
+        ..RequestPlan::default()
+    };
+    let mut parent = found.parent;
+    let stamp = Some(now.to_owned());
+    let mut append = |log: &mut SessionLog, parent: &mut Option<usize>, kind, id, raw| {
+        let entry = Entry {
+            id,
+            parent: parent.and_then(|p| log.entry(p)).map(|e| e.id.clone()),
+            timestamp: stamp.clone(),
+            sidechain: false,
+            kind,
+        };
+        let pos = log.push(entry.clone());
+        *parent = Some(pos);
+        plan.appended.push(NewEntry { entry, raw });
+        pos
+    };
+    if let Some(system) = &req.system {
+        let h = hash::text(system);
+        if log.setting_at(parent, SettingKind::System) != Some(h) {
+            let id = log.new_id(parent, "system_prompt", &h);
+            let kind = EntryKind::SystemPrompt {
+                text: system.clone(),
+            };
+            append(log, &mut parent, kind, id, None);
+        }
+    }
+    if let Some(h) = req.tools_hash {
+        if log.setting_at(parent, SettingKind::Tools) != Some(h) {
+            let id = log.new_id(parent, "tool_defs", &h);
+            let kind = EntryKind::ToolDefs {
+                tools: req.tools.clone(),
+            };
+            append(log, &mut parent, kind, id, None);
+        }
+    }
+    for i in matched..req.elements.len() {
+        let message = parsed[i].take().unwrap_or_else(|| req.message(body, i));
+        let id = log.new_id(parent, "message", &hashes[i]);
+        let raw = Some(req.element_bytes(body, i).to_vec());
+        let pos = append(log, &mut parent, EntryKind::Message(message), id, raw);
+        plan.element_entries.push(pos);
+    }
+    if plan.appended.is_empty() && log.leaf() != parent {
+        if let Some(p) = parent {
+            log.set_leaf(p);
+            plan.moved_leaf = log.entry(p).map(|e| e.id.clone());
+        }
+    }
+    plan
+}
+
+/// One element of the upstream conversation array.
+#[derive(Debug, PartialEq)]
+pub enum Part {
+    /// The client's element at this index, as its own bytes.
+    Client(usize),
+    /// A message ctxd shows (boot, reminder, summary, edited content).
+    Rendered(Message),
+}
+
+/// The projection of `log`'s branch as parts; `Ok(None)` when it is exactly the client's
+/// elements in order (nothing to rewrite).
+pub fn upstream_parts(
+    log: &SessionLog,
+    plan: &RequestPlan,
+) -> Result<Option<Vec<Part>>, ProjectionError> {
+    let branch = log.branch();
+    let projection = project_checked(&log.session, &branch)?;
+    let element_of: HashMap<usize, usize> = plan
+        .element_entries
+        .iter()
+        .enumerate()
+        .map(|(i, &pos)| (pos, i))
+        .collect();
+    let parts: Vec<Part> = projection
+        .items
+        .iter()
+        .map(|item| match &item.kind {
+            ItemKind::Message {
+                message,
+                content,
+                edited,
+            } => match element_of.get(&item.entry) {
+                Some(&i) if !edited => Part::Client(i),
+                _ => Part::Rendered(Message {
+                    content: content.to_vec(),
+                    ..(*message).clone()
+                }),
+            },
+            ItemKind::Summary { text, .. } => {
+                Part::Rendered(Message::new(Role::User, vec![ContentBlock::text(*text)]))
+            }
+        })
+        .collect();
+    let unchanged = parts.len() == plan.element_entries.len()
+        && parts
+            .iter()
+            .enumerate()
+            .all(|(n, p)| matches!(p, Part::Client(i) if *i == n));
+    Ok(if unchanged { None } else { Some(parts) })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::api::Api;
+
+    fn body(messages: &[&str]) -> Vec<u8> {
+        let els: Vec<String> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                format!(r#"{{"role":"{role}","content":[{{"type":"text","text":"{t}"}}]}}"#)
+            })
+            .collect();
+        format!(
+            r#"{{"model":"claude-sonnet-4-5","system":"sys","messages":[{}]}}"#,
+            els.join(",")
+        )
+        .into_bytes()
+    }
+
+    fn run(log: &mut SessionLog, b: &[u8]) -> (RequestPlan, Option<Vec<Part>>) {
+        let req = ParsedRequest::parse(Api::Anthropic, b).unwrap();
+        let plan = plan_request(log, &req, b, "2026-12-01T00:00:00Z");
+        let parts = upstream_parts(log, &plan).unwrap();
+        (plan, parts)
+    }
+
+    #[test]
+    fn a_growing_conversation_appends_only_what_is_new_and_passes_through() {
+        let mut log = SessionLog::default();
+        let (p1, parts) = run(&mut log, &body(&["hi"]));
+        assert_eq!(p1.appended.len(), 2, "system prompt + first message");
+        assert!(parts.is_none());
+        let (p2, parts) = run(&mut log, &body(&["hi", "hello", "next"]));
+        assert_eq!(p2.matched, 1);
+        assert_eq!(p2.appended.len(), 2);
+        assert!(parts.is_none());
+        assert_eq!(
+            p2.appended[0].raw.as_deref(),
+            Some(br#"{"role":"assistant","content":[{"type":"text","text":"hello"}]}"#.as_slice())
+        );
+        // The same request again (a retry): nothing new, nothing moved.
+        let (p3, _) = run(&mut log, &body(&["hi", "hello", "next"]));
+        assert!(p3.appended.is_empty());
+        assert!(p3.moved_leaf.is_none());
+        // A rewind: the leaf moves back, nothing is appended.
+        let (p4, parts) = run(&mut log, &body(&["hi"]));
+        assert!(p4.appended.is_empty());
+        assert!(p4.moved_leaf.is_some());
+        assert!(parts.is_none());
+        assert_eq!(log.len(), 4);
+    }
+
+    #[test]
+    fn an_edit_earlier_in_the_conversation_starts_a_branch() {
+        let mut log = SessionLog::default();
+        run(&mut log, &body(&["hi", "hello", "next"]));
+        let (p, parts) = run(&mut log, &body(&["hi", "hello", "edited"]));
+        assert_eq!(p.matched, 2);
+        assert_eq!(p.appended.len(), 1);
+        assert!(parts.is_none(), "the projection follows the new branch");
+        assert_eq!(log.branch().len(), 4);
+    }
+
+    #[test]
+    fn a_new_window_folds_the_old_conversation_away() {
+        let mut log = SessionLog::default();
+        run(&mut log, &body(&["hi", "hello", "work"]));
+        // The assistant answers; then ctxd opens a window: marker + boot under the answer.
+        let b = body(&["hi", "hello", "work", "did it"]);
+        run(&mut log, &b);
+        let parent = log.leaf().and_then(|p| log.entry(p)).map(|e| e.id.clone());
+        for kind in ctxd_core::windows::reset_drafts(
+            "w2",
+            ctxd_core::windows::ResetCause::Requested,
+            "BOOT".into(),
+        )
+        .into_iter()
+        .zip(["mk", "bt"])
+        {
+            let (kind, id) = kind;
+            let e = Entry {
+                id: EntryId::new(id),
+                parent: log.leaf().and_then(|p| log.entry(p)).map(|e| e.id.clone()),
+                timestamp: None,
+                sidechain: false,
+                kind,
+            };
+            log.push(e);
+        }
+        assert!(parent.is_some());
+        let (p, parts) = run(&mut log, &body(&["hi", "hello", "work", "did it", "more"]));
+        assert_eq!(p.matched, 4);
+        let parts = parts.expect("rewritten");
+        assert_eq!(parts.len(), 2, "{parts:?}");
+        assert!(
+            matches!(&parts[0], Part::Rendered(m) if ctxd_formats::wire::openai_chat::text_of(&m.content).contains("BOOT"))
+        );
+        assert_eq!(parts[1], Part::Client(4));
+    }
+}

@@ -1,0 +1,121 @@
+//! The upstream client: which provider a request goes to, and which headers cross. The client's
+//! credentials go upstream untouched and are never stored or logged; hop-by-hop headers and
+//! ctxd's own stay behind.
+
+use axum::http::{HeaderMap, HeaderName, Method};
+use bytes::Bytes;
+
+use crate::api::Api;
+use crate::config::Settings;
+
+/// The provider endpoints and a pooled HTTP client.
+pub struct Upstream {
+    client: reqwest::Client,
+    anthropic: String,
+    openai: String,
+}
+
+/// Headers that describe one connection or one body, not the request.
+const HOP_BY_HOP: &[&str] = &[
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+];
+
+fn crosses(name: &HeaderName) -> bool {
+    let n = name.as_str();
+    !HOP_BY_HOP.contains(&n) && !n.starts_with("x-ctxd-")
+}
+
+impl Upstream {
+    pub fn new(settings: &Settings) -> Result<Self, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(settings.connect_timeout)
+            .read_timeout(settings.read_timeout)
+            .pool_idle_timeout(std::time::Duration::from_secs(90))
+            .tcp_nodelay(true)
+            // Responses are relayed as they come: never decompressed or followed.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        Ok(Upstream {
+            client,
+            anthropic: settings.upstream_anthropic.clone(),
+            openai: settings.upstream_openai.clone(),
+        })
+    }
+
+    pub fn base(&self, api: Api) -> &str {
+        match api {
+            Api::Anthropic => &self.anthropic,
+            Api::Chat | Api::Responses => &self.openai,
+        }
+    }
+
+    /// Send a request upstream. `encoded` says whether `body` still carries the client's
+    /// `content-encoding` (it does when passed through untouched; a rewritten body is plain).
+    pub async fn send(
+        &self,
+        api: Api,
+        method: Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+        encoded: bool,
+    ) -> Result<reqwest::Response, reqwest::Error> {
+        let url = format!("{}{}", self.base(api), path_and_query);
+        let mut out = HeaderMap::with_capacity(headers.len());
+        for (name, value) in headers {
+            if !crosses(name) {
+                continue;
+            }
+            // The gateway reads the response (to record it), so it asks for it uncompressed.
+            if name == "accept-encoding" || (name == "content-encoding" && !encoded) {
+                continue;
+            }
+            out.append(name.clone(), value.clone());
+        }
+        self.client
+            .request(method, url)
+            .headers(out)
+            .body(body)
+            .send()
+            .await
+    }
+}
+
+/// Response headers to give the client: everything but hop-by-hop ones.
+pub fn response_headers(upstream: &reqwest::header::HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(upstream.len());
+    for (name, value) in upstream {
+        if crosses(name) {
+            out.append(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn hop_by_hop_and_ctxd_headers_stay_behind() {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert("content-length", HeaderValue::from_static("3"));
+        h.insert("connection", HeaderValue::from_static("close"));
+        h.insert("x-ctxd-session", HeaderValue::from_static("s"));
+        h.insert("request-id", HeaderValue::from_static("req_1"));
+        let out = response_headers(&h);
+        assert_eq!(out.len(), 1);
+        assert!(out.contains_key("request-id"));
+    }
+}
