@@ -73,7 +73,8 @@ async fn compressed_bodies_are_recorded_raw_and_read_decoded() {
         r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"],
         "bash"
     );
-    let zst = zstd::stream::encode_all(&body[..], 3).unwrap();
+    let zst =
+        ruzstd::encoding::compress_to_vec(&body[..], ruzstd::encoding::CompressionLevel::Fastest);
     let r = post_raw(
         &mock,
         "/v1/chat/completions",
