@@ -1,0 +1,68 @@
+//! Server settings.
+
+use std::path::PathBuf;
+
+use crate::script::{Reply, Shape};
+
+/// Settings for a [`crate::MockServer`]; `Config::default()` is what tests usually want.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Port on 127.0.0.1; 0 picks a free one.
+    pub port: u16,
+    /// The text of a final answer (after a tool result, or when no tool is offered).
+    pub final_text: String,
+    /// When replies carry a thinking block / reasoning item.
+    pub reasoning: Reasoning,
+    /// What is kept of each request in memory.
+    pub recording: Recording,
+    /// Appends each request as one JSON line to this file (the `/_mock/requests` shape).
+    pub log: Option<PathBuf>,
+    /// Delays, truncation and padding of replies that the script does not provide.
+    pub shape: Shape,
+    /// Replies queued before the first request.
+    pub script: Vec<Reply>,
+    /// Status of `HEAD /` (Claude Code's connectivity preflight).
+    pub head_status: u16,
+    /// Largest request body accepted (413 above it).
+    pub body_limit: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            port: 0,
+            final_text: "done".to_owned(),
+            reasoning: Reasoning::Off,
+            recording: Recording::Full,
+            log: None,
+            shape: Shape::default(),
+            script: Vec::new(),
+            head_status: 200,
+            body_limit: 256 << 20,
+        }
+    }
+}
+
+/// When an Anthropic reply starts with a signed thinking block and a Responses reply with a
+/// reasoning item carrying `encrypted_content` (Chat replies never carry reasoning).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reasoning {
+    #[default]
+    Off,
+    /// When the request asks: Anthropic `thinking.type` enabled/adaptive; Responses a
+    /// `reasoning` object or `include: ["reasoning.encrypted_content"]`.
+    WhenAsked,
+    Always,
+}
+
+/// What the server keeps of each request. Benchmarks sending 1 MB bodies at 200/s want `Meta`
+/// or `Off`: a full record grows by 200 MB a second.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Recording {
+    /// Method, path, headers and the raw body.
+    #[default]
+    Full,
+    /// Method, path, headers and the body's length.
+    Meta,
+    Off,
+}

@@ -1,0 +1,142 @@
+//! The generation routes: take the next scripted reply (or the turn logic's), read the few
+//! body fields that matter, render, and deliver with the reply's [`Shape`].
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::json;
+
+use crate::body;
+use crate::config::Reasoning;
+use crate::reply::{self, PlanInput, Rendered};
+use crate::request::Head;
+use crate::router::{error, json_response};
+use crate::script::{Action, Shape};
+use crate::server::Shared;
+use crate::sse::Frames;
+use crate::Api;
+
+pub(crate) async fn anthropic(s: State<Arc<Shared>>, h: HeaderMap, body: Bytes) -> Response {
+    generate(Api::Anthropic, &s, &h, &body).await
+}
+
+pub(crate) async fn chat(s: State<Arc<Shared>>, h: HeaderMap, body: Bytes) -> Response {
+    generate(Api::OpenAiChat, &s, &h, &body).await
+}
+
+pub(crate) async fn responses(s: State<Arc<Shared>>, h: HeaderMap, body: Bytes) -> Response {
+    generate(Api::OpenAiResponses, &s, &h, &body).await
+}
+
+/// `{"input_tokens": N}` with N about a quarter of the decoded body's bytes.
+pub(crate) async fn count_tokens(s: State<Arc<Shared>>, h: HeaderMap, raw: Bytes) -> Response {
+    match body::decode(&h, &raw, s.config.body_limit) {
+        Ok(decoded) => {
+            let tokens = (decoded.len() / 4).max(1);
+            let id = s.ids.next("req_");
+            json_response(
+                StatusCode::OK,
+                json!({"input_tokens": tokens}).to_string().into_bytes(),
+                &id,
+            )
+        }
+        Err(e) => error(Api::Anthropic, StatusCode::BAD_REQUEST, &e.to_string(), &s),
+    }
+}
+
+async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Response {
+    let (action, shape) = match s.script.pop() {
+        Some(reply) => (reply.action, reply.shape),
+        None => (Action::Default, s.config.shape.clone()),
+    };
+    if !shape.first_byte_delay.is_zero() {
+        tokio::time::sleep(shape.first_byte_delay).await;
+    }
+    let (parts, failure) = match action {
+        Action::Error { status, message } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return error(api, status, &message, s);
+        }
+        Action::Parts(parts) => (Some(parts), None),
+        Action::Default => (None, None),
+        Action::FailMidStream { message } => (None, Some(message)),
+    };
+    let decoded = match body::decode(headers, raw, s.config.body_limit) {
+        Ok(decoded) => decoded,
+        Err(e) => return error(api, StatusCode::BAD_REQUEST, &e.to_string(), s),
+    };
+    let head: Head = match serde_json::from_slice(&decoded) {
+        Ok(head) => head,
+        Err(e) => {
+            return error(
+                api,
+                StatusCode::BAD_REQUEST,
+                &format!("invalid JSON body: {e}"),
+                s,
+            );
+        }
+    };
+    let reasoning = match (s.config.reasoning, api) {
+        (Reasoning::Off, _) | (_, Api::OpenAiChat) => false,
+        (Reasoning::Always, _) => true,
+        (Reasoning::WhenAsked, Api::Anthropic) => head.wants_thinking(),
+        (Reasoning::WhenAsked, Api::OpenAiResponses) => head.wants_reasoning(),
+    };
+    let input = PlanInput {
+        api,
+        head: &head,
+        parts,
+        final_text: &s.config.final_text,
+        reasoning,
+        body_len: decoded.len(),
+    };
+    let plan = reply::plan(input, &s.ids);
+    let stream = head.stream();
+    let request_id = s.ids.next("req_");
+    if let Some(message) = failure {
+        if !stream {
+            return error(api, StatusCode::INTERNAL_SERVER_ERROR, &message, s);
+        }
+        return deliver(
+            Rendered::Sse(plan.render_failure(&message)),
+            &shape,
+            &request_id,
+        );
+    }
+    let rendered = match shape.pad_to {
+        Some(target) => reply::pad_to(&plan, stream, target),
+        None => plan.render(stream),
+    };
+    deliver(rendered, &shape, &request_id)
+}
+
+/// The response for a rendered body: JSON with its length, or SSE chunked; paced and cut per
+/// the shape.
+fn deliver(rendered: Rendered, shape: &Shape, request_id: &str) -> Response {
+    let (body, content_type) = match rendered {
+        Rendered::Json(bytes) if shape.truncate.is_none() => {
+            return json_response(StatusCode::OK, bytes, request_id);
+        }
+        Rendered::Json(bytes) => (
+            Body::new(Frames::json(bytes, shape.truncate)),
+            "application/json",
+        ),
+        Rendered::Sse(frames) => (
+            Body::new(Frames::events(frames, shape.event_delay, shape.truncate)),
+            "text/event-stream; charset=utf-8",
+        ),
+    };
+    let mut res = Response::new(body);
+    let h = res.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    if let Ok(id) = HeaderValue::from_str(request_id) {
+        h.insert("request-id", id.clone());
+        h.insert("x-request-id", id);
+    }
+    res
+}

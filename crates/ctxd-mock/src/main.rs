@@ -1,0 +1,141 @@
+//! `ctxd-mock`: the mock upstream as a process, for real clients and benchmarks.
+//!
+//! `ctxd-mock --port 18080 [--log requests.jsonl] [--reply text:hi --reply error:529 ...]`
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, ValueEnum};
+use ctxd_mock::{Config, MockServer, Reasoning, Recording, Reply, Shape, Truncate};
+
+/// A mock Anthropic / OpenAI upstream on 127.0.0.1 for ctxd's tests and benchmarks.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Port on 127.0.0.1 (0: any free port, printed on stderr).
+    #[arg(long, env = "MOCK_PORT", default_value_t = 18080)]
+    port: u16,
+    /// Append every request to this file as one JSON line (the /_mock/requests shape).
+    #[arg(long, env = "MOCK_LOG")]
+    log: Option<PathBuf>,
+    /// What is kept in memory for GET /_mock/requests.
+    #[arg(long, value_enum, default_value_t = RecordArg::Full)]
+    record: RecordArg,
+    /// The final answer's text.
+    #[arg(long, env = "MOCK_FINAL_TEXT", default_value = "done")]
+    final_text: String,
+    /// Thinking blocks (Anthropic) and encrypted reasoning items (Responses).
+    #[arg(long, value_enum, default_value_t = ReasoningArg::Off)]
+    reasoning: ReasoningArg,
+    /// Status of HEAD / (Claude Code's preflight).
+    #[arg(long, env = "MOCK_HEAD_STATUS", default_value_t = 200)]
+    head_status: u16,
+    /// Scripted replies, used in order, one per generation request, before the built-in
+    /// logic: default | text:TEXT | tool:NAME[:JSON] | error:STATUS[:MESSAGE] | fail:MESSAGE.
+    #[arg(long = "reply", value_name = "SPEC")]
+    replies: Vec<Reply>,
+    /// Delay before the first byte of every reply, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    first_byte_delay_ms: u64,
+    /// Delay between SSE events, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    event_delay_ms: u64,
+    /// Pad every reply body to this many bytes.
+    #[arg(long)]
+    pad_to: Option<usize>,
+    /// Close every reply's connection after this many SSE events.
+    #[arg(long)]
+    truncate_after_events: Option<usize>,
+    /// Runtime worker threads (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum RecordArg {
+    Full,
+    Meta,
+    Off,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ReasoningArg {
+    Off,
+    WhenAsked,
+    Always,
+}
+
+impl Args {
+    /// The validated form: flags turned into a [`Config`].
+    fn config(self) -> Config {
+        let shape = Shape {
+            first_byte_delay: Duration::from_millis(self.first_byte_delay_ms),
+            event_delay: Duration::from_millis(self.event_delay_ms),
+            truncate: self.truncate_after_events.map(Truncate::AfterEvents),
+            pad_to: self.pad_to,
+        };
+        Config {
+            port: self.port,
+            final_text: self.final_text,
+            reasoning: match self.reasoning {
+                ReasoningArg::Off => Reasoning::Off,
+                ReasoningArg::WhenAsked => Reasoning::WhenAsked,
+                ReasoningArg::Always => Reasoning::Always,
+            },
+            recording: match self.record {
+                RecordArg::Full => Recording::Full,
+                RecordArg::Meta => Recording::Meta,
+                RecordArg::Off => Recording::Off,
+            },
+            log: self.log,
+            script: self
+                .replies
+                .into_iter()
+                .map(|r| r.with_shape(shape.clone()))
+                .collect(),
+            shape,
+            head_status: self.head_status,
+            ..Config::default()
+        }
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = args.threads {
+        runtime.worker_threads(n.max(1));
+    }
+    let runtime = runtime
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(run(args.config()))
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    let server = MockServer::start(config).await?;
+    eprintln!("ctxd-mock listening on {}", server.base_url());
+    wait_for_signal().await?;
+    server.shutdown().await;
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM.
+async fn wait_for_signal() -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.context("waiting for ctrl-c")?,
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for ctrl-c")?;
+    Ok(())
+}

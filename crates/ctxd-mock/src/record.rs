@@ -1,0 +1,193 @@
+//! The record of received requests: in memory for the library, as JSON for `/_mock/requests`
+//! and the `--log` file.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::http::request::Parts;
+use axum::http::HeaderMap;
+use base64::Engine as _;
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+
+use crate::body::{self, DecodeError};
+use crate::config::Recording;
+use crate::error::MockError;
+
+/// One request as the server received it.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub method: String,
+    /// Path and query, as sent (`/v1/messages?beta=true`).
+    pub path: String,
+    pub headers: HeaderMap,
+    /// The body exactly as received (still compressed if it was); empty under
+    /// [`Recording::Meta`].
+    pub body: Bytes,
+    /// The length of the body as received.
+    pub body_len: usize,
+    /// Seconds since the epoch when the body had arrived.
+    pub received_at: f64,
+}
+
+impl Recorded {
+    /// A header's value, if present and text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The path without the query.
+    pub fn route(&self) -> &str {
+        self.path.split('?').next().unwrap_or(&self.path)
+    }
+
+    /// The body with its `content-encoding` undone.
+    pub fn decoded_body(&self) -> Result<Vec<u8>, DecodeError> {
+        body::decode(&self.headers, &self.body, usize::MAX).map(|b| b.into_owned())
+    }
+
+    /// The decoded body as JSON, if it is JSON.
+    pub fn json(&self) -> Option<Value> {
+        serde_json::from_slice(&self.decoded_body().ok()?).ok()
+    }
+
+    /// The `/_mock/requests` form: headers as an object (repeated ones joined by ", "), the
+    /// body as UTF-8 text when it is, else base64.
+    pub fn to_json(&self) -> Value {
+        let mut headers = Map::new();
+        for (name, value) in &self.headers {
+            let value = String::from_utf8_lossy(value.as_bytes());
+            match headers.get_mut(name.as_str()) {
+                Some(Value::String(prev)) => {
+                    prev.push_str(", ");
+                    prev.push_str(&value);
+                }
+                _ => {
+                    headers.insert(name.as_str().to_owned(), Value::String(value.into_owned()));
+                }
+            }
+        }
+        let (body, encoding) = match std::str::from_utf8(&self.body) {
+            Ok(text) => (text.to_owned(), "utf8"),
+            Err(_) => (
+                base64::engine::general_purpose::STANDARD.encode(&self.body),
+                "base64",
+            ),
+        };
+        json!({
+            "ts": self.received_at,
+            "method": self.method,
+            "path": self.path,
+            "headers": headers,
+            "body_len": self.body_len,
+            "body": body,
+            "body_encoding": encoding,
+        })
+    }
+}
+
+/// Keeps requests per [`Recording`] and feeds the optional log thread.
+#[derive(Debug)]
+pub(crate) struct Recorder {
+    mode: Recording,
+    kept: Mutex<Vec<Recorded>>,
+    log: Option<Sender<Vec<u8>>>,
+}
+
+impl Recorder {
+    pub(crate) fn new(mode: Recording, log: Option<&Path>) -> Result<Self, MockError> {
+        let log = match log {
+            None => None,
+            Some(path) => Some(spawn_log_writer(path)?),
+        };
+        Ok(Self {
+            mode,
+            kept: Mutex::new(Vec::new()),
+            log,
+        })
+    }
+
+    pub(crate) fn push(&self, parts: &Parts, body: &Bytes) {
+        if self.mode == Recording::Off && self.log.is_none() {
+            return;
+        }
+        let rec = Recorded {
+            method: parts.method.as_str().to_owned(),
+            path: parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .to_owned(),
+            headers: parts.headers.clone(),
+            body: body.clone(),
+            body_len: body.len(),
+            received_at: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        };
+        if let Some(log) = &self.log {
+            let mut line = rec.to_json().to_string().into_bytes();
+            line.push(b'\n');
+            // A send fails only when the writer thread died (disk error): the log stops there.
+            let _ = log.send(line);
+        }
+        match self.mode {
+            Recording::Full => lock(&self.kept).push(rec),
+            Recording::Meta => lock(&self.kept).push(Recorded {
+                body: Bytes::new(),
+                ..rec
+            }),
+            Recording::Off => {}
+        }
+    }
+
+    pub(crate) fn all(&self) -> Vec<Recorded> {
+        lock(&self.kept).clone()
+    }
+
+    pub(crate) fn clear(&self) {
+        lock(&self.kept).clear();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Writes log lines on a thread of its own so a slow disk never stalls a reply; flushes
+/// whenever the queue is empty so readers see each request soon after it arrived.
+fn spawn_log_writer(path: &Path) -> Result<Sender<Vec<u8>>, MockError> {
+    let log_err = |source| MockError::Log {
+        path: path.to_owned(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(log_err)?;
+    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    std::thread::Builder::new()
+        .name("ctxd-mock-log".into())
+        .spawn(move || {
+            let mut out = std::io::BufWriter::new(file);
+            while let Ok(line) = rx.recv() {
+                if out.write_all(&line).is_err() {
+                    return;
+                }
+                while let Ok(line) = rx.try_recv() {
+                    if out.write_all(&line).is_err() {
+                        return;
+                    }
+                }
+                if out.flush().is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(log_err)?;
+    Ok(tx)
+}

@@ -1,0 +1,131 @@
+//! OpenAI Chat Completions: a chat.completion JSON, or chunks (role, content deltas, one
+//! header and one arguments chunk per tool call, finish_reason), a usage chunk when
+//! `stream_options.include_usage`, then `data: [DONE]`.
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use super::{deltas, sse, Piece, Plan};
+
+fn usage(plan: &Plan) -> Value {
+    let out = plan.output_tokens();
+    json!({
+        "prompt_tokens": plan.input_tokens,
+        "completion_tokens": out,
+        "total_tokens": plan.input_tokens + out,
+    })
+}
+
+fn finish_reason(plan: &Plan) -> &'static str {
+    if plan.has_calls() {
+        "tool_calls"
+    } else {
+        "stop"
+    }
+}
+
+/// All text pieces joined (a chat message has one content string).
+fn text(plan: &Plan) -> Option<String> {
+    let texts: Vec<&str> = plan
+        .pieces
+        .iter()
+        .filter_map(|p| match p {
+            Piece::Text { text, .. } => Some(text.as_str()),
+            Piece::Call { .. } => None,
+        })
+        .collect();
+    (!texts.is_empty()).then(|| texts.concat())
+}
+
+/// (id, name, arguments JSON) of each call.
+fn calls(plan: &Plan) -> Vec<(&str, &str, String)> {
+    plan.pieces
+        .iter()
+        .filter_map(|p| match p {
+            Piece::Call { id, call, .. } => {
+                Some((id.as_str(), call.name.as_str(), call.args.to_string()))
+            }
+            Piece::Text { .. } => None,
+        })
+        .collect()
+}
+
+pub(super) fn json(plan: &Plan) -> Vec<u8> {
+    let mut message = json!({"role": "assistant", "content": text(plan), "refusal": null});
+    let calls = calls(plan);
+    if !calls.is_empty() {
+        message["tool_calls"] = calls
+            .iter()
+            .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+            .collect();
+    }
+    json!({
+        "id": plan.id,
+        "object": "chat.completion",
+        "created": plan.created,
+        "model": plan.model,
+        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish_reason(plan)}],
+        "usage": usage(plan),
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn chunk(plan: &Plan, delta: Value, finish: Option<&str>) -> Bytes {
+    let mut data = json!({
+        "id": plan.id,
+        "object": "chat.completion.chunk",
+        "created": plan.created,
+        "model": plan.model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+    });
+    if plan.include_usage {
+        data["usage"] = Value::Null;
+    }
+    sse(None, &data)
+}
+
+pub(super) fn events(plan: &Plan) -> Vec<Bytes> {
+    let mut out = vec![chunk(
+        plan,
+        json!({"role": "assistant", "content": ""}),
+        None,
+    )];
+    if let Some(text) = text(plan) {
+        for d in deltas(&text) {
+            out.push(chunk(plan, json!({"content": d}), None));
+        }
+    }
+    for (index, (id, name, args)) in calls(plan).into_iter().enumerate() {
+        let head = json!({"tool_calls": [{"index": index, "id": id, "type": "function",
+            "function": {"name": name, "arguments": ""}}]});
+        out.push(chunk(plan, head, None));
+        let body = json!({"tool_calls": [{"index": index, "function": {"arguments": args}}]});
+        out.push(chunk(plan, body, None));
+    }
+    out.push(chunk(plan, json!({}), Some(finish_reason(plan))));
+    if plan.include_usage {
+        let data = json!({
+            "id": plan.id,
+            "object": "chat.completion.chunk",
+            "created": plan.created,
+            "model": plan.model,
+            "choices": [],
+            "usage": usage(plan),
+        });
+        out.push(sse(None, &data));
+    }
+    out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    out
+}
+
+/// The role chunk, then an `error` object in place of a chunk (what OpenAI-compatible servers
+/// send when generation fails mid-stream), no `[DONE]`.
+pub(super) fn failure(plan: &Plan, message: &str) -> Vec<Bytes> {
+    let error =
+        json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}});
+    vec![
+        chunk(plan, json!({"role": "assistant", "content": ""}), None),
+        sse(None, &error),
+    ]
+}

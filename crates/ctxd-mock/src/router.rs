@@ -1,0 +1,138 @@
+//! Routes and the recording layer, assembled in one place. External routes are the provider
+//! APIs; internal ones (`/_mock/...`) expose the record to out-of-process users and are not
+//! recorded themselves.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use crate::reply::error_body;
+use crate::server::Shared;
+use crate::{handlers, Api};
+
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/messages", post(handlers::anthropic))
+        .route("/v1/messages/count_tokens", post(handlers::count_tokens))
+        .route("/v1/chat/completions", post(handlers::chat))
+        .route("/v1/responses", post(handlers::responses))
+        .route("/v1/models", get(models))
+        .route("/", get(root))
+        .route("/health", get(root))
+        .route("/healthz", get(root))
+        .route("/_mock/requests", get(recorded).delete(clear))
+        .fallback(not_found)
+        .method_not_allowed_fallback(not_allowed)
+        // The record layer enforces the body limit itself, for every route.
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn_with_state(Arc::clone(&shared), record))
+        .with_state(shared)
+}
+
+/// Collects the body (up to the limit), records the request, and hands it on.
+async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    if req.uri().path().starts_with("/_mock/") {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, s.config.body_limit).await {
+        Ok(bytes) => {
+            s.recorder.push(&parts, &bytes);
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Err(_) => {
+            s.recorder.push(&parts, &Bytes::new());
+            let api = api_of(parts.uri.path(), &parts.headers);
+            let message = format!("request body larger than {} bytes", s.config.body_limit);
+            error(api, StatusCode::PAYLOAD_TOO_LARGE, &message, &s)
+        }
+    }
+}
+
+/// An error response in the shape of the API the request looks like.
+pub(crate) fn error(api: Api, status: StatusCode, message: &str, s: &Shared) -> Response {
+    let request_id = s.ids.next("req_");
+    let body = error_body(api, status.as_u16(), message, &request_id);
+    json_response(status, body, &request_id)
+}
+
+pub(crate) fn json_response(status: StatusCode, body: Vec<u8>, request_id: &str) -> Response {
+    let mut res = (status, body).into_response();
+    let headers = res.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    if let Ok(id) = header::HeaderValue::from_str(request_id) {
+        headers.insert("request-id", id.clone());
+        headers.insert("x-request-id", id);
+    }
+    res
+}
+
+/// Anthropic routes and requests carrying `anthropic-version` get Anthropic's error shape.
+fn api_of(path: &str, headers: &HeaderMap) -> Api {
+    if path.starts_with("/v1/messages") || headers.contains_key("anthropic-version") {
+        Api::Anthropic
+    } else {
+        Api::OpenAiChat
+    }
+}
+
+async fn not_found(State(s): State<Arc<Shared>>, req: Request) -> Response {
+    let api = api_of(req.uri().path(), req.headers());
+    let message = format!("no route {} {}", req.method(), req.uri().path());
+    error(api, StatusCode::NOT_FOUND, &message, &s)
+}
+
+async fn not_allowed(State(s): State<Arc<Shared>>, req: Request) -> Response {
+    let api = api_of(req.uri().path(), req.headers());
+    let message = format!(
+        "method {} not allowed on {}",
+        req.method(),
+        req.uri().path()
+    );
+    error(api, StatusCode::METHOD_NOT_ALLOWED, &message, &s)
+}
+
+/// `HEAD /` is Claude Code's connectivity preflight; its status is configurable.
+async fn root(State(s): State<Arc<Shared>>, method: Method) -> Response {
+    if method == Method::HEAD {
+        let status = StatusCode::from_u16(s.config.head_status).unwrap_or(StatusCode::OK);
+        return status.into_response();
+    }
+    axum::Json(json!({"ok": true})).into_response()
+}
+
+/// A model list with both OpenAI and Anthropic fields.
+async fn models() -> Response {
+    let models: Vec<Value> = ["mock-model", "claude-sonnet-4-5", "gpt-5"]
+        .iter()
+        .map(|id| {
+            json!({"id": id, "object": "model", "created": 1_735_689_600, "owned_by": "mock",
+                   "type": "model", "display_name": id, "created_at": "2025-01-01T00:00:00Z"})
+        })
+        .collect();
+    axum::Json(json!({"object": "list", "data": models, "has_more": false,
+                      "first_id": "mock-model", "last_id": "gpt-5"}))
+    .into_response()
+}
+
+async fn recorded(State(s): State<Arc<Shared>>) -> Response {
+    let all: Vec<Value> = s.recorder.all().iter().map(|r| r.to_json()).collect();
+    axum::Json(Value::Array(all)).into_response()
+}
+
+async fn clear(State(s): State<Arc<Shared>>) -> StatusCode {
+    s.recorder.clear();
+    StatusCode::NO_CONTENT
+}

@@ -1,0 +1,275 @@
+//! Scripted replies: a queue that overrides the built-in turn logic, one reply per request.
+
+use std::collections::VecDeque;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// One reply to one generation request (`/v1/messages`, `/v1/chat/completions`,
+/// `/v1/responses`): what to say and how to deliver it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    pub action: Action,
+    pub shape: Shape,
+}
+
+/// What a reply says.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// The built-in turn logic (a shell tool call, or the final text).
+    Default,
+    /// These parts in order: text blocks and tool calls (several calls = a parallel batch).
+    Parts(Vec<Part>),
+    /// This HTTP status with the API's error body, before any byte of a stream.
+    Error { status: u16, message: String },
+    /// A stream that starts, then reports an error event (Anthropic `error`, Responses
+    /// `response.failed`, Chat an `error` chunk). A non-streaming request gets a 500.
+    FailMidStream { message: String },
+}
+
+/// One piece of a reply's content.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Part {
+    Text(String),
+    /// A tool call; Responses renders it after the offered tool's kind (function,
+    /// `local_shell`, `custom`).
+    ToolCall {
+        name: String,
+        args: Value,
+    },
+}
+
+/// How a reply is delivered.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Shape {
+    /// Before the status line (time to first byte).
+    pub first_byte_delay: Duration,
+    /// Between SSE events.
+    pub event_delay: Duration,
+    /// Close the connection before the end of the body.
+    pub truncate: Option<Truncate>,
+    /// Pad the first text (one is added if the reply has none) so the body is this many bytes:
+    /// exactly for JSON and SSE (an SSE comment takes the last few bytes).
+    pub pad_to: Option<usize>,
+}
+
+/// Where a truncated reply stops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Truncate {
+    /// After this many SSE events (a JSON body counts as one event).
+    AfterEvents(usize),
+    /// After this many body bytes.
+    AfterBytes(usize),
+}
+
+impl Reply {
+    /// The built-in turn logic, for a reply that only changes the [`Shape`].
+    pub fn default_turn() -> Self {
+        Self::from(Action::Default)
+    }
+
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::parts(vec![Part::Text(text.into())])
+    }
+
+    pub fn tool_call(name: impl Into<String>, args: Value) -> Self {
+        Self::parts(vec![Part::ToolCall {
+            name: name.into(),
+            args,
+        }])
+    }
+
+    pub fn parts(parts: Vec<Part>) -> Self {
+        Self::from(Action::Parts(parts))
+    }
+
+    pub fn error(status: u16, message: impl Into<String>) -> Self {
+        Self::from(Action::Error {
+            status,
+            message: message.into(),
+        })
+    }
+
+    pub fn fail_mid_stream(message: impl Into<String>) -> Self {
+        Self::from(Action::FailMidStream {
+            message: message.into(),
+        })
+    }
+
+    pub fn first_byte_delay(mut self, delay: Duration) -> Self {
+        self.shape.first_byte_delay = delay;
+        self
+    }
+
+    pub fn event_delay(mut self, delay: Duration) -> Self {
+        self.shape.event_delay = delay;
+        self
+    }
+
+    pub fn truncate_after_events(mut self, events: usize) -> Self {
+        self.shape.truncate = Some(Truncate::AfterEvents(events));
+        self
+    }
+
+    pub fn truncate_after_bytes(mut self, bytes: usize) -> Self {
+        self.shape.truncate = Some(Truncate::AfterBytes(bytes));
+        self
+    }
+
+    pub fn pad_to(mut self, bytes: usize) -> Self {
+        self.shape.pad_to = Some(bytes);
+        self
+    }
+
+    pub fn with_shape(mut self, shape: Shape) -> Self {
+        self.shape = shape;
+        self
+    }
+}
+
+impl From<Action> for Reply {
+    fn from(action: Action) -> Self {
+        Self {
+            action,
+            shape: Shape::default(),
+        }
+    }
+}
+
+/// A reply spec is not `default`, `text:TEXT`, `tool:NAME[:JSON]`, `error:STATUS[:MESSAGE]`
+/// or `fail:MESSAGE`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("bad reply spec {spec:?}: {why} (want default, text:TEXT, tool:NAME[:JSON], error:STATUS[:MESSAGE] or fail:MESSAGE)")]
+pub struct ReplySpecError {
+    pub spec: String,
+    pub why: String,
+}
+
+/// The simple form used by the binary's `--reply` flag.
+impl FromStr for Reply {
+    type Err = ReplySpecError;
+
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| ReplySpecError {
+            spec: spec.to_owned(),
+            why: why.to_owned(),
+        };
+        let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
+        match kind {
+            "default" => Ok(Reply::default_turn()),
+            "text" => Ok(Reply::text(rest)),
+            "fail" => Ok(Reply::fail_mid_stream(rest)),
+            "tool" => {
+                let (name, args) = rest.split_once(':').unwrap_or((rest, "{}"));
+                if name.is_empty() {
+                    return Err(bad("no tool name"));
+                }
+                let args = serde_json::from_str(args).map_err(|e| bad(&e.to_string()))?;
+                Ok(Reply::tool_call(name, args))
+            }
+            "error" => {
+                let (status, message) = rest.split_once(':').unwrap_or((rest, "mock error"));
+                let status: u16 = status.parse().map_err(|_| bad("status is not a number"))?;
+                if !(100..=999).contains(&status) {
+                    return Err(bad("status out of range"));
+                }
+                Ok(Reply::error(status, message))
+            }
+            _ => Err(bad("unknown kind")),
+        }
+    }
+}
+
+/// The queue of scripted replies; a cheap handle shared with the server.
+#[derive(Clone, Debug, Default)]
+pub struct Script {
+    queue: Arc<Mutex<VecDeque<Reply>>>,
+}
+
+impl Script {
+    /// Queues a reply after those already queued.
+    pub fn push(&self, reply: Reply) {
+        self.lock().push_back(reply);
+    }
+
+    pub fn extend(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.lock().extend(replies);
+    }
+
+    /// Replies not yet used.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
+    pub(crate) fn pop(&self) -> Option<Reply> {
+        self.lock().pop_front()
+    }
+
+    /// A panic elsewhere while holding the lock cannot leave the queue half-changed.
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Reply>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn specs_parse() {
+        assert_eq!("default".parse::<Reply>().unwrap(), Reply::default_turn());
+        assert_eq!("text:a:b".parse::<Reply>().unwrap(), Reply::text("a:b"));
+        assert_eq!(
+            r#"tool:Bash:{"command":"ls -la"}"#.parse::<Reply>().unwrap(),
+            Reply::tool_call("Bash", json!({"command": "ls -la"}))
+        );
+        assert_eq!(
+            "tool:Read".parse::<Reply>().unwrap(),
+            Reply::tool_call("Read", json!({}))
+        );
+        assert_eq!(
+            "error:529".parse::<Reply>().unwrap(),
+            Reply::error(529, "mock error")
+        );
+        assert_eq!(
+            "error:429:slow down".parse::<Reply>().unwrap(),
+            Reply::error(429, "slow down")
+        );
+        assert_eq!(
+            "fail:boom".parse::<Reply>().unwrap(),
+            Reply::fail_mid_stream("boom")
+        );
+    }
+
+    #[test]
+    fn bad_specs_say_why() {
+        for spec in ["", "txt:a", "tool:", "tool:Bash:{", "error:abc", "error:42"] {
+            let err = spec.parse::<Reply>().unwrap_err();
+            assert_eq!(err.spec, spec);
+        }
+    }
+
+    #[test]
+    fn script_is_fifo_and_shared() {
+        let script = Script::default();
+        let other = script.clone();
+        script.push(Reply::text("a"));
+        other.extend([Reply::text("b")]);
+        assert_eq!(script.len(), 2);
+        assert_eq!(other.pop(), Some(Reply::text("a")));
+        assert_eq!(script.pop(), Some(Reply::text("b")));
+        assert!(script.pop().is_none());
+    }
+}

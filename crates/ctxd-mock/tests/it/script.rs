@@ -1,0 +1,297 @@
+//! Scripted replies: content, errors, delays, truncation, padding.
+
+use std::time::{Duration, Instant};
+
+use ctxd_mock::{Config, Part, Reply, Shape};
+use serde_json::{json, Value};
+
+use crate::support::{client, names, post, read_until_break, sse, start, start_with};
+
+fn anthropic(stream: bool) -> Value {
+    json!({"model": "claude-sonnet-4-5", "stream": stream,
+           "messages": [{"role": "user", "content": "hi"}]})
+}
+
+fn chat(stream: bool) -> Value {
+    json!({"model": "gpt-4o-mini", "stream": stream, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+fn responses(stream: bool) -> Value {
+    json!({"model": "gpt-5", "stream": stream, "input": "hi",
+           "tools": [{"type": "custom", "name": "apply_patch"}]})
+}
+
+/// A request body, streaming or not.
+type BodyFn = fn(bool) -> Value;
+
+const ROUTES: [(&str, BodyFn); 3] = [
+    ("/v1/messages", anthropic),
+    ("/v1/chat/completions", chat),
+    ("/v1/responses", responses),
+];
+
+#[tokio::test]
+async fn replies_are_used_in_order_then_the_default() {
+    let mock = start().await;
+    mock.script().push(Reply::text("first"));
+    mock.script()
+        .push(Reply::tool_call("Read", json!({"path": "a.txt"})));
+    assert_eq!(mock.script().len(), 2);
+    let m = post(&mock, "/v1/messages", &anthropic(false)).await.json();
+    assert_eq!(m["content"], json!([{"type": "text", "text": "first"}]));
+    let m = post(&mock, "/v1/messages", &anthropic(false)).await.json();
+    assert_eq!(m["content"][0]["name"], "Read");
+    assert_eq!(m["content"][0]["input"], json!({"path": "a.txt"}));
+    assert_eq!(m["stop_reason"], "tool_use");
+    assert!(mock.script().is_empty());
+    let m = post(&mock, "/v1/messages", &anthropic(false)).await.json();
+    assert_eq!(m["content"][0]["text"], "done");
+    // count_tokens and models never take a scripted reply
+    mock.script().push(Reply::text("kept"));
+    post(&mock, "/v1/messages/count_tokens", &anthropic(false)).await;
+    client()
+        .get(format!("{}/v1/models", mock.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mock.script().len(), 1);
+}
+
+#[tokio::test]
+async fn parallel_tool_calls_in_each_api() {
+    let mock = start().await;
+    let parts = vec![
+        Part::Text("Looking.".into()),
+        Part::ToolCall {
+            name: "Read".into(),
+            args: json!({"path": "a"}),
+        },
+        Part::ToolCall {
+            name: "apply_patch".into(),
+            args: json!("*** Begin Patch"),
+        },
+    ];
+    mock.script().extend([
+        Reply::parts(parts.clone()),
+        Reply::parts(parts.clone()),
+        Reply::parts(parts),
+    ]);
+    let m = post(&mock, "/v1/messages", &anthropic(false)).await.json();
+    let kinds: Vec<&str> = m["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["text", "tool_use", "tool_use"]);
+    let c = post(&mock, "/v1/chat/completions", &chat(true))
+        .await
+        .events();
+    let calls: Vec<&Value> = c
+        .iter()
+        .filter_map(|e| {
+            e.data["choices"][0]["delta"]["tool_calls"][0]["id"]
+                .as_str()
+                .map(|_| &e.data)
+        })
+        .collect();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1]["choices"][0]["delta"]["tool_calls"][0]["index"], 1);
+    let r = post(&mock, "/v1/responses", &responses(false)).await.json();
+    let kinds: Vec<&str> = r["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    // apply_patch is offered as a custom tool, so its call is a custom_tool_call
+    assert_eq!(kinds, ["message", "function_call", "custom_tool_call"]);
+    assert_eq!(r["output"][2]["input"], "*** Begin Patch");
+}
+
+#[tokio::test]
+async fn http_errors_in_each_api_shape() {
+    let mock = start().await;
+    for (path, body) in ROUTES {
+        mock.script().push(Reply::error(529, "overloaded"));
+        let r = post(&mock, path, &body(true)).await;
+        assert_eq!(r.status, 529, "{path}");
+        assert_eq!(r.content_type(), "application/json");
+        let e = r.json();
+        if path == "/v1/messages" {
+            assert_eq!(e["error"]["type"], "overloaded_error");
+        } else {
+            assert_eq!(e["error"]["type"], "server_error");
+        }
+        assert_eq!(e["error"]["message"], "overloaded");
+    }
+}
+
+#[tokio::test]
+async fn failure_mid_stream_in_each_api() {
+    let mock = start().await;
+    mock.script()
+        .extend((0..4).map(|_| Reply::fail_mid_stream("went away")));
+    let a = post(&mock, "/v1/messages", &anthropic(true)).await.events();
+    assert_eq!(names(&a), ["message_start", "ping", "error"]);
+    assert_eq!(a[2].data["error"]["message"], "went away");
+    let c = post(&mock, "/v1/chat/completions", &chat(true))
+        .await
+        .events();
+    assert_eq!(c.last().unwrap().data["error"]["message"], "went away");
+    assert!(c.iter().all(|e| e.data != json!("[DONE]")));
+    let r = post(&mock, "/v1/responses", &responses(true))
+        .await
+        .events();
+    assert_eq!(
+        names(&r),
+        [
+            "response.created",
+            "response.in_progress",
+            "response.failed"
+        ]
+    );
+    assert_eq!(r[2].data["response"]["error"]["message"], "went away");
+    let j = post(&mock, "/v1/messages", &anthropic(false)).await;
+    assert_eq!(j.status, 500);
+}
+
+#[tokio::test]
+async fn first_byte_and_event_delays() {
+    let mock = start().await;
+    mock.script()
+        .push(Reply::text("slow").first_byte_delay(Duration::from_millis(150)));
+    let t = Instant::now();
+    post(&mock, "/v1/messages", &anthropic(false)).await;
+    assert!(t.elapsed() >= Duration::from_millis(150));
+
+    // 7 events, 6 gaps of 40 ms; the first event arrives long before the last.
+    mock.script()
+        .push(Reply::text("paced").event_delay(Duration::from_millis(40)));
+    let t = Instant::now();
+    let mut res = client()
+        .post(format!("{}/v1/messages", mock.base_url()))
+        .body(anthropic(true).to_string())
+        .send()
+        .await
+        .unwrap();
+    let first = res.chunk().await.unwrap().unwrap();
+    let to_first = t.elapsed();
+    assert!(String::from_utf8_lossy(&first).starts_with("event: message_start"));
+    let (rest, broke) = read_until_break(res).await;
+    let total = t.elapsed();
+    assert!(!broke);
+    assert!(total >= Duration::from_millis(240), "{total:?}");
+    assert!(
+        to_first < total - Duration::from_millis(150),
+        "{to_first:?} vs {total:?}"
+    );
+    let mut all = first.to_vec();
+    all.extend(rest);
+    assert_eq!(sse(&all).len(), 7);
+}
+
+#[tokio::test]
+async fn truncated_streams_close_the_connection() {
+    let mock = start().await;
+    for (path, body) in ROUTES {
+        mock.script()
+            .push(Reply::default_turn().truncate_after_events(2));
+        let res = client()
+            .post(format!("{}{path}", mock.base_url()))
+            .body(body(true).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        let (got, broke) = read_until_break(res).await;
+        assert!(broke, "{path}: the connection must break");
+        assert_eq!(sse(&got).len(), 2, "{path}");
+    }
+    mock.script()
+        .push(Reply::text("cut").truncate_after_bytes(10));
+    let res = client()
+        .post(format!("{}/v1/messages", mock.base_url()))
+        .body(anthropic(false).to_string())
+        .send()
+        .await
+        .unwrap();
+    let full: usize = res.headers()["content-length"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (got, broke) = read_until_break(res).await;
+    assert!(broke);
+    assert_eq!(got.len(), 10);
+    assert!(full > 10);
+    // The server is still fine afterwards.
+    assert_eq!(
+        post(&mock, "/v1/messages", &anthropic(false)).await.status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn padding_gives_exact_sizes() {
+    let mock = start().await;
+    for (path, body) in ROUTES {
+        for stream in [false, true] {
+            for target in [5_000, 1 << 20] {
+                mock.script().push(Reply::text("padded").pad_to(target));
+                let r = post(&mock, path, &body(stream)).await;
+                assert_eq!(r.body.len(), target, "{path} stream={stream}");
+                if stream {
+                    assert!(r.events().len() > 3);
+                    if target > 100_000 {
+                        // Responses repeats the text in five events, so its text is a fifth.
+                        assert!(
+                            r.events().len() > 15,
+                            "{path}: a large text streams as many deltas"
+                        );
+                    }
+                } else {
+                    r.json();
+                }
+            }
+        }
+    }
+    // A tool call alone gets a text to carry the padding.
+    mock.script()
+        .push(Reply::tool_call("Bash", json!({"command": "ls"})).pad_to(4096));
+    let r = post(&mock, "/v1/messages", &anthropic(false)).await;
+    assert_eq!(r.body.len(), 4096);
+    assert_eq!(r.json()["content"][1]["name"], "Bash");
+    // Smaller than the natural size: left as is.
+    mock.script().push(Reply::text("x").pad_to(10));
+    assert!(
+        post(&mock, "/v1/messages", &anthropic(false))
+            .await
+            .body
+            .len()
+            > 10
+    );
+}
+
+#[tokio::test]
+async fn config_shape_applies_to_unscripted_replies() {
+    let shape = Shape {
+        pad_to: Some(2048),
+        ..Shape::default()
+    };
+    let mock = start_with(Config {
+        shape,
+        final_text: "fin".into(),
+        ..Config::default()
+    })
+    .await;
+    let r = post(&mock, "/v1/chat/completions", &chat(false)).await;
+    assert_eq!(r.body.len(), 2048);
+    assert!(r.json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("fin"));
+    mock.script().push(Reply::text("scripted"));
+    let r = post(&mock, "/v1/chat/completions", &chat(false)).await;
+    assert!(r.body.len() < 2048, "a scripted reply brings its own shape");
+}
