@@ -200,6 +200,7 @@ async fn prepare(
     };
 
     let slot = app.sessions.slot(&tenant, &key);
+    slot.wait_settled(Duration::from_secs(10)).await;
     let mut state = slot.state.lock().await;
     if state.is_none() || slot.take_stale() {
         let meta = SessionMeta {

@@ -4,6 +4,7 @@
 //! response; a client that goes away is an abort.
 
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -109,8 +110,12 @@ impl Completion {
         let slot = self.slot.clone();
         let caller = self.caller.clone();
         let attach = self.attach.clone();
+        // Until the outcome is in the log, the session's next request waits (see
+        // `Slot::settled`), and shutdown waits too.
+        let ticket = Recording::start(&app, &slot);
         // The turn boundary may read notes (a window's boot): off the async threads.
         let task = tokio::task::spawn_blocking(move || {
+            let _ticket = ticket;
             let mut state = slot.state.blocking_lock();
             if slot.stale.load(std::sync::atomic::Ordering::Acquire) {
                 return; // the next request reloads the session; its log is the truth
@@ -200,6 +205,31 @@ impl Completion {
     }
 }
 
+/// A response being recorded: counted on its session and on the gateway while it lasts.
+struct Recording {
+    app: Arc<Gateway>,
+    slot: Arc<Slot>,
+}
+
+impl Recording {
+    fn start(app: &Arc<Gateway>, slot: &Arc<Slot>) -> Self {
+        slot.recording.fetch_add(1, Ordering::AcqRel);
+        app.recording.fetch_add(1, Ordering::AcqRel);
+        Recording {
+            app: app.clone(),
+            slot: slot.clone(),
+        }
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        self.slot.recording.fetch_sub(1, Ordering::AcqRel);
+        self.slot.settled.notify_waiters();
+        self.app.recording.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl Drop for Completion {
     fn drop(&mut self) {
         if !self.done {
@@ -222,6 +252,7 @@ pub struct Relay {
     /// Time to the upstream's response headers, then every wait for a chunk is added.
     upstream: Duration,
     waiting_since: Instant,
+    ended: bool,
 }
 
 impl Relay {
@@ -239,6 +270,7 @@ impl Relay {
             api,
             upstream,
             waiting_since: Instant::now(),
+            ended: false,
         }
     }
 
@@ -254,7 +286,7 @@ impl Stream for Relay {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
-        if this.completion.is_none() {
+        if this.ended {
             return Poll::Ready(None);
         }
         let polled = this.inner.as_mut().poll_next(cx);
@@ -265,21 +297,47 @@ impl Stream for Relay {
         let busy = Instant::now();
         let out = match item {
             Some(Ok(chunk)) => {
-                if let Some(a) = this.assembler.as_mut() {
-                    for ev in this.parser.feed(&chunk) {
-                        a.push(&ev);
+                let complete = match this.assembler.as_mut() {
+                    Some(a) => {
+                        for ev in this.parser.feed(&chunk) {
+                            a.push(&ev);
+                        }
+                        a.is_complete()
                     }
+                    None => false,
+                };
+                if complete {
+                    // Record before the client sees the terminal event: its next request may
+                    // follow at once and must find this response in the log.
+                    if let Some(c) = this.completion.as_mut() {
+                        c.relaying += busy.elapsed();
+                    }
+                    let outcome = match this.assembler.take().map(Assembler::finish) {
+                        Some(Ok(assembled)) => Outcome::Response(assembled),
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, "response not recorded");
+                            Outcome::Failed
+                        }
+                        None => Outcome::Failed,
+                    };
+                    this.end(outcome);
                 }
                 Some(Ok(chunk))
             }
             Some(Err(e)) => {
-                tracing::warn!(error = %e, "upstream stream failed");
-                this.end(Outcome::Failed);
-                Some(Ok(Bytes::from(this.api.sse_error_event(&format!(
-                    "ctxd: upstream stream failed: {e}"
-                )))))
+                this.ended = true;
+                if this.completion.is_some() {
+                    tracing::warn!(error = %e, "upstream stream failed");
+                    this.end(Outcome::Failed);
+                    Some(Ok(Bytes::from(this.api.sse_error_event(&format!(
+                        "ctxd: upstream stream failed: {e}"
+                    )))))
+                } else {
+                    None // the response was complete; a broken tail changes nothing
+                }
             }
             None => {
+                this.ended = true;
                 let mut assembler = this.assembler.take();
                 if let (Some(a), Some(ev)) = (assembler.as_mut(), this.parser.finish()) {
                     a.push(&ev);
@@ -302,10 +360,7 @@ impl Stream for Relay {
                         this.end(Outcome::Failed);
                         None
                     }
-                    None => {
-                        this.end(Outcome::Failed);
-                        None
-                    }
+                    None => None,
                 }
             }
         };

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use axum::body::Body;
@@ -51,6 +51,8 @@ pub struct Gateway {
     /// Key of the tenant hash, kept in the store (so tenants survive restarts).
     pub tenant_key: [u8; 32],
     metrics: PrometheusHandle,
+    /// Responses being recorded (shutdown waits for them before draining the writer).
+    pub(crate) recording: AtomicUsize,
     request_ids: AtomicU64,
     boot_nonce: u32,
 }
@@ -129,6 +131,7 @@ impl Server {
             writer: writer.handle(),
             tenant_key: key,
             metrics: metrics_handle(),
+            recording: AtomicUsize::new(0),
             request_ids: AtomicU64::new(1),
             boot_nonce: u32::from_le_bytes(nonce),
             engine,
@@ -160,8 +163,12 @@ impl Server {
         let served = axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await;
-        // Completions of the last responses run on blocking threads: give them a moment to
-        // queue their writes, then drain the writer.
+        // The last responses are recorded on blocking threads: wait for them to queue their
+        // writes (bounded), then drain the writer.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while app.recording.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
         app.writer.flush().await;
         drop(app);
         tokio::task::spawn_blocking(move || writer.shutdown())

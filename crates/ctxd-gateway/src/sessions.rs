@@ -4,7 +4,7 @@
 //! or stale slot is reloaded from the store after the writer has drained.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ctxd_store::SessionRecord;
@@ -22,6 +22,10 @@ pub struct Slot {
     pub state: tokio::sync::Mutex<Option<Loaded>>,
     /// Set by the writer when a write of this session failed: reload before use.
     pub stale: Arc<AtomicBool>,
+    /// Responses whose outcome is being written into `state`; the session's next request
+    /// waits for them, so it always plans against the complete log.
+    pub recording: AtomicUsize,
+    pub settled: tokio::sync::Notify,
     last_used: AtomicU64,
 }
 
@@ -30,7 +34,26 @@ impl Slot {
         Slot {
             state: tokio::sync::Mutex::new(None),
             stale: Arc::new(AtomicBool::new(false)),
+            recording: AtomicUsize::new(0),
+            settled: tokio::sync::Notify::new(),
             last_used: AtomicU64::new(now),
+        }
+    }
+
+    /// Wait (up to `limit`) until no response of this session is still being recorded.
+    pub async fn wait_settled(&self, limit: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let notified = self.settled.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.recording.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                tracing::warn!("a response is still being recorded; planning without it");
+                return;
+            }
         }
     }
 

@@ -77,6 +77,10 @@ pub trait Store: NotesStore + HistoryStore {
     /// The session with this id, only if it belongs to `tenant`.
     fn session(&self, tenant: &str, id: SessionId) -> Result<Option<SessionRecord>, StoreError>;
 
+    /// The tenants that have sessions. For the operator's own tools (the CLI on the store
+    /// file), never for a tenant's request.
+    fn tenants(&self) -> Result<Vec<String>, StoreError>;
+
     /// Every session of `tenant`, most recently updated first.
     fn list_sessions(&self, tenant: &str) -> Result<Vec<SessionRecord>, StoreError>;
 

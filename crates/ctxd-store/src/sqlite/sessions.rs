@@ -316,6 +316,13 @@ impl Store for SqliteStore {
         Ok(raw.flatten())
     }
 
+    fn tenants(&self) -> Result<Vec<String>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT DISTINCT tenant FROM sessions ORDER BY tenant")?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     fn setting_or_insert(&self, key: &str, value: &[u8]) -> Result<Vec<u8>, StoreError> {
         let mut conn = self.conn();
         let tx = super::write_transaction(&mut conn)?;

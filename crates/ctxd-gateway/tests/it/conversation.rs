@@ -1,0 +1,189 @@
+//! Multi-turn tool-using conversations on each API, streaming and not: the log holds each
+//! message once, in order, with the provider's usage, and nothing goes upstream changed.
+
+use serde_json::{json, Value};
+
+use crate::support::{branch_messages, Rig};
+
+/// Send `body` and return the parsed reply; for a stream, the raw SSE text as a string value.
+async fn turn(rig: &Rig, path: &str, headers: &[(&str, &str)], body: &Value) -> Value {
+    let resp = rig
+        .post(path, headers, serde_json::to_vec(body).unwrap())
+        .await;
+    assert!(resp.status().is_success(), "{}", resp.status());
+    let text = resp.text().await.unwrap();
+    serde_json::from_str(&text).unwrap_or(Value::String(text))
+}
+
+fn anthropic_tools() -> Value {
+    json!([{"name": "bash", "description": "Run a command",
+        "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_three_turns_are_recorded_once_each() {
+    let mut rig = Rig::start().await;
+    let h = [("x-api-key", "sk-test"), ("x-ctxd-session", "conv-a")];
+    let mut messages = vec![json!({"role": "user", "content": "list the files"})];
+    let body = |messages: &Vec<Value>| {
+        json!({"model": "claude-sonnet-4-5", "max_tokens": 100, "tools": anthropic_tools(),
+            "system": "You are terse.", "messages": messages})
+    };
+    let r1 = turn(&rig, "/v1/messages", &h, &body(&messages)).await;
+    assert_eq!(r1["content"][0]["type"], "tool_use");
+    let call_id = r1["content"][0]["id"].as_str().unwrap().to_owned();
+    messages.push(json!({"role": "assistant", "content": r1["content"].clone()}));
+    messages.push(json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": call_id, "content": "README.md\nmain.py"}]}));
+    // The second turn streams.
+    let mut b2 = body(&messages);
+    b2["stream"] = json!(true);
+    let r2 = turn(&rig, "/v1/messages", &h, &b2).await;
+    assert!(r2.as_str().unwrap().contains("message_stop"));
+    messages.push(json!({"role": "assistant", "content": [{"type": "text", "text": "done"}]}));
+    messages.push(json!({"role": "user", "content": "thanks"}));
+    let _ = turn(&rig, "/v1/messages", &h, &body(&messages)).await;
+    let sent = rig.mock.requests();
+    assert_eq!(sent.len(), 3);
+    let stored = rig.stored().await;
+    let sessions = stored.sessions();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(sessions[0].key, "conv-a");
+    let session = stored.load(&sessions[0]);
+    let got = branch_messages(&session);
+    let roles: Vec<&str> = got.iter().map(|(r, _)| r.as_str()).collect();
+    assert_eq!(
+        roles,
+        [
+            "User",
+            "Assistant",
+            "User",
+            "Assistant",
+            "User",
+            "Assistant"
+        ],
+        "{got:?}"
+    );
+    assert!(got[1].1.contains("bash"));
+    assert!(got[2].1.contains("main.py"));
+    assert_eq!(got[3].1, "done");
+    // The response entries carry the provider's usage.
+    let with_usage = session
+        .entries
+        .iter()
+        .filter(|e| matches!(&e.kind, ctxd_core::model::EntryKind::Message(m) if m.usage.is_some()))
+        .count();
+    assert_eq!(with_usage, 3);
+    // No duplicates: system prompt, tools, 6 messages.
+    assert_eq!(session.entries.len(), 8, "{:#?}", session.entries);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_and_responses_tool_loops_stream_and_not() {
+    let mut rig = Rig::start().await;
+    let auth = [("authorization", "Bearer sk-openai")];
+    // Chat Completions, streaming.
+    let tools = json!([{"type": "function", "function": {"name": "bash", "description": "run",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]);
+    let mut messages = vec![
+        json!({"role": "system", "content": "sys"}),
+        json!({"role": "user", "content": "list the files"}),
+    ];
+    let r = turn(
+        &rig,
+        "/v1/chat/completions",
+        &auth,
+        &json!({"model": "gpt-4o-mini",
+        "messages": messages, "tools": tools}),
+    )
+    .await;
+    let call = r["choices"][0]["message"]["tool_calls"][0].clone();
+    messages.push(r["choices"][0]["message"].clone());
+    messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": "a.txt"}));
+    let r = turn(
+        &rig,
+        "/v1/chat/completions",
+        &auth,
+        &json!({"model": "gpt-4o-mini",
+        "messages": messages, "tools": tools, "stream": true,
+        "stream_options": {"include_usage": true}}),
+    )
+    .await;
+    assert!(r.as_str().unwrap().contains("[DONE]"));
+
+    // Responses, streaming then not.
+    let rtools = json!([{"type": "function", "name": "shell", "description": "run",
+        "parameters": {"type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}}}}}]);
+    let mut input = vec![json!({"type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "list the files"}]})];
+    let r = turn(
+        &rig,
+        "/v1/responses",
+        &auth,
+        &json!({"model": "gpt-5-mini", "input": input,
+        "tools": rtools, "stream": true, "instructions": "be brief"}),
+    )
+    .await;
+    let sse = r.as_str().unwrap();
+    // The function call item of the stream, as the client would echo it.
+    let item = sse
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|v| v["type"] == "response.output_item.done")
+        .unwrap()["item"]
+        .clone();
+    input.push(item.clone());
+    input.push(
+        json!({"type": "function_call_output", "call_id": item["call_id"], "output": "a.txt"}),
+    );
+    let r = turn(
+        &rig,
+        "/v1/responses",
+        &auth,
+        &json!({"model": "gpt-5-mini", "input": input,
+        "tools": rtools, "instructions": "be brief"}),
+    )
+    .await;
+    assert_eq!(r["output"][0]["content"][0]["text"], "done");
+
+    let stored = rig.stored().await;
+    let sessions = stored.sessions();
+    assert_eq!(sessions.len(), 2, "one chat and one responses conversation");
+    for s in &sessions {
+        let got: Vec<_> = branch_messages(&stored.load(s))
+            .into_iter()
+            .filter(|(role, _)| role != "System") // Chat keeps its system message in the array
+            .collect();
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert!(got.last().unwrap().1.contains("done"));
+        assert_eq!(s.meta.agent.map(|a| a.as_str()), Some("api"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_never_share_a_session() {
+    let mut rig = Rig::start().await;
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hello"}]});
+    for key in ["sk-one", "sk-two"] {
+        let h = [("x-api-key", key), ("x-ctxd-session", "same-name")];
+        let _ = turn(&rig, "/v1/messages", &h, &body).await;
+    }
+    let stored = rig.stored().await;
+    let sessions = stored.sessions();
+    assert_eq!(sessions.len(), 2);
+    assert_ne!(sessions[0].tenant, sessions[1].tenant);
+    for s in &sessions {
+        assert!(!s.tenant.contains("sk-"), "the credential is never stored");
+        use ctxd_store::Store;
+        let other = sessions.iter().find(|o| o.id != s.id).unwrap();
+        assert!(stored.0.session(&other.tenant, s.id).unwrap().is_none());
+    }
+    let raw = std::fs::read(&rig.store_path).unwrap();
+    let needle = b"sk-one";
+    assert!(
+        !raw.windows(needle.len()).any(|w| w == needle),
+        "no credential in the store file"
+    );
+}

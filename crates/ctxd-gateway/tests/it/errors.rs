@@ -1,0 +1,152 @@
+//! Bad input and a failing provider: errors in the API's own shape and status, nothing of a
+//! failed response in the store.
+
+use std::time::Duration;
+
+use ctxd_mock::{Config, Reply};
+use serde_json::{json, Value};
+
+use crate::support::{branch_messages, Rig};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_each_apis_error_shape() {
+    let rig = Rig::with(Config::default(), |s| s.max_body_bytes = 4096).await;
+    for (path, anthropic) in [
+        ("/v1/messages", true),
+        ("/v1/chat/completions", false),
+        ("/v1/responses", false),
+    ] {
+        let check = |status: u16, body: &Value| {
+            if anthropic {
+                assert_eq!(body["type"], "error", "{path} {status}: {body}");
+                assert!(body["error"]["message"].is_string());
+            } else {
+                assert!(
+                    body["error"]["message"].is_string(),
+                    "{path} {status}: {body}"
+                );
+                assert!(body["error"]["type"].is_string());
+            }
+        };
+        let r = rig.post(path, &[], b"{\"messages\": [".to_vec()).await;
+        assert_eq!(r.status(), 400, "{path}");
+        check(
+            400,
+            &r.bytes()
+                .await
+                .map(|b| serde_json::from_slice::<Value>(&b).unwrap())
+                .unwrap(),
+        );
+        let r = rig
+            .client
+            .post(rig.url(path))
+            .header("content-type", "text/plain")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 415, "{path}");
+        check(
+            415,
+            &r.bytes()
+                .await
+                .map(|b| serde_json::from_slice::<Value>(&b).unwrap())
+                .unwrap(),
+        );
+        let r = rig.post(path, &[], vec![b' '; 10_000]).await;
+        assert_eq!(r.status(), 413, "{path}");
+        check(
+            413,
+            &r.bytes()
+                .await
+                .map(|b| serde_json::from_slice::<Value>(&b).unwrap())
+                .unwrap(),
+        );
+        let r = rig.post(path, &[], b"[1, 2]".to_vec()).await;
+        assert_eq!(r.status(), 400, "{path}");
+    }
+    assert!(
+        rig.mock.requests().is_empty(),
+        "nothing bad reached the provider"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_errors_pass_through_and_failed_streams_end_with_an_error_event() {
+    let mut rig = Rig::start().await;
+    let h = [("x-api-key", "k"), ("x-ctxd-session", "s")];
+    let body = |stream: bool| {
+        serde_json::to_vec(&json!({"model": "claude-sonnet-4-5", "max_tokens": 10,
+            "stream": stream, "messages": [{"role": "user", "content": "hi"}]}))
+        .unwrap()
+    };
+    rig.mock.script().push(Reply::error(429, "slow down"));
+    let r = rig.post("/v1/messages", &h, body(false)).await;
+    assert_eq!(r.status(), 429);
+    let v: Value = r
+        .bytes()
+        .await
+        .map(|b| serde_json::from_slice::<Value>(&b).unwrap())
+        .unwrap();
+    assert!(v.to_string().contains("slow down"));
+
+    // Cut after two events: the client gets a well-formed error event at the end.
+    rig.mock
+        .script()
+        .push(Reply::text("partial answer").truncate_after_events(2));
+    let r = rig.post("/v1/messages", &h, body(true)).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("event: message_start"));
+    assert!(text.trim_end().ends_with('}'), "{text}");
+    assert!(text.contains("event: error"), "{text}");
+
+    rig.mock.script().push(Reply::fail_mid_stream("boom"));
+    let r = rig.post("/v1/messages", &h, body(true)).await;
+    let text = r.text().await.unwrap();
+    assert!(text.contains("error"), "{text}");
+
+    let stored = rig.stored().await;
+    let session = stored.load(&stored.sessions()[0]);
+    let messages = branch_messages(&session);
+    assert!(
+        messages.iter().all(|(role, _)| role == "User"),
+        "no assistant entry from failed responses: {messages:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_or_slow_provider_is_a_gateway_error() {
+    let rig = Rig::with(Config::default(), |s| {
+        s.read_timeout = Duration::from_millis(500);
+    })
+    .await;
+    rig.mock
+        .script()
+        .push(Reply::text("late").first_byte_delay(Duration::from_secs(3)));
+    let body = serde_json::to_vec(
+        &json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .unwrap();
+    let r = rig.post("/v1/chat/completions", &[], body.clone()).await;
+    assert_eq!(r.status(), 504);
+    let v: Value = r
+        .bytes()
+        .await
+        .map(|b| serde_json::from_slice::<Value>(&b).unwrap())
+        .unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("upstream"));
+
+    let down = Rig::with(Config::default(), |s| {
+        s.upstream_openai = "http://127.0.0.1:9".into();
+    })
+    .await;
+    let r = down.post("/v1/chat/completions", &[], body).await;
+    assert_eq!(r.status(), 502);
+    let v: Value = r
+        .bytes()
+        .await
+        .map(|b| serde_json::from_slice::<Value>(&b).unwrap())
+        .unwrap();
+    assert_eq!(v["error"]["type"], "server_error");
+}

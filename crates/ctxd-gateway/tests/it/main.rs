@@ -1,0 +1,11 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! The gateway over real sockets, in front of the project's mock upstream: pass-through bytes,
+//! conversations recorded in the store, windows rewriting what goes upstream, errors in each
+//! API's shape, tenants kept apart.
+
+mod conversation;
+mod errors;
+mod passthrough;
+mod support;
+mod window;

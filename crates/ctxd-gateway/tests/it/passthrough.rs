@@ -1,0 +1,124 @@
+//! With nothing to change, what reaches the provider is byte for byte what the client sent:
+//! every captured real request (Claude Code, Pi on three APIs, Codex), plain and compressed.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::support::Rig;
+
+fn shared() -> PathBuf {
+    std::env::var("CTXD_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
+}
+
+/// (file, path, headers, body bytes) of a captured POST.
+type Captured = (String, String, Vec<(String, String)>, Vec<u8>);
+
+/// Every captured POST.
+fn captured() -> Vec<Captured> {
+    let mut out = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(shared().join("clients/captured"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    for f in files {
+        for line in std::fs::read_to_string(&f).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            if v["method"] != "POST" {
+                continue;
+            }
+            let headers = v["headers"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "host" | "content-length" | "connection"))
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
+                .collect();
+            out.push((
+                f.file_name().unwrap().to_string_lossy().into_owned(),
+                v["path"].as_str().unwrap().to_owned(),
+                headers,
+                serde_json::to_vec(&v["body"]).unwrap(),
+            ));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_captured_request_reaches_the_provider_byte_identical() {
+    let mut rig = Rig::start().await;
+    let requests = captured();
+    assert!(
+        requests.len() >= 10,
+        "captured requests: {}",
+        requests.len()
+    );
+    for (file, path, headers, body) in &requests {
+        rig.mock.clear();
+        let mut req = rig.client.post(rig.url(path)).body(body.clone());
+        for (k, v) in headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let resp = req.send().await.unwrap();
+        assert!(
+            resp.status().is_success(),
+            "{file} {path}: {}",
+            resp.status()
+        );
+        let _ = resp.bytes().await.unwrap();
+        let got = rig.mock.requests();
+        assert_eq!(got.len(), 1, "{file}");
+        assert_eq!(got[0].path, *path, "{file}: the query (?beta=true) is kept");
+        assert!(
+            got[0].body == body.as_slice(),
+            "{file} {path}: body changed on the way"
+        );
+        for (k, v) in headers {
+            if k == "accept-encoding" {
+                continue; // the gateway reads the response, so it asks for it uncompressed
+            }
+            assert_eq!(got[0].header(k), Some(v.as_str()), "{file}: header {k}");
+        }
+    }
+    // Each captured conversation is in the store, one session per client session.
+    let stored = rig.stored().await;
+    let sessions = stored.sessions();
+    assert!(sessions.len() >= 5, "{}", sessions.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_bodies_pass_through_compressed_and_are_recorded() {
+    let mut rig = Rig::start().await;
+    let (_, path, headers, body) = captured()
+        .into_iter()
+        .find(|(f, ..)| f.contains("codex"))
+        .unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&body).unwrap();
+    let gz = gz.finish().unwrap();
+    let mut req = rig
+        .client
+        .post(rig.url(&path))
+        .header("content-encoding", "gzip")
+        .body(gz.clone());
+    for (k, v) in &headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let resp = req.send().await.unwrap();
+    assert!(resp.status().is_success());
+    let _ = resp.bytes().await.unwrap();
+    let got = rig.mock.requests();
+    assert!(got[0].body == gz.as_slice());
+    assert_eq!(got[0].header("content-encoding"), Some("gzip"));
+    let stored = rig.stored().await;
+    let sessions = stored.sessions();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(sessions[0].meta.agent.map(|a| a.as_str()), Some("codex"));
+    let messages = crate::support::branch_messages(&stored.load(&sessions[0]));
+    assert!(messages.len() >= 2, "{messages:?}");
+}

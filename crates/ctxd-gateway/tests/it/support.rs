@@ -1,0 +1,120 @@
+//! A mock upstream and a gateway in front of it, on the test's runtime.
+
+use std::path::PathBuf;
+
+use ctxd_core::model::{EntryKind, Session};
+use ctxd_gateway::{Server, Settings};
+use ctxd_mock::{Config, MockServer};
+use ctxd_store::{Durability, SessionRecord, SqliteStore, Store};
+
+pub struct Rig {
+    pub mock: MockServer,
+    pub base: String,
+    pub store_path: PathBuf,
+    pub client: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Rig {
+    pub async fn start() -> Rig {
+        Self::with(Config::default(), |_| {}).await
+    }
+
+    pub async fn with(config: Config, tweak: impl FnOnce(&mut Settings)) -> Rig {
+        let mock = MockServer::start(config).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store_path = dir.path().join("ctxd.db");
+        let mut settings = Settings::new(store_path.clone());
+        settings.listen = "127.0.0.1:0".parse().unwrap();
+        settings.upstream_anthropic = mock.base_url();
+        settings.upstream_openai = mock.base_url();
+        tweak(&mut settings);
+        settings.validate().unwrap();
+        let server = Server::bind(settings).await.unwrap();
+        let base = format!("http://{}", server.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async {
+            let _ = stopped.await;
+        }));
+        Rig {
+            mock,
+            base,
+            store_path,
+            client: reqwest::Client::new(),
+            stop: Some(stop),
+            task: Some(task),
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// POST `body` with JSON content type and `headers`.
+    pub async fn post(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> reqwest::Response {
+        let mut req = self
+            .client
+            .post(self.url(path))
+            .header("content-type", "application/json")
+            .body(body);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// Stop the gateway (in-flight requests finish, the writer drains, the store closes).
+    pub async fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.unwrap().unwrap();
+        }
+    }
+
+    /// Stop the gateway and read the store back.
+    pub async fn stored(&mut self) -> Stored {
+        self.stop().await;
+        Stored(SqliteStore::open(&self.store_path, Durability::Full).unwrap())
+    }
+}
+
+pub struct Stored(pub SqliteStore);
+
+impl Stored {
+    /// Every session of every tenant (read straight from the table: the test is the operator).
+    pub fn sessions(&self) -> Vec<SessionRecord> {
+        let mut out = Vec::new();
+        for tenant in self.0.tenants().unwrap() {
+            out.extend(self.0.list_sessions(&tenant).unwrap());
+        }
+        out
+    }
+
+    pub fn load(&self, record: &SessionRecord) -> Session {
+        self.0.load(record.id).unwrap()
+    }
+}
+
+/// The messages of the active branch, as (role, text of every block) pairs.
+pub fn branch_messages(session: &Session) -> Vec<(String, String)> {
+    let branch = ctxd_core::tree::active_branch(session);
+    branch
+        .iter()
+        .filter_map(|&p| match &session.entries[p].kind {
+            EntryKind::Message(m) => {
+                Some((format!("{:?}", m.role), ctxd_core::text::message_text(m)))
+            }
+            _ => None,
+        })
+        .collect()
+}
