@@ -50,7 +50,8 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ReportArgs {
     /// Session files (Pi, Claude Code, Codex, SWE-agent, mini-swe-agent, raw API bodies or
-    /// captured requests); the format is detected from the content.
+    /// captured requests; the format is detected from the content), or sessions in the store
+    /// by key or id (e.g. the gateway's: see `ctxd sessions --store`).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     /// Print JSON (schema `ctxd.report/1`, one object per file, one per line).

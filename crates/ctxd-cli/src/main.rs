@@ -33,7 +33,7 @@ fn main() -> ExitCode {
     let store = store::StoreChoice::new(cli.store.clone(), &matches);
     let result = match cli.command {
         cli::Command::Serve(args) => serve_cmd::run(&args, &store),
-        cli::Command::Report(args) => report_cmd::run(&args),
+        cli::Command::Report(args) => report_cmd::run(&args, &store),
         cli::Command::Sessions(args) => sessions_cmd::run(&args, &store),
         cli::Command::Import(args) => import_cmd::run(&args, &store),
         cli::Command::Notes(cmd) => notes_cmd::run(&cmd, &store),

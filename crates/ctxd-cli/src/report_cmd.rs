@@ -2,11 +2,13 @@
 
 use std::io::{IsTerminal, Write};
 
+use ctxd_core::model::Session;
 use ctxd_core::report::{self, Report};
 use serde::Serialize;
 
 use crate::cli::ReportArgs;
 use crate::load;
+use crate::store::StoreChoice;
 
 /// The JSON form: the report plus where it came from and what the import skipped.
 #[derive(Serialize)]
@@ -17,7 +19,29 @@ struct FileReport<'a> {
     report: &'a Report,
 }
 
-pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
+/// Where a report's session comes from: a file, or a session in the store (by key or id).
+fn load_source(
+    arg: &std::path::Path,
+    store: &StoreChoice,
+) -> anyhow::Result<(String, Session, Vec<String>)> {
+    if arg.exists() || store_path(store).is_none() {
+        let import = load::import(arg)?;
+        let warnings = import.warnings.iter().map(ToString::to_string).collect();
+        return Ok((arg.display().to_string(), import.session, warnings));
+    }
+    let engine = store.open()?;
+    let name = arg.display().to_string();
+    let session = crate::store::find_stored(&engine, &name)?;
+    Ok((format!("{name} (store)"), session, Vec::new()))
+}
+
+/// The store to look sessions up in: given, or the default one when it exists.
+fn store_path(store: &StoreChoice) -> Option<std::path::PathBuf> {
+    let path = store.path().ok()?;
+    (store.given() || path.exists()).then_some(path)
+}
+
+pub fn run(args: &ReportArgs, store: &StoreChoice) -> anyhow::Result<()> {
     let options = report::Options {
         at_turn: args.at,
         largest: args.largest,
@@ -27,16 +51,16 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
         !args.json && !args.text && args.files.len() == 1 && std::io::stdout().is_terminal();
     let mut stdout = std::io::stdout().lock();
     for (i, path) in args.files.iter().enumerate() {
-        let import = load::import(path)?;
-        for w in &import.warnings {
-            eprintln!("ctxd: {}: {w}", path.display());
+        let (name, session, warnings) = load_source(path, store)?;
+        for w in &warnings {
+            eprintln!("ctxd: {name}: {w}");
         }
-        let tokenizer = load::tokenizer(&import.session);
-        let report = report::build(&import.session, &tokenizer, &options);
+        let tokenizer = load::tokenizer(&session);
+        let report = report::build(&session, &tokenizer, &options);
         if args.json {
             let doc = FileReport {
-                file: path.display().to_string(),
-                import_warnings: import.warnings.iter().map(ToString::to_string).collect(),
+                file: name.clone(),
+                import_warnings: warnings,
                 report: &report,
             };
             serde_json::to_writer(&mut stdout, &doc)?;
@@ -44,16 +68,16 @@ pub fn run(args: &ReportArgs) -> anyhow::Result<()> {
         } else if interactive {
             drop(stdout);
             let reload = || -> anyhow::Result<Report> {
-                let import = load::import(path)?;
-                let tokenizer = load::tokenizer(&import.session);
-                Ok(report::build(&import.session, &tokenizer, &options))
+                let (_, session, _) = load_source(path, store)?;
+                let tokenizer = load::tokenizer(&session);
+                Ok(report::build(&session, &tokenizer, &options))
             };
-            return crate::tui::run(report, &path.display().to_string(), reload);
+            return crate::tui::run(report, &name, reload);
         } else {
             if i > 0 {
                 writeln!(stdout, "\n{}\n", "=".repeat(72))?;
             }
-            writeln!(stdout, "{}", path.display())?;
+            writeln!(stdout, "{name}")?;
             stdout.write_all(report::text::render(&report).as_bytes())?;
         }
     }

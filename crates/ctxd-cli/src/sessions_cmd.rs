@@ -188,17 +188,32 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
-/// `ctxd sessions --store`: the sessions in the store, most recently updated first.
+/// A tenant as a short label: `local` for the CLI's own, else the hash's first characters.
+fn tenant_label(tenant: &str) -> &str {
+    if tenant.is_empty() {
+        "local"
+    } else {
+        &tenant[..tenant.len().min(10)]
+    }
+}
+
+/// `ctxd sessions --store`: the sessions in the store, most recently updated first. The
+/// operator sees every tenant (imports are the local tenant; the gateway's are keyed hashes of
+/// client credentials, shown shortened).
 fn run_store(args: &SessionsArgs, store: &StoreChoice) -> anyhow::Result<()> {
     use ctxd_store::Store;
     let engine = store.open()?;
-    let records = engine.store().list_sessions("")?;
+    let mut records = Vec::new();
+    for tenant in engine.store().tenants()? {
+        records.extend(engine.store().list_sessions(&tenant)?);
+    }
+    records.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
     let mut out = std::io::stdout().lock();
     if !args.json {
         writeln!(
             out,
-            "{:>5} {:<14} {:<24} {:>6} {:>8} {:>8}  KEY",
-            "ID", "AGENT", "UPDATED", "TURNS", "ENTRIES", "PEAK"
+            "{:>5} {:<10} {:<14} {:<24} {:>6} {:>8} {:>8}  KEY",
+            "ID", "TENANT", "AGENT", "UPDATED", "TURNS", "ENTRIES", "PEAK"
         )?;
     }
     for record in records.iter().take(args.limit) {
@@ -214,6 +229,7 @@ fn run_store(args: &SessionsArgs, store: &StoreChoice) -> anyhow::Result<()> {
         if args.json {
             let doc = serde_json::json!({
                 "id": record.id,
+                "tenant": record.tenant,
                 "key": record.key,
                 "agent": record.meta.agent.map(|a| a.as_str()),
                 "created_at": record.created_at,
@@ -228,8 +244,9 @@ fn run_store(args: &SessionsArgs, store: &StoreChoice) -> anyhow::Result<()> {
         } else {
             writeln!(
                 out,
-                "{:>5} {:<14} {:<24} {:>6} {:>8} {:>8}  {}",
+                "{:>5} {:<10} {:<14} {:<24} {:>6} {:>8} {:>8}  {}",
                 record.id,
+                tenant_label(&record.tenant),
                 record.meta.agent.map_or("?", |a| a.as_str()),
                 record.updated_at,
                 r.session.turn_count,

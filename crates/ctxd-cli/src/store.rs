@@ -45,3 +45,40 @@ impl StoreChoice {
         Ok(Engine::new(store))
     }
 }
+
+/// A stored session named by its key or its numeric id, in any tenant (the operator's view).
+pub fn find_stored(
+    engine: &Engine<SqliteStore>,
+    name: &str,
+) -> anyhow::Result<ctxd_core::model::Session> {
+    use ctxd_store::Store;
+    let store = engine.store();
+    let mut found = Vec::new();
+    for tenant in store.tenants()? {
+        if let Some(r) = store.find_session(&tenant, name)? {
+            found.push(r);
+        } else if let Some(r) = name
+            .parse::<i64>()
+            .ok()
+            .map(|id| store.session(&tenant, id))
+            .transpose()?
+            .flatten()
+        {
+            found.push(r);
+        }
+    }
+    match found.as_slice() {
+        [] => {
+            anyhow::bail!("{name}: no such file, and no session with that key or id in the store")
+        }
+        [one] => Ok(store.load(one.id)?),
+        many => anyhow::bail!(
+            "{name}: {} sessions have this key (in different tenants): use the numeric id ({})",
+            many.len(),
+            many.iter()
+                .map(|r| r.id.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}

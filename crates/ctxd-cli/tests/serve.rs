@@ -1,0 +1,178 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `ctxd serve` as users run it: the real binary in front of the mock upstream. The store is
+//! readable by `ctxd sessions` and `ctxd report` while it runs; SIGTERM lets the in-flight
+//! stream finish, writes everything and exits cleanly.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ctxd_mock::{Config, MockServer, Reply};
+
+fn ctxd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ctxd"))
+}
+
+/// One HTTP/1.1 POST over a fresh connection; the whole response as text.
+fn post(addr: &str, path: &str, headers: &[(&str, &str)], body: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+struct Gateway {
+    child: Child,
+    addr: String,
+}
+
+fn serve(store: &std::path::Path, upstream: &str) -> Gateway {
+    let mut child = ctxd()
+        .args([
+            "--store",
+            store.to_str().unwrap(),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--upstream-anthropic",
+            upstream,
+            "--upstream-openai",
+            upstream,
+        ])
+        .env("CTXD_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.trim().rsplit("http://").next().unwrap().to_owned();
+    assert!(line.starts_with("ctxd serve: listening on"), "{line}");
+    Gateway { child, addr }
+}
+
+fn body(stream: bool, messages: serde_json::Value) -> String {
+    serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 50, "stream": stream,
+        "messages": messages})
+    .to_string()
+}
+
+#[test]
+fn serve_records_while_the_cli_reads_and_stops_cleanly_on_sigterm() {
+    let mock = MockServer::start_blocking(Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("gw.db");
+    let mut gw = serve(&store, &mock.base_url());
+    let h = [("x-api-key", "sk-cli"), ("x-ctxd-session", "cli-session")];
+
+    let first = post(
+        &gw.addr,
+        "/v1/messages",
+        &h,
+        &body(
+            false,
+            serde_json::json!([{"role": "user", "content": "hello"}]),
+        ),
+    );
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+
+    // The CLI reads the store while the gateway runs.
+    let listed = ctxd()
+        .args(["sessions", "--store", store.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(listed.contains("\"key\":\"cli-session\""), "{listed}");
+    assert!(listed.contains("\"agent\":\"api\""), "{listed}");
+    let report = ctxd()
+        .args([
+            "report",
+            "cli-session",
+            "--store",
+            store.to_str().unwrap(),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(report["session"]["turn_count"], 1, "{report}");
+
+    // A slow stream is in flight when SIGTERM arrives: it finishes, then the process exits.
+    mock.script()
+        .push(Reply::text("slow answer").event_delay(Duration::from_millis(150)));
+    let addr = gw.addr.clone();
+    let slow = std::thread::spawn(move || {
+        post(
+            &addr,
+            "/v1/messages",
+            &[("x-api-key", "sk-cli"), ("x-ctxd-session", "cli-session")],
+            &body(
+                true,
+                serde_json::json!([
+                    {"role": "user", "content": "hello"},
+                    {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+                    {"role": "user", "content": "and now slowly"},
+                ]),
+            ),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let killed = Command::new("kill")
+        .args(["-TERM", &gw.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let streamed = slow.join().unwrap();
+    assert!(streamed.contains("event: message_stop"), "{streamed}");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = gw.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(TcpStream::connect(&gw.addr).is_err(), "no longer accepting");
+
+    // Everything is in the store, the slow answer included.
+    let report = ctxd()
+        .args([
+            "report",
+            "cli-session",
+            "--store",
+            store.to_str().unwrap(),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(report["session"]["turn_count"], 2, "{report}");
+}
