@@ -221,11 +221,12 @@ async fn prepare(
         ..caller
     };
     let now = ctxd_core::windows::iso8601(now_ms());
-    let plan = plan_request(&mut loaded.log, &req, &decoded, &now);
-    if !plan.appended.is_empty() {
+    let mut plan = plan_request(&mut loaded.log, &req, &decoded, &now);
+    let appended = plan.appended.len();
+    if appended > 0 {
         app.writer.send(Job::Append {
             session: loaded.record.id,
-            entries: plan.appended.clone(),
+            entries: std::mem::take(&mut plan.appended),
             stale: slot.stale.clone(),
         });
     } else if let Some(leaf) = plan.moved_leaf.clone() {
@@ -250,7 +251,7 @@ async fn prepare(
     tracing::debug!(
         session = loaded.record.id,
         matched = plan.matched,
-        appended = plan.appended.len(),
+        appended,
         rewritten = parts.is_some(),
         "planned"
     );
