@@ -4,6 +4,9 @@
 use std::io::Write;
 use std::path::PathBuf;
 
+use ctxd_core::model::{EntryKind, Role};
+use ctxd_gateway::api::Api;
+use ctxd_gateway::request::ParsedRequest;
 use serde_json::Value;
 
 use crate::support::Rig;
@@ -85,10 +88,39 @@ async fn every_captured_request_reaches_the_provider_byte_identical() {
             assert_eq!(got[0].header(k), Some(v.as_str()), "{file}: header {k}");
         }
     }
-    // Each captured conversation is in the store, one session per client session.
+    // Each captured conversation is in the store, one session per client session, and a
+    // conversation's second request added only its new messages, although clients move
+    // `cache_control` (Claude Code's first message differs byte-wise between its requests).
+    let mut expected: std::collections::BTreeMap<(String, String), usize> = Default::default();
+    for (file, path, _, body) in &requests {
+        let api = match path.split('?').next().unwrap() {
+            "/v1/messages" => Api::Anthropic,
+            "/v1/chat/completions" => Api::Chat,
+            _ => Api::Responses,
+        };
+        let req = ParsedRequest::parse(api, body).unwrap();
+        let not_assistant = (0..req.elements.len())
+            .filter(|&i| req.message(body, i).role != Role::Assistant)
+            .count();
+        expected.insert((file.clone(), path.clone()), not_assistant);
+    }
     let stored = rig.stored().await;
-    let sessions = stored.sessions();
-    assert!(sessions.len() >= 5, "{}", sessions.len());
+    let mut got: Vec<usize> = stored
+        .sessions()
+        .iter()
+        .map(|s| {
+            stored
+                .load(s)
+                .entries
+                .iter()
+                .filter(|e| matches!(&e.kind, EntryKind::Message(m) if m.role != Role::Assistant))
+                .count()
+        })
+        .collect();
+    let mut want: Vec<usize> = expected.into_values().collect();
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want, "non-assistant messages per session");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
