@@ -187,8 +187,10 @@ async fn prepare(
         .map_err(|e| api_error(api, StatusCode::BAD_REQUEST, &e.to_string()))?;
 
     let tenant = identity::tenant(&app.tenant_key, headers);
-    let first = (!req.elements.is_empty()).then(|| hash::message(&req.message(&decoded, 0)));
-    let (key, source) = identity::session_key(headers, &req, first);
+    let (key, source) = identity::session_key(headers, &req, || {
+        let first = (!req.elements.is_empty()).then(|| hash::message(&req.message(&decoded, 0)));
+        (req.system(&decoded), first)
+    });
     let (agent, agent_name) = identity::agent(headers, source);
     let caller = Caller {
         tenant: tenant.clone(),

@@ -41,11 +41,12 @@ pub enum KeySource {
     Fingerprint,
 }
 
-/// The session key of a request.
+/// The session key of a request. `start` gives the conversation's start (system prompt text and
+/// first message hash), needed only when the client names no session.
 pub fn session_key(
     headers: &HeaderMap,
     req: &ParsedRequest,
-    first_message: Option<hash::Hash>,
+    start: impl FnOnce() -> (Option<String>, Option<hash::Hash>),
 ) -> (String, KeySource) {
     if let Some(k) = header(headers, "x-ctxd-session") {
         return (k.to_owned(), KeySource::Explicit);
@@ -66,9 +67,10 @@ pub fn session_key(
         return (k.to_owned(), KeySource::MetadataUserId);
     }
     // No hint: the same system prompt and first message make the same conversation.
+    let (system, first_message) = start();
     let mut h = blake3::Hasher::new();
     h.update(req.api.route().as_bytes());
-    h.update(req.system.as_deref().unwrap_or("").as_bytes());
+    h.update(system.as_deref().unwrap_or("").as_bytes());
     h.update(&first_message.unwrap_or_default());
     (
         format!("fp-{}", &h.finalize().to_hex()[..24]),
@@ -135,18 +137,22 @@ mod tests {
         let body = br#"{"messages":[{"role":"user","content":"hi"}],"metadata":{"user_id":"u-1"}}"#;
         let r = req(body, Api::Anthropic);
         let mut h = HeaderMap::new();
-        assert_eq!(session_key(&h, &r, None).1, KeySource::MetadataUserId);
+        let none = || (None, None);
+        assert_eq!(session_key(&h, &r, none).1, KeySource::MetadataUserId);
         h.insert("x-claude-code-session-id", HeaderValue::from_static("cc-1"));
         assert_eq!(
-            session_key(&h, &r, None),
+            session_key(&h, &r, none),
             ("cc-1".into(), KeySource::ClaudeCode)
         );
         h.insert("x-ctxd-session", HeaderValue::from_static("mine"));
-        assert_eq!(session_key(&h, &r, None).0, "mine");
+        assert_eq!(session_key(&h, &r, none).0, "mine");
         let plain = req(br#"{"messages":[]}"#, Api::Chat);
-        let (k1, s) = session_key(&HeaderMap::new(), &plain, Some([1; 16]));
+        let (k1, s) = session_key(&HeaderMap::new(), &plain, || (None, Some([1; 16])));
         assert_eq!(s, KeySource::Fingerprint);
-        assert_ne!(k1, session_key(&HeaderMap::new(), &plain, Some([2; 16])).0);
+        assert_ne!(
+            k1,
+            session_key(&HeaderMap::new(), &plain, || (None, Some([2; 16]))).0
+        );
     }
 
     #[test]

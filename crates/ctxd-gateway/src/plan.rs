@@ -77,23 +77,41 @@ pub fn plan_request(
         plan.appended.push(NewEntry { entry, raw });
         pos
     };
-    if let Some(system) = &req.system {
-        let h = hash::text(system);
-        if log.setting_at(parent, SettingKind::System) != Some(h) {
+    if let Some((_, raw)) = req.system_raw {
+        let text = log
+            .known_raw(&raw)
+            .map_or_else(|| req.system(body), |_| None);
+        let h = match &text {
+            Some(t) => {
+                let h = hash::text(t);
+                log.remember_raw(raw, h);
+                Some(h)
+            }
+            None => log.known_raw(&raw),
+        };
+        if let Some(h) = h.filter(|h| log.setting_at(parent, SettingKind::System) != Some(*h)) {
+            let text = text.or_else(|| req.system(body)).unwrap_or_default();
             let id = log.new_id(parent, "system_prompt", &h);
-            let kind = EntryKind::SystemPrompt {
-                text: system.clone(),
-            };
-            append(log, &mut parent, kind, id, None);
+            append(log, &mut parent, EntryKind::SystemPrompt { text }, id, None);
         }
     }
-    if let Some(h) = req.tools_hash {
-        if log.setting_at(parent, SettingKind::Tools) != Some(h) {
+    if let Some((_, raw)) = req.tools_raw {
+        let tools = log
+            .known_raw(&raw)
+            .map_or_else(|| Some(req.tools(body)), |_| None);
+        let h = match &tools {
+            Some(t) if !t.is_empty() => {
+                let h = hash::tools(t);
+                log.remember_raw(raw, h);
+                Some(h)
+            }
+            Some(_) => None,
+            None => log.known_raw(&raw),
+        };
+        if let Some(h) = h.filter(|h| log.setting_at(parent, SettingKind::Tools) != Some(*h)) {
+            let tools = tools.unwrap_or_else(|| req.tools(body));
             let id = log.new_id(parent, "tool_defs", &h);
-            let kind = EntryKind::ToolDefs {
-                tools: req.tools.clone(),
-            };
-            append(log, &mut parent, kind, id, None);
+            append(log, &mut parent, EntryKind::ToolDefs { tools }, id, None);
         }
     }
     for i in matched..req.elements.len() {

@@ -45,12 +45,12 @@ pub struct ParsedRequest {
     pub elements: Vec<Element>,
     pub model: Option<String>,
     pub stream: bool,
-    /// The system prompt's text (Anthropic `system`, Responses `instructions`); Chat keeps its
-    /// system messages in the array.
-    pub system: Option<String>,
-    pub tools: Vec<ToolDef>,
-    /// Hash of the tool definitions as the model reads them, to notice a change cheaply.
-    pub tools_hash: Option<Hash>,
+    /// Where the system prompt is (Anthropic `system`, Responses `instructions`; Chat keeps its
+    /// system messages in the array), and a hash of its bytes. Parsed only when the session
+    /// has not seen these bytes: clients resend the same system prompt and tools every turn.
+    pub system_raw: Option<(Range<usize>, Hash)>,
+    /// Where the tool definitions are, and a hash of their bytes.
+    pub tools_raw: Option<(Range<usize>, Hash)>,
     /// Session hints in the body: Anthropic `metadata.user_id`, Responses `prompt_cache_key`.
     pub metadata_user_id: Option<String>,
     pub prompt_cache_key: Option<String>,
@@ -64,8 +64,8 @@ struct Top<'a> {
     input: Option<&'a RawValue>,
     #[serde(borrow, default)]
     system: Option<&'a RawValue>,
-    #[serde(default)]
-    instructions: Option<String>,
+    #[serde(borrow, default)]
+    instructions: Option<&'a RawValue>,
     #[serde(borrow, default)]
     tools: Option<&'a RawValue>,
     #[serde(default)]
@@ -135,24 +135,16 @@ impl ParsedRequest {
                 (Some(range_of(body, raw)), elements)
             }
         };
-        let system = match api {
-            Api::Anthropic => top
-                .system
-                .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
-                .and_then(|v| anthropic::system(&v)),
-            Api::Responses => top.instructions,
+        let located = |raw: Option<&RawValue>| {
+            raw.filter(|r| r.get() != "null")
+                .map(|r| (range_of(body, r), hash::bytes(r.get().as_bytes())))
+        };
+        let system_raw = match api {
+            Api::Anthropic => located(top.system),
+            Api::Responses => located(top.instructions),
             Api::Chat => None,
         };
-        let tools_value = top
-            .tools
-            .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok());
-        let tools = match (&tools_value, api) {
-            (None, _) => Vec::new(),
-            (Some(v), Api::Anthropic) => anthropic::tools(v),
-            (Some(v), Api::Chat) => openai_chat::tools(v),
-            (Some(v), Api::Responses) => openai_responses::tools(v),
-        };
-        let tools_hash = (!tools.is_empty()).then(|| hash::tools(&tools));
+        let tools_raw = located(top.tools);
         Ok(ParsedRequest {
             api,
             array,
@@ -160,12 +152,40 @@ impl ParsedRequest {
             elements,
             model: top.model,
             stream: top.stream.unwrap_or(false),
-            system,
-            tools,
-            tools_hash,
+            system_raw,
+            tools_raw,
             metadata_user_id: top.metadata.and_then(|m| m.user_id),
             prompt_cache_key: top.prompt_cache_key,
         })
+    }
+
+    /// The system prompt's text, when the request has one.
+    pub fn system(&self, body: &[u8]) -> Option<String> {
+        let (range, _) = self.system_raw.as_ref()?;
+        let v: Value = serde_json::from_slice(body.get(range.clone())?).ok()?;
+        match self.api {
+            Api::Anthropic => anthropic::system(&v),
+            Api::Responses => v.as_str().map(str::to_owned),
+            Api::Chat => None,
+        }
+    }
+
+    /// The tool definitions as the session model holds them.
+    pub fn tools(&self, body: &[u8]) -> Vec<ToolDef> {
+        let Some((range, _)) = &self.tools_raw else {
+            return Vec::new();
+        };
+        let Some(v) = body
+            .get(range.clone())
+            .and_then(|b| serde_json::from_slice::<Value>(b).ok())
+        else {
+            return Vec::new();
+        };
+        match self.api {
+            Api::Anthropic => anthropic::tools(&v),
+            Api::Chat => openai_chat::tools(&v),
+            Api::Responses => openai_responses::tools(&v),
+        }
     }
 
     /// Element `i` as a message of the session model (parsed on demand: most elements are
@@ -214,7 +234,7 @@ mod tests {
         );
         assert_eq!(r.message(body, 1).role, Role::Assistant);
         assert!(r.stream);
-        assert_eq!(r.system.as_deref(), Some("sys"));
+        assert_eq!(r.system(body).as_deref(), Some("sys"));
         let array = r.array.unwrap();
         assert!(body[array.clone()].starts_with(b"[ {"));
         assert!(body[array].ends_with(b"}]"));
@@ -227,7 +247,7 @@ mod tests {
         assert!(r.input_is_string);
         assert_eq!(r.elements.len(), 1);
         assert_eq!(r.message(body, 0), Message::text(Role::User, "hello"));
-        assert_eq!(r.system.as_deref(), Some("be brief"));
+        assert_eq!(r.system(body).as_deref(), Some("be brief"));
     }
 
     #[test]
