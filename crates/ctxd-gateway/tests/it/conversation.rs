@@ -187,3 +187,54 @@ async fn tenants_never_share_a_session() {
         "no credential in the store file"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflight_health_and_metrics() {
+    let rig = Rig::start().await;
+    let head = rig.client.head(rig.url("/")).send().await.unwrap();
+    assert_eq!(head.status(), 200, "Claude Code's preflight");
+    let health: Value = serde_json::from_slice(
+        &rig.client
+            .get(rig.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(health["status"], "ok");
+    // A turn, then its figures in Prometheus text.
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hello"}]});
+    let r = turn(&rig, "/v1/messages", &[("x-api-key", "k")], &body).await;
+    assert_eq!(r["content"][0]["text"], "done");
+    let models = rig
+        .client
+        .get(rig.url("/v1/models"))
+        .header("x-api-key", "k")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(models.status(), 200, "passed through to the provider");
+    assert_eq!(rig.mock.requests().last().unwrap().path, "/v1/models");
+    let metrics = rig
+        .client
+        .get(rig.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for name in [
+        "ctxd_requests_total",
+        "ctxd_request_seconds_bucket",
+        "ctxd_upstream_seconds_bucket",
+        "ctxd_overhead_seconds_bucket",
+    ] {
+        assert!(metrics.contains(name), "{name} missing:\n{metrics}");
+    }
+    assert!(metrics.contains("route=\"messages\""));
+}
