@@ -1,0 +1,31 @@
+//! Any bytes as a request body of each API, through the gateway's pure pipeline: split, plan
+//! against a log that already holds a conversation, project, splice. An `Err` is fine; a panic
+//! is a bug, and so is a splice that is not valid JSON.
+#![no_main]
+
+use ctxd_gateway::api::Api;
+use ctxd_gateway::log::SessionLog;
+use ctxd_gateway::plan::{plan_request, upstream_parts, Part};
+use ctxd_gateway::request::ParsedRequest;
+use ctxd_gateway::rewrite::splice;
+use libfuzzer_sys::fuzz_target;
+
+const SEED: &[u8] = br#"{"model":"m","system":"s","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"tool_use","id":"c","name":"bash","input":{}}]}]}"#;
+
+fuzz_target!(|data: &[u8]| {
+    for api in [Api::Anthropic, Api::Chat, Api::Responses] {
+        let mut log = SessionLog::default();
+        if let Ok(seed) = ParsedRequest::parse(api, SEED) {
+            plan_request(&mut log, &seed, SEED, "t");
+        }
+        let Ok(req) = ParsedRequest::parse(api, data) else {
+            continue;
+        };
+        let plan = plan_request(&mut log, &req, data, "t");
+        if let Ok(parts) = upstream_parts(&log, &plan) {
+            let parts = parts.unwrap_or_else(|| (0..req.elements.len()).map(Part::Client).collect());
+            let out = splice(&req, data, &parts);
+            assert!(serde_json::from_slice::<serde_json::Value>(&out).is_ok());
+        }
+    }
+});
