@@ -11,8 +11,8 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use ctxd_core::history::{
-    self as h, agent_scope, check_query, check_role, item_facts, preview, ranked_excerpt,
-    ranked_query, slice_chars, BranchLanes, ItemFilter,
+    self as h, agent_scope, check_query, check_role, item_facts, preview, ranked_query,
+    slice_chars, BranchLanes, ItemFilter, RankedExcerpts,
 };
 use ctxd_core::model::{Entry, EntryKind, SessionMeta};
 use ctxd_store::{HistoryRow, SessionId, Store};
@@ -484,16 +484,18 @@ impl<S: Store> Engine<S> {
         }
         let more = rows.len() > limit;
         rows.truncate(limit);
+        // Built once per search, not per hit.
+        let ranked = (q.mode == SearchMode::Ranked).then(|| RankedExcerpts::new(&q.query));
         let hits = rows
             .into_iter()
             .map(|row| {
                 let text = item_text(&row.entry);
-                let excerpt = match q.mode {
-                    SearchMode::Literal => {
+                let excerpt = match &ranked {
+                    Some(ranked) => ranked.excerpt(&text),
+                    None => {
                         let at = h::find_literal(&text, &q.query).unwrap_or(0);
                         h::excerpt(&text, at, q.query.len())
                     }
-                    SearchMode::Ranked => ranked_excerpt(&text, &q.query),
                 };
                 SearchHit {
                     item_id: h::item_id(row.item_key),
@@ -552,7 +554,7 @@ pub fn specs() -> Vec<ToolSpec> {
     items_props.insert("max_chars_per_item".into(), json!({"type": "integer", "minimum": 1, "maximum": h::MAX_ITEM_CHARS, "description": format!("Preview length per item (default {}); read the item for all of it.", h::DEFAULT_ITEM_CHARS)}));
     let mut search_props = filter_properties();
     search_props.insert("query".into(), json!({"type": "string", "description": "Text to find. literal: case-sensitive substring; ranked: words, any case, best matches first."}));
-    search_props.insert("mode".into(), json!({"type": "string", "enum": ["literal", "ranked"], "description": "literal (default) or ranked full-text (ranks the 2,000 most recent matches)."}));
+    search_props.insert("mode".into(), json!({"type": "string", "enum": ["literal", "ranked"], "description": "literal (default) or ranked full-text (ranks matches in blocks of 1,000, newest block first)."}));
     vec![
         ToolSpec {
             name: "history_list_windows",

@@ -132,6 +132,12 @@ fn history_search_over_a_million_items() {
             SearchMode::Ranked,
             None,
         ),
+        (
+            "ranked, ~all + ~1% of items",
+            "status failed".into(),
+            SearchMode::Ranked,
+            None,
+        ),
     ];
     for (label, query, mode, limit) in cases {
         let q = SearchQuery {

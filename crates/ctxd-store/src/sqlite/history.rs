@@ -6,6 +6,8 @@
 //! lanes, windows, filters) are the core's ([`ctxd_core::history`]); this module only stores and
 //! queries.
 
+mod ranked;
+
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
 use ctxd_core::history::{
@@ -45,8 +47,10 @@ pub struct WindowRow {
     pub last_seq: i64,
 }
 
-/// How many of the most recent matches a ranked search ranks.
-pub const RANKED_CANDIDATES: usize = 2_000;
+/// How many matches a ranked search ranks together, newest block first. Ranking costs about
+/// 5-10 µs a row (bm25 reads each row's length from the index), and a common word matches
+/// nearly every item: a block bounds the cost of a page (under 20 ms at a million items).
+pub const RANKED_BLOCK: usize = 1_000;
 
 /// A visitor of rows in order; returns `false` to stop.
 pub type Visit<'a> = &'a mut dyn FnMut(HistoryRow) -> bool;
@@ -102,7 +106,10 @@ pub trait HistoryStore {
         visit: Visit<'_>,
     ) -> Result<(), StoreError>;
 
-    /// Items matching the FTS5 expression `fts_query`, best first, filtered.
+    /// Items matching the FTS5 expression `fts_query`, filtered, in blocks of [`RANKED_BLOCK`]
+    /// matches, newest block first, each best (bm25) first. Words in most of the store's items
+    /// carry no weight in bm25 and are left out of the ranking (see `sqlite/history/ranked.rs`);
+    /// when every word is that common, the newest come first with a score of 0.
     fn history_search_ranked(
         &self,
         session: SessionId,
@@ -113,69 +120,102 @@ pub trait HistoryStore {
     ) -> Result<(), StoreError>;
 }
 
-const ROW_COLUMNS: &str = "h.seq, h.lane, h.window_seq, h.item_key, h.kind, h.role, h.tools, \
+pub(crate) const ROW_COLUMNS: &str =
+    "h.seq, h.lane, h.window_seq, h.item_key, h.kind, h.role, h.tools, \
      h.sidechain, e.id, e.parent, e.timestamp, e.body";
 
-/// Read rows of a query selecting [`ROW_COLUMNS`] (plus an optional score at index 12), apply
-/// the filter before decoding the entry, and hand them to `visit` until it says stop.
+/// The `history_items` columns of an item, without its entry: enough to filter and to rank, so
+/// a search reads an entry's body only for the items it returns.
+#[derive(Clone, Debug)]
+pub(crate) struct ItemCols {
+    seq: i64,
+    lane: i64,
+    window_seq: i64,
+    item_key: i64,
+    kind: String,
+    role: String,
+    tools: Vec<String>,
+    sidechain: bool,
+}
+
+impl ItemCols {
+    /// Read the 8 columns `h.seq, h.lane, h.window_seq, h.item_key, h.kind, h.role, h.tools,
+    /// h.sidechain` starting at column `at`.
+    pub(crate) fn read(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Self> {
+        let tools_text: String = r.get(at + 6)?;
+        Ok(Self {
+            seq: r.get(at)?,
+            lane: r.get(at + 1)?,
+            window_seq: r.get(at + 2)?,
+            item_key: r.get::<_, Option<i64>>(at + 3)?.unwrap_or_default(),
+            kind: r.get::<_, Option<String>>(at + 4)?.unwrap_or_default(),
+            role: r.get::<_, Option<String>>(at + 5)?.unwrap_or_default(),
+            tools: tools_text
+                .split('\n')
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            sidechain: r.get(at + 7)?,
+        })
+    }
+
+    pub(crate) fn sidechain(&self) -> bool {
+        self.sidechain
+    }
+
+    pub(crate) fn accepted(&self, filter: &ItemFilter, branch: Option<&BranchLanes>) -> bool {
+        filter.accepts(
+            &ItemRow {
+                lane: self.lane,
+                seq: self.seq,
+                window_seq: self.window_seq,
+                role: &self.role,
+                tools: &self.tools,
+                sidechain: self.sidechain,
+            },
+            branch,
+        )
+    }
+
+    pub(crate) fn with_entry(self, entry: Entry, score: Option<f64>) -> HistoryRow {
+        HistoryRow {
+            seq: self.seq,
+            lane: self.lane,
+            window_seq: self.window_seq,
+            item_key: self.item_key as u64,
+            kind: self.kind,
+            role: self.role,
+            tools: self.tools,
+            sidechain: self.sidechain,
+            entry,
+            score,
+        }
+    }
+}
+
+/// Read rows of a query selecting [`ROW_COLUMNS`], apply the filter before decoding the entry,
+/// and hand them to `visit` until it says stop.
 fn visit_rows(
     rows: &mut rusqlite::Rows<'_>,
     filter: &ItemFilter,
     branch: Option<&BranchLanes>,
-    scored: bool,
     literal: Option<&str>,
     visit: Visit<'_>,
 ) -> Result<(), StoreError> {
     while let Some(r) = rows.next()? {
-        let seq: i64 = r.get(0)?;
-        let lane: i64 = r.get(1)?;
-        let window_seq: i64 = r.get(2)?;
-        let role: String = r.get::<_, Option<String>>(5)?.unwrap_or_default();
-        let tools_text: String = r.get(6)?;
-        let tools: Vec<String> = tools_text
-            .split('\n')
-            .filter(|t| !t.is_empty())
-            .map(str::to_owned)
-            .collect();
-        let sidechain: bool = r.get(7)?;
-        let row = ItemRow {
-            lane,
-            seq,
-            window_seq,
-            role: &role,
-            tools: &tools,
-            sidechain,
-        };
-        if !filter.accepts(&row, branch) {
+        let cols = ItemCols::read(r, 0)?;
+        if !cols.accepted(filter, branch) {
             continue;
         }
         let body: String = r.get(11)?;
-        let entry = decode_entry(r.get(8)?, r.get(9)?, r.get(10)?, sidechain, &body)?;
+        let entry = decode_entry(r.get(8)?, r.get(9)?, r.get(10)?, cols.sidechain, &body)?;
         if let Some(q) = literal {
             let text = item_facts(&entry.kind, &|_| None).map(|f| f.text);
             if text.is_none_or(|t| find_literal(&t, q).is_none()) {
                 continue;
             }
         }
-        let item_key: i64 = r.get(3)?;
-        let row = HistoryRow {
-            seq,
-            lane,
-            window_seq,
-            item_key: item_key as u64,
-            kind: r.get::<_, Option<String>>(4)?.unwrap_or_default(),
-            role,
-            tools,
-            sidechain,
-            entry,
-            // FTS5's bm25 is lower-is-better; report higher-is-better.
-            score: if scored {
-                Some(-r.get::<_, f64>(12)?)
-            } else {
-                None
-            },
-        };
-        if !visit(row) {
+        if !visit(cols.with_entry(entry, None)) {
             break;
         }
     }
@@ -485,7 +525,7 @@ impl HistoryStore for SqliteStore {
              WHERE h.session_id = ?1 AND h.item_key IS NOT NULL {window} ORDER BY h.seq {order}"
         ))?;
         let mut rows = stmt.query(params![session, filter.window_seq])?;
-        visit_rows(&mut rows, filter, branch, false, None, visit)
+        visit_rows(&mut rows, filter, branch, None, visit)
     }
 
     fn history_item(&self, session: SessionId, key: u64) -> Result<Vec<HistoryRow>, StoreError> {
@@ -497,17 +537,10 @@ impl HistoryStore for SqliteStore {
         ))?;
         let mut rows = stmt.query(params![session, key as i64])?;
         let mut out = Vec::new();
-        visit_rows(
-            &mut rows,
-            &ItemFilter::default(),
-            None,
-            false,
-            None,
-            &mut |r| {
-                out.push(r);
-                true
-            },
-        )?;
+        visit_rows(&mut rows, &ItemFilter::default(), None, None, &mut |r| {
+            out.push(r);
+            true
+        })?;
         Ok(out)
     }
 
@@ -530,7 +563,7 @@ impl HistoryStore for SqliteStore {
                  WHERE h.session_id = ?1 AND h.item_key IS NOT NULL ORDER BY h.seq {order}"
             ))?;
             let mut rows = stmt.query(params![session])?;
-            return visit_rows(&mut rows, filter, branch, false, Some(query), visit);
+            return visit_rows(&mut rows, filter, branch, Some(query), visit);
         };
         let conn = self.conn();
         let order = if recent_first { "DESC" } else { "ASC" };
@@ -541,7 +574,7 @@ impl HistoryStore for SqliteStore {
              WHERE history_trigram MATCH ?2 AND h.session_id = ?1 ORDER BY f.rowid {order}"
         ))?;
         let mut rows = stmt.query(params![session, phrase])?;
-        visit_rows(&mut rows, filter, branch, false, Some(query), visit)
+        visit_rows(&mut rows, filter, branch, Some(query), visit)
     }
 
     fn history_search_ranked(
@@ -552,34 +585,6 @@ impl HistoryStore for SqliteStore {
         branch: Option<&BranchLanes>,
         visit: Visit<'_>,
     ) -> Result<(), StoreError> {
-        // Ranking every match costs time in proportion to the matches (a common word matches
-        // nearly every item: seconds at 1M items). Matches are stepped newest first and the
-        // RANKED_CANDIDATES most recent ones that pass the filters are ranked: the cost is
-        // bounded, and what an agent searches for is usually recent.
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {ROW_COLUMNS}, f.rank FROM entry_fts f \
-             JOIN entry_text t ON t.rowid = f.rowid \
-             JOIN history_items h ON h.session_id = t.session_id AND h.seq = t.seq \
-             JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq \
-             WHERE entry_fts MATCH ?2 AND t.session_id = ?1 AND h.item_key IS NOT NULL \
-             ORDER BY f.rowid DESC"
-        ))?;
-        let mut rows = stmt.query(params![session, fts_query])?;
-        let mut candidates = Vec::new();
-        visit_rows(&mut rows, filter, branch, true, None, &mut |row| {
-            candidates.push(row);
-            candidates.len() < RANKED_CANDIDATES
-        })?;
-        candidates.sort_by(|a, b| {
-            let (sa, sb) = (a.score.unwrap_or(0.0), b.score.unwrap_or(0.0));
-            sb.total_cmp(&sa).then(b.seq.cmp(&a.seq))
-        });
-        for row in candidates {
-            if !visit(row) {
-                break;
-            }
-        }
-        Ok(())
+        ranked::search(&self.conn(), session, fts_query, filter, branch, visit)
     }
 }
