@@ -147,6 +147,20 @@ fn verify(path: &Path, acked: &BTreeMap<i64, Vec<String>>) -> (usize, usize) {
         )
         .unwrap();
     assert_eq!((text_rows, hits), (rows.len() as i64, rows.len() as i64));
+    // The history index is written in the append's transaction: one row per entry, one
+    // trigram row per item (every entry here says something), never behind.
+    let (items, trigram_hits): (i64, i64) = ro
+        .query_row(
+            "SELECT (SELECT COUNT(*) FROM history_items WHERE session_id = ?1), \
+                    (SELECT COUNT(*) FROM history_trigram WHERE history_trigram MATCH 'crashword')",
+            [session.id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (items, trigram_hits),
+        (rows.len() as i64, rows.len() as i64)
+    );
     (rows.len(), by_batch.len())
 }
 

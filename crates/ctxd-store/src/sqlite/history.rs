@@ -1,19 +1,18 @@
 //! The history index: windows, items, lanes, literal (trigram) and ranked (FTS5 bm25) search.
 //!
-//! Everything here is derived from `entries` and can be rebuilt from them. [`HistoryStore::
-//! history_sync`] indexes the entries appended since the last sync (one transaction; cheap when
-//! nothing is new); the engine calls it before every history read. The rules (what an item is,
+//! Everything here is derived from `entries` and can be rebuilt from them. `append` indexes each
+//! batch in its own transaction (`history/index.rs`); [`HistoryStore::history_sync`] catches up
+//! a session stored before that (by an older build), once, and is a cheap check otherwise; the
+//! engine calls it before every history read. The rules (what an item is,
 //! lanes, windows, filters) are the core's ([`ctxd_core::history`]); this module only stores and
 //! queries.
 
+pub(crate) mod index;
 mod ranked;
 
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
-use ctxd_core::history::{
-    find_literal, item_facts, place, tool_calls, BranchLanes, ItemFilter, ItemRow, ParentPlace,
-    Place,
-};
+use ctxd_core::history::{find_literal, item_facts, BranchLanes, ItemFilter, ItemRow};
 use ctxd_core::model::{Entry, EntryKind, SessionMeta};
 
 use super::sessions::decode_entry;
@@ -66,7 +65,8 @@ pub trait HistoryStore {
         session: SessionId,
     ) -> Result<Option<SessionMeta>, StoreError>;
 
-    /// Index entries appended since the last sync. Returns how many were indexed.
+    /// Index the session's entries the index lacks (a session stored by a build that did not
+    /// index on append). Returns how many were indexed: 0 once the index is current.
     fn history_sync(&self, session: SessionId) -> Result<u64, StoreError>;
 
     /// The active branch (from the session's leaf) as lanes.
@@ -248,12 +248,12 @@ impl HistoryStore for SqliteStore {
     fn history_sync(&self, session: SessionId) -> Result<u64, StoreError> {
         let mut conn = self.conn();
         let behind = |c: &rusqlite::Connection| -> rusqlite::Result<(i64, i64)> {
-            c.query_row(
-                "SELECT (SELECT COALESCE(MAX(seq), 0) FROM history_items WHERE session_id = ?1), \
-                        (SELECT COALESCE(MAX(seq), 0) FROM entries WHERE session_id = ?1)",
+            let last: i64 = c.query_row(
+                "SELECT COALESCE(MAX(seq), 0) FROM entries WHERE session_id = ?1",
                 params![session],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+                |r| r.get(0),
+            )?;
+            Ok((index::indexed_upto(c, session)?, last))
         };
         let (indexed, last) = behind(&conn)?;
         if indexed >= last {
@@ -265,105 +265,21 @@ impl HistoryStore for SqliteStore {
         let mut count = 0u64;
         {
             let mut entries = tx.prepare(
-                "SELECT seq, id, parent, timestamp, sidechain, body FROM entries \
+                "SELECT seq, id, parent, sidechain, body FROM entries \
                  WHERE session_id = ?1 AND seq > ?2 ORDER BY seq",
             )?;
-            let mut parent_q = tx.prepare_cached(
-                "SELECT h.seq, h.lane, h.window_seq, \
-                        EXISTS (SELECT 1 FROM history_items c \
-                                WHERE c.session_id = h.session_id AND c.parent_seq = h.seq) \
-                 FROM entries e JOIN history_items h ON h.session_id = e.session_id AND h.seq = e.seq \
-                 WHERE e.session_id = ?1 AND e.id = ?2",
-            )?;
-            let mut insert_call = tx.prepare_cached(
-                "INSERT OR IGNORE INTO history_calls (session_id, call_id, name) VALUES (?1, ?2, ?3)",
-            )?;
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO history_items (session_id, seq, parent_seq, lane, window_seq, item_key, \
-                 kind, role, tools, sidechain) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?;
-            let mut trigram =
-                tx.prepare_cached("INSERT INTO history_trigram (rowid, text) VALUES (?1, ?2)")?;
-            // The previous entry: in a linear log it is the next one's parent.
-            let mut prev: Option<(String, i64, Place, bool)> = None;
+            let mut indexer = index::Indexer::new(&tx, session);
             let mut rows = entries.query(params![session, indexed])?;
             while let Some(r) = rows.next()? {
-                let seq: i64 = r.get(0)?;
                 let id: String = r.get(1)?;
                 let parent: Option<String> = r.get(2)?;
-                let sidechain: bool = r.get(4)?;
-                let body: String = r.get(5)?;
+                let body: String = r.get(4)?;
                 let kind: EntryKind =
                     serde_json::from_str(&body).map_err(|e| StoreError::Corrupt {
                         id: id.clone(),
                         message: e.to_string(),
                     })?;
-                let parent_place: Option<(i64, ParentPlace)> = match &parent {
-                    None => None,
-                    Some(p) => match &mut prev {
-                        Some((pid, pseq, pplace, has_child)) if pid == p => {
-                            let found = (
-                                *pseq,
-                                ParentPlace {
-                                    place: *pplace,
-                                    has_child: *has_child,
-                                },
-                            );
-                            *has_child = true;
-                            Some(found)
-                        }
-                        _ => parent_q
-                            .query_row(params![session, p], |r| {
-                                Ok((
-                                    r.get::<_, i64>(0)?,
-                                    ParentPlace {
-                                        place: Place {
-                                            lane: r.get(1)?,
-                                            window_seq: r.get(2)?,
-                                        },
-                                        has_child: r.get(3)?,
-                                    },
-                                ))
-                            })
-                            .optional()?,
-                    },
-                };
-                let here = place(seq, &kind, parent_place.map(|(_, p)| p));
-                for (call_id, name) in tool_calls(&kind) {
-                    insert_call.execute(params![session, call_id, name])?;
-                }
-                let facts = item_facts(&kind, &|call_id| {
-                    tx.prepare_cached(
-                        "SELECT name FROM history_calls WHERE session_id = ?1 AND call_id = ?2",
-                    )
-                    .ok()?
-                    .query_row(params![session, call_id], |r| r.get::<_, String>(0))
-                    .optional()
-                    .ok()
-                    .flatten()
-                });
-                let key = facts
-                    .as_ref()
-                    .map(|_| ctxd_core::history::item_key(session, &id) as i64);
-                insert.execute(params![
-                    session,
-                    seq,
-                    parent_place.map(|(s, _)| s),
-                    here.lane,
-                    here.window_seq,
-                    key,
-                    facts.as_ref().map(|f| f.kind),
-                    facts.as_ref().map(|f| f.role),
-                    facts
-                        .as_ref()
-                        .map(|f| f.tools.join("\n"))
-                        .unwrap_or_default(),
-                    sidechain,
-                ])?;
-                if let Some(f) = facts.filter(|f| !f.text.is_empty()) {
-                    trigram.execute(params![tx.last_insert_rowid(), f.text])?;
-                }
-                prev = Some((id, seq, here, false));
+                indexer.add(r.get(0)?, &id, parent.as_deref(), r.get(3)?, &kind)?;
                 count += 1;
             }
         }

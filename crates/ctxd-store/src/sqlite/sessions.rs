@@ -166,7 +166,11 @@ impl Store for SqliteStore {
             )
             .optional()?
             .unwrap_or((0, 1));
+        // The history index follows in the same transaction, unless it is behind (a session
+        // stored by an older build): `history_sync` catches that up on the first history read.
+        let index_current = super::history::index::indexed_upto(&tx, session)? == seq;
         {
+            let mut indexer = super::history::index::Indexer::new(&tx, session);
             let mut insert = tx.prepare_cached(
                 "INSERT INTO entries (session_id, seq, id, parent, timestamp, sidechain, kind, body, raw, batch) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -206,6 +210,15 @@ impl Store for SqliteStore {
                 if !text.is_empty() {
                     text_row.execute(params![session, seq])?;
                     fts.execute(params![tx.last_insert_rowid(), text])?;
+                }
+                if index_current {
+                    indexer.add(
+                        seq,
+                        &e.id.0,
+                        e.parent.as_ref().map(|p| p.0.as_str()),
+                        e.sidechain,
+                        &e.kind,
+                    )?;
                 }
             }
         }

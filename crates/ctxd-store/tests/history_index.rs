@@ -1,0 +1,219 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! The history index is written by `append`, in the batch's transaction; a session stored
+//! without it (by an older build) is caught up by `history_sync`, to the same rows.
+
+use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, SessionMeta};
+use ctxd_store::{Durability, HistoryStore, NewEntry, SessionId, SqliteStore, Store};
+
+fn entry(id: &str, parent: Option<&str>, sidechain: bool, kind: EntryKind) -> NewEntry {
+    NewEntry::new(Entry {
+        id: EntryId::new(id),
+        parent: parent.map(EntryId::new),
+        timestamp: None,
+        sidechain,
+        kind,
+    })
+}
+
+fn text(id: &str, parent: Option<&str>, role: Role, says: &str) -> NewEntry {
+    entry(
+        id,
+        parent,
+        false,
+        EntryKind::Message(Message::text(role, says)),
+    )
+}
+
+/// A session with tool calls, a result that does not name its tool, a window reset, a fork and a
+/// sidechain, in batches whose first entries continue earlier batches.
+fn batches() -> Vec<Vec<NewEntry>> {
+    let call = EntryKind::Message(Message::new(
+        Role::Assistant,
+        vec![
+            ContentBlock::text("let me grep"),
+            ContentBlock::ToolCall {
+                id: "c1".into(),
+                name: "grep".into(),
+                arguments: serde_json::json!({"pattern": "zebra"}),
+            },
+        ],
+    ));
+    let result = EntryKind::Message(Message::new(
+        Role::Tool,
+        vec![ContentBlock::ToolResult {
+            call_id: "c1".into(),
+            tool_name: None,
+            content: vec![ContentBlock::text("src/zebra.rs:1: zebra stripes")],
+            is_error: false,
+        }],
+    ));
+    let boot = EntryKind::WindowBoot {
+        window_id: "w2".into(),
+        message: Message::text(Role::User, "boot: you were working on zebras"),
+    };
+    vec![
+        vec![
+            entry(
+                "sys",
+                None,
+                false,
+                EntryKind::SystemPrompt {
+                    text: "be brief".into(),
+                },
+            ),
+            text("u1", Some("sys"), Role::User, "find the zebra"),
+        ],
+        vec![
+            entry("a1", Some("u1"), false, call),
+            entry("r1", Some("a1"), false, result),
+        ],
+        vec![
+            entry(
+                "m",
+                Some("r1"),
+                false,
+                EntryKind::WindowMarker {
+                    window_id: "w2".into(),
+                    reason: "new_context".into(),
+                },
+            ),
+            entry("b", Some("m"), false, boot),
+            text("u2", Some("b"), Role::User, "now the giraffe"),
+        ],
+        vec![
+            // A fork from u1 and a subagent's sidechain.
+            text("u1b", Some("u1"), Role::User, "or rather the okapi"),
+            entry(
+                "s1",
+                Some("u2"),
+                true,
+                EntryKind::Message(Message::text(Role::Assistant, "subagent: giraffe found")),
+            ),
+            text("u3", Some("u2"), Role::User, "thanks for the giraffe"),
+        ],
+    ]
+}
+
+type Dump = (Vec<Vec<String>>, Vec<(String, String)>, Vec<i64>);
+
+/// The session's history rows, tool call names, and the seqs the trigram index finds.
+fn dump(path: &std::path::Path, session: SessionId) -> Dump {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut stmt = conn
+        .prepare(
+            "SELECT seq, parent_seq, lane, window_seq, item_key, kind, role, tools, sidechain \
+             FROM history_items WHERE session_id = ?1 ORDER BY seq",
+        )
+        .unwrap();
+    let items = stmt
+        .query_map([session], |r| {
+            (0..9)
+                .map(|i| {
+                    r.get::<_, rusqlite::types::Value>(i)
+                        .map(|v| format!("{v:?}"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let mut stmt = conn
+        .prepare("SELECT call_id, name FROM history_calls WHERE session_id = ?1 ORDER BY call_id")
+        .unwrap();
+    let calls = stmt
+        .query_map([session], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let mut stmt = conn
+        .prepare(
+            "SELECT h.seq FROM history_trigram f JOIN history_items h ON h.rowid = f.rowid \
+             WHERE history_trigram MATCH 'giraffe' AND h.session_id = ?1 ORDER BY h.seq",
+        )
+        .unwrap();
+    let hits = stmt
+        .query_map([session], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    (items, calls, hits)
+}
+
+#[test]
+fn append_indexes_its_batch_and_a_sync_catches_up_an_older_store_to_the_same_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (fresh_path, old_path) = (dir.path().join("fresh.db"), dir.path().join("old.db"));
+    let fresh = SqliteStore::open(&fresh_path, Durability::Normal).unwrap();
+    let old = SqliteStore::open(&old_path, Durability::Normal).unwrap();
+    let a = fresh
+        .open_session("", "k", &SessionMeta::default())
+        .unwrap();
+    let b = old.open_session("", "k", &SessionMeta::default()).unwrap();
+    let batches = batches();
+
+    // Indexed as appended: nothing left for a sync.
+    for batch in &batches {
+        fresh.append(a.id, batch, None).unwrap();
+    }
+    assert_eq!(fresh.history_sync(a.id).unwrap(), 0);
+    let indexed = dump(&fresh_path, a.id);
+    assert_eq!(indexed.0.len(), 10, "one row per entry");
+    assert_eq!(indexed.1, [("c1".to_owned(), "grep".to_owned())]);
+    assert_eq!(indexed.2, [7, 9, 10]);
+
+    // An older build stored the first two batches without the index.
+    for batch in &batches[..2] {
+        old.append(b.id, batch, None).unwrap();
+    }
+    {
+        let conn = rusqlite::Connection::open(&old_path).unwrap();
+        conn.execute_batch(
+            "DELETE FROM history_items; DELETE FROM history_calls; \
+             INSERT INTO history_trigram (history_trigram) VALUES ('delete-all');",
+        )
+        .unwrap();
+    }
+    // Appends do not index behind a gap; the first history read catches up, once.
+    old.append(b.id, &batches[2], None).unwrap();
+    assert_eq!(dump(&old_path, b.id).0.len(), 0);
+    assert_eq!(old.history_sync(b.id).unwrap(), 7);
+    assert_eq!(old.history_sync(b.id).unwrap(), 0);
+    // From then on appends index again.
+    old.append(b.id, &batches[3], None).unwrap();
+    assert_eq!(old.history_sync(b.id).unwrap(), 0);
+    assert_eq!(dump(&old_path, b.id), indexed);
+}
+
+#[test]
+fn a_refused_batch_leaves_no_index_rows() {
+    let store = SqliteStore::open_in_memory().unwrap();
+    let s = store
+        .open_session("", "k", &SessionMeta::default())
+        .unwrap();
+    store
+        .append(s.id, &[text("a", None, Role::User, "giraffe one")], None)
+        .unwrap();
+    let dup = [
+        text("b", Some("a"), Role::User, "giraffe two"),
+        text("a", Some("b"), Role::User, "giraffe again"),
+    ];
+    assert!(store.append(s.id, &dup, None).is_err());
+    store
+        .append(
+            s.id,
+            &[text("c", Some("a"), Role::User, "giraffe three")],
+            None,
+        )
+        .unwrap();
+    // "b" was rolled back with its batch: the index holds a and c only, and needs no sync.
+    assert_eq!(store.history_sync(s.id).unwrap(), 0);
+    let mut seqs = Vec::new();
+    store
+        .history_items(s.id, &Default::default(), None, false, &mut |row| {
+            seqs.push((row.seq, row.entry.id.0.clone()));
+            true
+        })
+        .unwrap();
+    assert_eq!(seqs, [(1, "a".to_owned()), (2, "c".to_owned())]);
+}
