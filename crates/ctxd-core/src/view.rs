@@ -336,15 +336,37 @@ fn tool_ids(blocks: &[ContentBlock]) -> Vec<(bool, &str)> {
         .collect()
 }
 
-/// Leave out, until nothing changes, assistant messages with a call that has no later result
-/// and messages carrying a result whose call is not shown before it. Returns the kept items and
-/// the entry positions left out.
-fn pair(mut items: Vec<Item<'_>>) -> (Vec<Item<'_>>, Vec<usize>) {
+/// The kept items and the entry positions of those the pairing rule leaves out.
+fn pair(items: Vec<Item<'_>>) -> (Vec<Item<'_>>, Vec<usize>) {
+    let drop = unpaired(&items);
+    if drop.is_empty() {
+        return (items, Vec::new());
+    }
+    let mut kept = Vec::with_capacity(items.len() - drop.len());
+    let mut dropped = Vec::with_capacity(drop.len());
+    let mut next = drop.iter().peekable();
+    for (i, item) in items.into_iter().enumerate() {
+        if next.next_if_eq(&&i).is_some() {
+            dropped.push(item.entry);
+        } else {
+            kept.push(item);
+        }
+    }
+    (kept, dropped)
+}
+
+/// The pairing rule: indices (ascending) of the items to leave out, found until nothing
+/// changes: assistant messages with a call that has no later result, and messages carrying a
+/// result whose call is not shown before it. Public for the report, which counts what
+/// [`Projector::finish`] would send.
+pub fn unpaired(items: &[Item<'_>]) -> Vec<usize> {
+    let mut alive: Vec<usize> = (0..items.len()).collect();
     let mut dropped = Vec::new();
     loop {
+        let shown = || alive.iter().enumerate().map(|(i, &at)| (i, &items[at]));
         let mut calls: HashMap<&str, usize> = HashMap::new();
         let mut results: HashMap<&str, usize> = HashMap::new();
-        for (i, item) in items.iter().enumerate() {
+        for (i, item) in shown() {
             if let ItemKind::Message {
                 message, content, ..
             } = &item.kind
@@ -363,7 +385,7 @@ fn pair(mut items: Vec<Item<'_>>) -> (Vec<Item<'_>>, Vec<usize>) {
             }
         }
         let mut drop: HashSet<usize> = HashSet::new();
-        for (i, item) in items.iter().enumerate() {
+        for (i, item) in shown() {
             let ItemKind::Message {
                 message, content, ..
             } = &item.kind
@@ -384,13 +406,14 @@ fn pair(mut items: Vec<Item<'_>>) -> (Vec<Item<'_>>, Vec<usize>) {
             }
         }
         if drop.is_empty() {
-            return (items, dropped);
+            dropped.sort_unstable();
+            return dropped;
         }
         let mut i = 0;
-        items.retain(|item| {
+        alive.retain(|&at| {
             let keep = !drop.contains(&i);
             if !keep {
-                dropped.push(item.entry);
+                dropped.push(at);
             }
             i += 1;
             keep

@@ -167,7 +167,22 @@ pub struct Composition {
     /// ctxd's estimate of the whole projection; the rows add up to it.
     pub total: u64,
     pub rows: Vec<Row>,
+    /// What the pairing rule left out (not in `total` nor the rows).
+    pub unpaired: Unpaired,
 }
+
+/// Messages the projection leaves out because a tool call has no result after it, or a result
+/// has no call before it: the gateway never sends one without the other.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Unpaired {
+    pub count: usize,
+    pub tokens: u64,
+    /// The first [`UNPAIRED_IDS`] of their entry ids, in branch order.
+    pub entry_ids: Vec<String>,
+}
+
+/// How many unpaired entry ids a report lists.
+pub const UNPAIRED_IDS: usize = 20;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
@@ -181,7 +196,7 @@ pub struct Row {
     pub children: Vec<Row>,
 }
 
-pub(crate) fn compose(walk: &Walk<'_>) -> Composition {
+pub(crate) fn compose(session: &Session, walk: &Walk<'_>) -> Composition {
     let mut sums: HashMap<Category, (u64, HashMap<&str, u64>)> = HashMap::new();
     sums.entry(Category::System).or_default().0 += walk.system_tokens;
     for &(name, t) in &walk.tools_tokens {
@@ -246,7 +261,21 @@ pub(crate) fn compose(walk: &Walk<'_>) -> Composition {
             }
         })
         .collect();
-    Composition { total, rows }
+    let unpaired = Unpaired {
+        count: walk.unpaired.len(),
+        tokens: walk.unpaired.iter().map(|u| u.1).sum(),
+        entry_ids: walk
+            .unpaired
+            .iter()
+            .filter_map(|&(pos, _)| session.entries.get(pos).map(|e| e.id.0.clone()))
+            .take(UNPAIRED_IDS)
+            .collect(),
+    };
+    Composition {
+        total,
+        rows,
+        unpaired,
+    }
 }
 
 /// The `n` largest live items, with a bounded, sanitized descriptor each.

@@ -24,7 +24,7 @@ use crate::models::{self, Threshold};
 use crate::tokens::TokenCounter;
 use crate::tree;
 
-pub use compose::{sanitize, Category, Composition, Row};
+pub use compose::{sanitize, Category, Composition, Row, Unpaired, UNPAIRED_IDS};
 
 /// The schema id of [`Report`]'s JSON form. Bumped only on an incompatible change.
 pub const SCHEMA: &str = "ctxd.report/1";
@@ -56,6 +56,9 @@ pub struct Report {
     pub tokenizer: String,
     pub headline: Headline,
     pub composition: Composition,
+    /// The context window (reset) in effect: `None` in the root window (no marker on the
+    /// branch).
+    pub context_window: Option<ContextWindow>,
     pub drift: Option<Drift>,
     pub calibration: Option<Calibration>,
     pub compactions: Compactions,
@@ -97,6 +100,19 @@ pub struct Headline {
     pub threshold: Option<Threshold>,
     /// Tokens left before the agent compacts on its own (negative when past it).
     pub headroom: Option<i64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ContextWindow {
+    pub window_id: String,
+    pub marker_entry_id: String,
+    /// `None` when the boot is missing.
+    pub boot_entry_id: Option<String>,
+    /// The marker has no boot after it on the branch: the gateway refuses to send this branch
+    /// (never the raw history), and the composition shows the raw history the walk saw.
+    pub boot_missing: bool,
+    /// With `boot_missing`: what the narrow repair would do.
+    pub note: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -183,7 +199,12 @@ pub fn build(session: &Session, counter: &dyn TokenCounter, options: &Options) -
         }
         None => &full,
     };
-    let composition = compose::compose(state);
+    let composition = compose::compose(session, state);
+    let context_window = context_window(
+        session,
+        state,
+        at_turn.is_none().then_some(branch.as_slice()),
+    );
     let estimate = composition.total;
 
     let model = at_turn
@@ -264,6 +285,7 @@ pub fn build(session: &Session, counter: &dyn TokenCounter, options: &Options) -
         },
         tokenizer: counter.name().to_owned(),
         headline,
+        context_window,
         drift,
         calibration,
         compactions: compactions(session, state, counter),
@@ -272,6 +294,40 @@ pub fn build(session: &Session, counter: &dyn TokenCounter, options: &Options) -
         billed: billed(session),
         composition,
     }
+}
+
+/// The window the walk ended in. `branch` (the whole branch, for a report of now) lets a missing
+/// boot say whether the narrow repair would add it.
+fn context_window(
+    session: &Session,
+    state: &walk::Walk<'_>,
+    branch: Option<&[usize]>,
+) -> Option<ContextWindow> {
+    let w = state.projector.window.as_ref()?;
+    let id = |pos: usize| session.entries.get(pos).map(|e| e.id.0.clone());
+    let boot_missing = w.boot.is_none();
+    let note = boot_missing.then(|| {
+        let repair = branch.map(|b| crate::windows::repair_plan(session, b));
+        match repair {
+            Some(crate::windows::Repair::AppendBoot { .. }) => format!(
+                "context window {} has no boot: only metadata follows its marker, so the \
+                 narrow repair can append the boot",
+                w.window_id
+            ),
+            Some(crate::windows::Repair::Refuse { reason, .. }) => reason,
+            _ => format!(
+                "context window {} has no boot after its marker",
+                w.window_id
+            ),
+        }
+    });
+    Some(ContextWindow {
+        window_id: w.window_id.to_owned(),
+        marker_entry_id: id(w.marker).unwrap_or_default(),
+        boot_entry_id: w.boot.and_then(id),
+        boot_missing,
+        note,
+    })
 }
 
 fn drift_of(provider: u64, estimate: u64) -> Drift {

@@ -206,3 +206,144 @@ fn billed_totals_fall_back_to_session_totals() {
         ("totals", 7, 2)
     );
 }
+
+fn call(id: &str) -> EntryKind {
+    assistant(
+        vec![ContentBlock::ToolCall {
+            id: id.into(),
+            name: "bash".into(),
+            arguments: serde_json::json!({"command": "make"}),
+        }],
+        None,
+    )
+}
+
+#[test]
+fn unpaired_calls_and_results_are_left_out_as_the_projection_does() {
+    let answered = vec![
+        user("build it"),
+        call("c1"),
+        tool_result("c1", &"o".repeat(80)),
+        assistant(vec![ContentBlock::text("built")], usage(60)),
+    ];
+    // A call still waiting for its result, and a result whose call is not on the branch.
+    let mut kinds = answered.clone();
+    kinds.push(call("c2"));
+    kinds.push(tool_result("c9", &"x".repeat(400)));
+    let s = session(kinds);
+    let r = build(&s, &CharEstimate, &Options::default());
+    let clean = build(&session(answered), &CharEstimate, &Options::default());
+    // What is counted is what the gateway sends: the same as without the two messages.
+    assert_eq!(r.composition.total, clean.composition.total);
+    let rows = |r: &Report| -> Vec<(String, u64)> {
+        r.composition
+            .rows
+            .iter()
+            .map(|row| (row.id.clone(), row.tokens))
+            .collect()
+    };
+    assert_eq!(rows(&r), rows(&clean));
+    let u = &r.composition.unpaired;
+    assert_eq!(
+        (u.count, u.entry_ids.clone()),
+        (2, vec!["e4".into(), "e5".into()])
+    );
+    assert!(
+        u.tokens > 100,
+        "the orphan result's 400 chars: {}",
+        u.tokens
+    );
+    assert!(r.largest.iter().all(|l| l.entry_id != "e5"));
+    assert_eq!(clean.composition.unpaired.count, 0);
+    let text = text::render(&r);
+    assert!(
+        text.contains("Left out, not counted: 2 messages") && text.contains("e4, e5"),
+        "{text}"
+    );
+    assert!(!text::render(&clean).contains("Left out"));
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["composition"]["unpaired"]["count"], 2);
+    assert_eq!(
+        json["composition"]["unpaired"]["entry_ids"],
+        serde_json::json!(["e4", "e5"])
+    );
+}
+
+fn marker(window: &str) -> EntryKind {
+    EntryKind::WindowMarker {
+        window_id: window.into(),
+        reason: "new_context".into(),
+    }
+}
+
+#[test]
+fn a_marker_without_its_boot_is_shown_with_what_the_repair_would_do() {
+    let start = vec![
+        user(&"old ".repeat(100)),
+        assistant(vec![ContentBlock::text("ok")], usage(120)),
+    ];
+    // Root window: no marker.
+    let r = build(&session(start.clone()), &CharEstimate, &Options::default());
+    assert!(r.context_window.is_none());
+    assert!(serde_json::to_value(&r).unwrap()["context_window"].is_null());
+
+    // Only metadata after the marker: the narrow repair can append the boot.
+    let mut kinds = start.clone();
+    kinds.push(marker("w1"));
+    kinds.push(EntryKind::Event {
+        name: "label".into(),
+        detail: None,
+    });
+    let r = build(&session(kinds.clone()), &CharEstimate, &Options::default());
+    let w = r.context_window.as_ref().unwrap();
+    assert_eq!(
+        (
+            w.window_id.as_str(),
+            w.marker_entry_id.as_str(),
+            w.boot_missing
+        ),
+        ("w1", "e2", true)
+    );
+    assert_eq!(w.boot_entry_id, None);
+    assert!(w
+        .note
+        .as_deref()
+        .unwrap()
+        .contains("narrow repair can append the boot"));
+    let text = text::render(&r);
+    assert!(
+        text.contains("BROKEN  context window w1: its marker e2 has no boot after it"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["context_window"]["boot_missing"], true);
+    assert!(json["context_window"]["boot_entry_id"].is_null());
+    // The walk's raw view is what the composition shows: the old history is still counted.
+    assert!(r.composition.total >= 100);
+
+    // Work after the marker: the repair refuses and says why.
+    kinds.push(user("go on"));
+    let r = build(&session(kinds.clone()), &CharEstimate, &Options::default());
+    let note = r.context_window.as_ref().and_then(|w| w.note.clone());
+    assert!(
+        note.as_deref().unwrap().contains("start a new window"),
+        "{note:?}"
+    );
+
+    // With its boot the window is healthy, and the history before it folds away.
+    let mut kinds = start;
+    kinds.push(marker("w1"));
+    kinds.push(EntryKind::WindowBoot {
+        window_id: "w1".into(),
+        message: Message::text(Role::User, "boot"),
+    });
+    let r = build(&session(kinds), &CharEstimate, &Options::default());
+    let w = r.context_window.as_ref().unwrap();
+    assert_eq!(
+        (w.boot_entry_id.as_deref(), w.boot_missing),
+        (Some("e3"), false)
+    );
+    assert_eq!(w.note, None);
+    assert_eq!(r.composition.total, 1);
+    assert!(text::render(&r).contains("Reset   in context window w1 (marker e2, boot e3)"));
+}

@@ -100,6 +100,29 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
         )?,
         _ => writeln!(out, "        no automatic compaction threshold known")?,
     }
+    if let Some(w) = &r.context_window {
+        match &w.boot_entry_id {
+            Some(boot) => writeln!(
+                out,
+                "Reset   in context window {} (marker {}, boot {})",
+                super::sanitize(&w.window_id, 40),
+                super::sanitize(&w.marker_entry_id, 40),
+                super::sanitize(boot, 40)
+            )?,
+            None => {
+                writeln!(
+                    out,
+                    "BROKEN  context window {}: its marker {} has no boot after it. The gateway \
+                     refuses to send this branch; the composition below is the raw history.",
+                    super::sanitize(&w.window_id, 40),
+                    super::sanitize(&w.marker_entry_id, 40)
+                )?;
+                if let Some(note) = &w.note {
+                    writeln!(out, "        {}", super::sanitize(note, 200))?;
+                }
+            }
+        }
+    }
     writeln!(out)?;
 
     writeln!(
@@ -129,6 +152,24 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
                 child.percent
             )?;
         }
+    }
+    let u = &r.composition.unpaired;
+    if u.count > 0 {
+        let ids: Vec<String> = u
+            .entry_ids
+            .iter()
+            .map(|id| super::sanitize(id, 40))
+            .collect();
+        writeln!(
+            out,
+            "  Left out, not counted: {} message{} ({} tokens) with a tool call and no result, or \
+             a result and no call: {}{}",
+            u.count,
+            if u.count == 1 { "" } else { "s" },
+            tokens(u.tokens),
+            ids.join(", "),
+            if u.count > ids.len() { ", …" } else { "" }
+        )?;
     }
     writeln!(out)?;
 

@@ -1,11 +1,13 @@
 //! One forward walk of the branch: the projection, each live item's tokens, turns and
-//! compactions. Every item is counted once, when it appears (or is edited).
+//! compactions. Every item is counted once, when it appears (or is edited). At the end the
+//! projection's pairing rule leaves out calls without results and results without calls, as
+//! the gateway would, so the composition counts what the model is sent.
 
 use std::collections::HashMap;
 
 use crate::model::{ContentBlock, EntryKind, Role, Session, Usage};
 use crate::tokens::{tool_def_tokens, TokenCounter};
-use crate::view::{Change, Projector};
+use crate::view::{unpaired, Change, Projector};
 
 use super::compose::{count_item, ItemCount};
 
@@ -43,6 +45,8 @@ pub(crate) struct Walk<'a> {
     pub last_compaction_step: Option<usize>,
     /// The model in effect where the walk stopped.
     pub model_at_cut: Option<String>,
+    /// Items the pairing rule left out at the end: (entry position, tokens).
+    pub unpaired: Vec<(usize, u64)>,
 }
 
 impl Walk<'_> {
@@ -74,6 +78,7 @@ pub(crate) fn walk<'a>(
         compactions: Vec::new(),
         last_compaction_step: None,
         model_at_cut: session.meta.model.clone(),
+        unpaired: Vec::new(),
     };
     let mut tool_names: HashMap<&'a str, &'a str> = HashMap::new();
     let mut items_total: u64 = 0;
@@ -196,5 +201,25 @@ pub(crate) fn walk<'a>(
             }
         }
     }
+    leave_out_unpaired(&mut w);
     w
+}
+
+/// Apply the pairing rule to the walk's final items (and their counts, kept parallel).
+fn leave_out_unpaired(w: &mut Walk<'_>) {
+    let drop = unpaired(&w.projector.items);
+    if drop.is_empty() {
+        return;
+    }
+    let items = std::mem::take(&mut w.projector.items);
+    let live = std::mem::take(&mut w.live);
+    let mut next = drop.iter().peekable();
+    for (i, (item, count)) in items.into_iter().zip(live).enumerate() {
+        if next.next_if_eq(&&i).is_some() {
+            w.unpaired.push((item.entry, count.total));
+        } else {
+            w.projector.items.push(item);
+            w.live.push(count);
+        }
+    }
 }
