@@ -40,6 +40,8 @@ pub enum Command {
     /// A stored session's history: windows, items, read, search.
     #[command(subcommand)]
     History(crate::history_cmd::HistoryCommand),
+    /// An entry's raw content by id, whole, by --pattern or by lines (what `recall` returns).
+    Recall(crate::recall_cmd::RecallArgs),
     /// Measure import and report speed (MB/s, ms) and peak memory on session files.
     Bench(crate::bench_cmd::BenchArgs),
     /// Internal: one measured run in a child process, so each gets its own peak RSS.

@@ -134,7 +134,7 @@ fn items_query(f: &FilterArgs, max_chars: Option<usize>) -> ItemsQuery {
 }
 
 /// The caller for a session named by id or key (the local tenant).
-fn caller(engine: &Engine<SqliteStore>, session: &str) -> anyhow::Result<Caller> {
+pub(crate) fn caller(engine: &Engine<SqliteStore>, session: &str) -> anyhow::Result<Caller> {
     let store = engine.store();
     let by_id = match session.parse::<i64>() {
         Ok(id) => store.session("", id)?,

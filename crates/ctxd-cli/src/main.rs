@@ -8,6 +8,7 @@ mod history_cmd;
 mod import_cmd;
 mod load;
 mod notes_cmd;
+mod recall_cmd;
 mod report_cmd;
 mod serve_cmd;
 mod sessions_cmd;
@@ -38,6 +39,7 @@ fn main() -> ExitCode {
         cli::Command::Import(args) => import_cmd::run(&args, &store),
         cli::Command::Notes(cmd) => notes_cmd::run(&cmd, &store),
         cli::Command::History(cmd) => history_cmd::run(&cmd, &store),
+        cli::Command::Recall(args) => recall_cmd::run(&args, &store),
         cli::Command::Bench(args) => bench_cmd::run(&args),
         cli::Command::BenchOne(args) => bench_cmd::run_one(&args),
     };

@@ -1,0 +1,111 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! `ctxd recall ...` on the real binary, over a store filled by `ctxd import`.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn ctxd(store: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ctxd"))
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+#[test]
+fn recall_shows_an_entry_whole_by_lines_or_by_pattern_and_fails_in_one_line() {
+    let dir = std::env::temp_dir().join(format!("ctxd-recall-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("s.db").to_str().unwrap().to_owned();
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../ctxd-formats/tests/fixtures/pi/tree-v3.jsonl");
+    stdout(&ctxd(&db, &["import", fixture.to_str().unwrap()]));
+
+    // a3: a bash result, "a.txt\nb.png" and an image; it was trimmed by a context edit (b4),
+    // and recall returns it as written.
+    let whole = stdout(&ctxd(&db, &["recall", "pi:sess-v3", "a3"]));
+    assert!(whole.starts_with("a.txt\nb.png\n[image"), "{whole}");
+    assert!(!whole.contains("[listing trimmed]"), "{whole}");
+
+    let lines = stdout(&ctxd(
+        &db,
+        &[
+            "recall",
+            "pi:sess-v3",
+            "a3",
+            "--offset",
+            "2",
+            "--limit",
+            "1",
+        ],
+    ));
+    assert!(
+        lines.starts_with("b.png\n\n[limit reached: showed lines 2-2 of 3."),
+        "{lines}"
+    );
+
+    let doc: Value = serde_json::from_str(&stdout(&ctxd(
+        &db,
+        &["recall", "1", "a3", "--pattern", r"\.png$", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(doc["session"], 1);
+    assert_eq!(doc["entry_id"], "a3");
+    assert_eq!(doc["text"], "2: b.png");
+
+    // Errors: one line on stderr, exit code 2.
+    let long = "a".repeat(501);
+    for (args, says) in [
+        (vec!["recall", "pi:sess-v3", "nope"], "No entry \"nope\""),
+        (vec!["recall", "no-such-session", "a3"], "no session"),
+        (
+            vec!["recall", "pi:sess-v3", "a3", "--pattern", "(unclosed"],
+            "not a valid regex",
+        ),
+        (
+            vec!["recall", "pi:sess-v3", "a3", "--pattern", &long],
+            "the limit is 500",
+        ),
+        (
+            vec!["recall", "pi:sess-v3", "a3", "--offset", "0"],
+            "offset must be",
+        ),
+        (
+            vec!["recall", "pi:sess-v3", "a3", "--limit", "-2"],
+            "limit must be",
+        ),
+        (
+            vec![
+                "recall",
+                "pi:sess-v3",
+                "a3",
+                "--pattern",
+                "b",
+                "--offset",
+                "2",
+            ],
+            "not both",
+        ),
+    ] {
+        let out = ctxd(&db, &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with("ctxd: ") && err.contains(says),
+            "{args:?}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
