@@ -1,18 +1,24 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Stored formats are forever: `tests/golden/v1.db` was written by schema version 1 and entry
-//! format 1, and every later build must read it back exactly (after migrating a copy).
+//! format 1, and every later build must read it back exactly (after migrating a copy): the
+//! sessions and entries, the notes with every version, and the history index rows.
 //!
-//! Never regenerate a committed golden file: add `v2.db` beside it when the schema changes. The
-//! generator is kept for the record and for new versions:
+//! Never regenerate a committed golden file: add `v2.db` beside it when the schema changes. (v1.db
+//! was regenerated once, before schema 1 shipped, to add the notes and the history rows that
+//! `append` now writes.) The generator is kept for the record and for new versions:
 //! `cargo test -p ctxd-store --test golden -- --ignored generate_v1_golden`.
 
 use std::path::{Path, PathBuf};
 
+use ctxd_core::history::ItemFilter;
 use ctxd_core::model::{
     Agent, Compaction, ContentBlock, Entry, EntryId, EntryKind, Image, Message, Role, Session,
     SessionMeta, ToolDef, Usage,
 };
-use ctxd_store::{Durability, NewEntry, SqliteStore, Store, StoreError, SCHEMA_VERSION};
+use ctxd_core::notes::ListOrder;
+use ctxd_store::{
+    Durability, HistoryStore, NewEntry, NotesStore, SqliteStore, Store, StoreError, SCHEMA_VERSION,
+};
 use rusqlite::{Connection, OpenFlags};
 use serde_json::json;
 
@@ -379,6 +385,98 @@ fn all_entries(x: &Expected) -> Vec<&NewEntry> {
 const CREATED: &str = "2025-06-01T12:00:00.000Z";
 const UPDATED: &str = "2025-06-01T13:00:00.000Z";
 
+/// Write the fixture through the store's API: sessions, batches (with the history index that
+/// `append` writes), leaves, then the notes.
+fn fill(store: &SqliteStore) {
+    for x in expected() {
+        let s = store.open_session(x.tenant, x.key, &x.meta).unwrap();
+        assert_eq!(s.id, x.id);
+        for (batch, leaf) in &x.batches {
+            store
+                .append(s.id, batch, leaf.map(EntryId::new).as_ref())
+                .unwrap();
+        }
+        if let Some(leaf) = x.set_leaf {
+            store.set_leaf(s.id, &EntryId::new(leaf)).unwrap();
+        }
+    }
+    for op in note_ops() {
+        let done = match op {
+            NoteOp::Write(t, home, path, body, at) => {
+                store.note_write(t, home, path, body, at).unwrap().is_ok()
+            }
+            NoteOp::Append(t, home, path, text, at) => {
+                store.note_append(t, home, path, text, at).unwrap().is_ok()
+            }
+            NoteOp::Stale(t, home, path, stale, at) => store
+                .note_set_stale(t, home, path, stale, at)
+                .unwrap()
+                .is_some(),
+            NoteOp::Rename(t, from, to, at) => store.note_rename(t, from, to, at).unwrap().is_ok(),
+            NoteOp::Delete(t, home, path, at) => {
+                store.note_delete(t, home, path, at).unwrap().is_some()
+            }
+        };
+        assert!(done, "{op:?}");
+    }
+}
+
+/// One change to the notes of the golden store: (tenant, home, path, ..., at_ms).
+#[derive(Clone, Copy, Debug)]
+enum NoteOp {
+    Write(&'static str, &'static str, &'static str, &'static str, i64),
+    Append(&'static str, &'static str, &'static str, &'static str, i64),
+    Stale(&'static str, &'static str, &'static str, bool, i64),
+    Rename(
+        &'static str,
+        (&'static str, &'static str),
+        (&'static str, &'static str),
+        i64,
+    ),
+    Delete(&'static str, &'static str, &'static str, i64),
+}
+
+const SESSION_HOME: &str = "session:pi-0001";
+
+/// Every kind of version (write, append, overwrite, stale, fresh, rename across homes, delete
+/// and a write after it), all five homes, two tenants, text that is not ASCII.
+fn note_ops() -> Vec<NoteOp> {
+    use NoteOp::*;
+    vec![
+        Write("", SESSION_HOME, "plan.md", "step 1", 1_000),
+        Append("", SESSION_HOME, "plan.md", "step 2\n", 2_000),
+        Write("", SESSION_HOME, "plan.md", "rewritten plan\n", 3_000),
+        Write(
+            "",
+            "project:proj-1f2e",
+            "MAP.md",
+            "# Map\n- plan.md\n",
+            4_000,
+        ),
+        Write("", "human", "prefs.md", "be brief; ü 漢字 🦓", 5_000),
+        Stale("", "human", "prefs.md", true, 6_000),
+        Stale("", "human", "prefs.md", false, 7_000),
+        Write("", "agent:pi", "todo.md", "a\nb\nc\n", 8_000),
+        Rename(
+            "",
+            ("agent:pi", "todo.md"),
+            ("model:claude", "todo.md"),
+            9_000,
+        ),
+        Write("", SESSION_HOME, "scratch.md", "temp", 10_000),
+        Delete("", SESSION_HOME, "scratch.md", 11_000),
+        Write("", SESSION_HOME, "scratch.md", "again", 12_000),
+        Stale("", "model:claude", "todo.md", true, 13_000),
+        Write(
+            "tenant-7f3a",
+            "human",
+            "prefs.md",
+            "the other tenant",
+            14_000,
+        ),
+    ]
+}
+
 #[test]
 #[ignore = "writes tests/golden/v1.db; never rerun for a committed version"]
 fn generate_v1_golden() {
@@ -389,21 +487,7 @@ fn generate_v1_golden() {
         "{} exists: golden files are never regenerated",
         path.display()
     );
-    {
-        let store = SqliteStore::open(&path, Durability::Full).unwrap();
-        for x in expected() {
-            let s = store.open_session(x.tenant, x.key, &x.meta).unwrap();
-            assert_eq!(s.id, x.id);
-            for (batch, leaf) in &x.batches {
-                store
-                    .append(s.id, batch, leaf.map(EntryId::new).as_ref())
-                    .unwrap();
-            }
-            if let Some(leaf) = x.set_leaf {
-                store.set_leaf(s.id, &EntryId::new(leaf)).unwrap();
-            }
-        }
-    }
+    fill(&SqliteStore::open(&path, Durability::Full).unwrap());
     let conn = Connection::open(&path).unwrap();
     conn.execute(
         "UPDATE sessions SET created_at = ?1, updated_at = ?2",
@@ -554,6 +638,253 @@ fn golden_v1_reads_back_equal_with_the_current_code() {
         )
         .unwrap();
     assert_eq!(store.load(1).unwrap().leaf, Some(next));
+}
+
+/// The fixture written by the current code into a fresh store: what the golden file must read
+/// back as.
+fn fresh() -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("fresh.db"), Durability::Normal).unwrap();
+    fill(&store);
+    (dir, store)
+}
+
+/// Every (tenant, home, path) the note fixture touches.
+fn note_paths() -> Vec<(&'static str, &'static str, &'static str)> {
+    let mut out = Vec::new();
+    for op in note_ops() {
+        let touched = match op {
+            NoteOp::Write(t, h, p, ..)
+            | NoteOp::Append(t, h, p, ..)
+            | NoteOp::Stale(t, h, p, ..)
+            | NoteOp::Delete(t, h, p, ..) => vec![(t, h, p)],
+            NoteOp::Rename(t, from, to, _) => vec![(t, from.0, from.1), (t, to.0, to.1)],
+        };
+        for x in touched {
+            if !out.contains(&x) {
+                out.push(x);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn golden_v1_notes_read_back_with_every_version() {
+    let (_dir, copy) = golden_copy(1);
+    let golden = SqliteStore::open(&copy, Durability::Full).unwrap();
+    let (_fresh_dir, fresh) = fresh();
+    // What v1 wrote, by hand.
+    let plan = golden
+        .note_read("", SESSION_HOME, "plan.md")
+        .unwrap()
+        .unwrap();
+    assert_eq!(plan.body, "rewritten plan\n");
+    assert_eq!(
+        (
+            plan.meta.version,
+            plan.meta.created_at_ms,
+            plan.meta.updated_at_ms
+        ),
+        (3, 1_000, 3_000)
+    );
+    let ops = |t: &str, h: &str, p: &str| -> Vec<(String, Option<String>, i64)> {
+        golden
+            .note_versions(t, h, p)
+            .unwrap()
+            .into_iter()
+            .map(|v| (v.op, v.other, v.at_ms))
+            .collect()
+    };
+    let op = |o: &str, at: i64| (o.to_owned(), None, at);
+    assert_eq!(
+        ops("", SESSION_HOME, "plan.md"),
+        [op("write", 1_000), op("append", 2_000), op("write", 3_000)]
+    );
+    let body = |h: &str, p: &str, v: i64| golden.note_version_body("", h, p, v).unwrap();
+    assert_eq!(body(SESSION_HOME, "plan.md", 1).as_deref(), Some("step 1"));
+    assert_eq!(
+        body(SESSION_HOME, "plan.md", 2).as_deref(),
+        Some("step 1\nstep 2\n")
+    );
+    assert_eq!(
+        ops("", SESSION_HOME, "scratch.md"),
+        [
+            op("write", 10_000),
+            op("delete", 11_000),
+            op("write", 12_000)
+        ]
+    );
+    assert_eq!(body(SESSION_HOME, "scratch.md", 2), None);
+    assert_eq!(
+        body(SESSION_HOME, "scratch.md", 3).as_deref(),
+        Some("again")
+    );
+    assert_eq!(
+        ops("", "agent:pi", "todo.md"),
+        [
+            op("write", 8_000),
+            (
+                "rename_out".into(),
+                Some("model:claude\ttodo.md".into()),
+                9_000
+            )
+        ]
+    );
+    assert_eq!(golden.note_read("", "agent:pi", "todo.md").unwrap(), None);
+    let moved = golden
+        .note_read("", "model:claude", "todo.md")
+        .unwrap()
+        .unwrap();
+    assert_eq!((moved.body.as_str(), moved.meta.stale), ("a\nb\nc\n", true));
+    assert_eq!(
+        ops("", "human", "prefs.md"),
+        [op("write", 5_000), op("stale", 6_000), op("fresh", 7_000)]
+    );
+    let prefs = golden.note_read("", "human", "prefs.md").unwrap().unwrap();
+    assert_eq!(
+        (prefs.body.as_str(), prefs.meta.stale),
+        ("be brief; ü 漢字 🦓", false)
+    );
+    let other = golden
+        .note_read("tenant-7f3a", "human", "prefs.md")
+        .unwrap();
+    assert_eq!(other.map(|n| n.body).as_deref(), Some("the other tenant"));
+
+    // And all of it reads back as the current code writes it: listings, notes, every version.
+    for (t, h, p) in note_paths() {
+        assert_eq!(
+            golden
+                .note_list(t, h, "", ListOrder::default(), 1_000)
+                .unwrap(),
+            fresh
+                .note_list(t, h, "", ListOrder::default(), 1_000)
+                .unwrap(),
+            "{t}/{h}"
+        );
+        assert_eq!(
+            golden.note_read(t, h, p).unwrap(),
+            fresh.note_read(t, h, p).unwrap()
+        );
+        let versions = golden.note_versions(t, h, p).unwrap();
+        assert!(!versions.is_empty(), "{h}/{p}");
+        assert_eq!(versions, fresh.note_versions(t, h, p).unwrap(), "{h}/{p}");
+        for v in versions {
+            assert_eq!(
+                golden.note_version_body(t, h, p, v.version).unwrap(),
+                fresh.note_version_body(t, h, p, v.version).unwrap(),
+                "{h}/{p} v{}",
+                v.version
+            );
+        }
+    }
+}
+
+/// The history index rows of one session, as stored: every column of `history_items`, the
+/// tool call names, and the items the trigram index finds for a word.
+fn history_dump(store: &SqliteStore, path: &Path, session: i64) -> Vec<String> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let rows = |label: &str, sql: &str| -> Vec<String> {
+        let mut stmt = conn.prepare(sql).unwrap();
+        let n = stmt.column_count();
+        stmt.query_map([session], |r| {
+            (0..n)
+                .map(|i| {
+                    r.get::<_, rusqlite::types::Value>(i)
+                        .map(|v| format!("{v:?}"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(|v| format!("{label} {}", v.join(" ")))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+    };
+    let mut out = rows(
+        "row",
+        "SELECT seq, parent_seq, lane, window_seq, item_key, kind, role, tools, sidechain \
+         FROM history_items WHERE session_id = ?1 ORDER BY seq",
+    );
+    out.extend(rows(
+        "call",
+        "SELECT call_id, name FROM history_calls WHERE session_id = ?1 ORDER BY call_id",
+    ));
+    out.extend(rows(
+        "trigram",
+        "SELECT h.seq FROM history_trigram f JOIN history_items h ON h.rowid = f.rowid \
+         WHERE history_trigram MATCH 'zebra' AND h.session_id = ?1 ORDER BY h.seq",
+    ));
+    // Reading through the API: windows, items, both searches.
+    let mut api = Vec::new();
+    for w in store.history_windows(session, None).unwrap() {
+        api.push(format!(
+            "window {} {} {} {}",
+            w.window_seq, w.start.id, w.items, w.last_seq
+        ));
+    }
+    let all = ItemFilter::default();
+    for label in ["item", "literal", "ranked"] {
+        let mut visit = |r: ctxd_store::HistoryRow| {
+            api.push(format!(
+                "{label} {} {} {} {} {:?}",
+                r.seq, r.entry.id, r.kind, r.role, r.tools
+            ));
+            true
+        };
+        match label {
+            "item" => store.history_items(session, &all, None, false, &mut visit),
+            "literal" => {
+                store.history_search_literal(session, "zebra", &all, None, false, &mut visit)
+            }
+            _ => store.history_search_ranked(session, "\"zebra\"", &all, None, &mut visit),
+        }
+        .unwrap();
+    }
+    out.extend(api);
+    out
+}
+
+#[test]
+fn golden_v1_history_rows_read_back() {
+    let (_dir, copy) = golden_copy(1);
+    let golden = SqliteStore::open(&copy, Durability::Full).unwrap();
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh_path = fresh_dir.path().join("fresh.db");
+    fill(&SqliteStore::open(&fresh_path, Durability::Normal).unwrap());
+    let fresh = SqliteStore::open(&fresh_path, Durability::Normal).unwrap();
+    for x in expected() {
+        // v1 wrote the index with the entries: nothing to catch up.
+        assert_eq!(golden.history_sync(x.id).unwrap(), 0, "{}", x.key);
+        let dump = history_dump(&golden, &copy, x.id);
+        assert_eq!(dump, history_dump(&fresh, &fresh_path, x.id), "{}", x.key);
+        let items = dump.iter().filter(|l| l.starts_with("item ")).count();
+        let windows = dump.iter().filter(|l| l.starts_with("window ")).count();
+        let rows = dump.iter().filter(|l| l.starts_with("row ")).count();
+        // By hand: one history row per entry.
+        assert_eq!(rows, all_entries(&x).len(), "{}", x.key);
+        let hits = |label: &str| {
+            dump.iter()
+                .filter(|l| l.starts_with(&format!("{label} ")))
+                .count()
+        };
+        match x.key {
+            // The root, w2 (marker + boot) and the sidechain's own root; 11 entries say
+            // something; "zebra" is in u1, a1, r1 and the compaction summary.
+            "pi-0001" => assert_eq!(
+                (
+                    windows,
+                    items,
+                    hits("literal"),
+                    hits("ranked"),
+                    hits("trigram")
+                ),
+                (3, 11, 4, 4, 4),
+                "{dump:#?}"
+            ),
+            "claude/abc" => assert_eq!((windows, items), (1, 1), "{dump:#?}"),
+            _ => assert!(dump.is_empty(), "{dump:#?}"),
+        }
+    }
 }
 
 /// Entry format 1 is a contract: the current code writes the same body JSON as the golden file
