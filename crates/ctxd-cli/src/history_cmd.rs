@@ -5,11 +5,10 @@
 
 use std::io::Write;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use ctxd_engine::history::{ItemsQuery, ReadQuery, Scope, SearchMode, SearchQuery, WindowsQuery};
 use ctxd_engine::{Caller, Engine};
-use ctxd_store::{SqliteStore, Store};
+use ctxd_store::SqliteStore;
 
 use crate::store::StoreChoice;
 
@@ -133,20 +132,12 @@ fn items_query(f: &FilterArgs, max_chars: Option<usize>) -> ItemsQuery {
     }
 }
 
-/// The caller for a session named by id or key (the local tenant).
+/// The caller for a session named by id or key, in whichever tenant holds it (imports are the
+/// local tenant; the gateway's sessions are under their clients' tenants).
 pub(crate) fn caller(engine: &Engine<SqliteStore>, session: &str) -> anyhow::Result<Caller> {
-    let store = engine.store();
-    let by_id = match session.parse::<i64>() {
-        Ok(id) => store.session("", id)?,
-        Err(_) => None,
-    };
-    let record = match by_id {
-        Some(r) => r,
-        None => store.find_session("", session)?.with_context(|| {
-            format!("no session {session:?} in the store (list them with `ctxd sessions --store`)")
-        })?,
-    };
+    let record = crate::store::find_record(engine, session)?;
     Ok(Caller {
+        tenant: record.tenant,
         session: Some(record.id),
         session_key: Some(record.key),
         agent: record.meta.agent.map(|a| a.as_str().to_owned()),

@@ -2,6 +2,8 @@
 
 use std::io::{IsTerminal, Write};
 
+use anyhow::Context;
+
 use ctxd_core::model::Session;
 use ctxd_core::report::{self, Report};
 use serde::Serialize;
@@ -31,7 +33,8 @@ fn load_source(
     }
     let engine = store.open()?;
     let name = arg.display().to_string();
-    let session = crate::store::find_stored(&engine, &name)?;
+    let session = crate::store::find_stored(&engine, &name)
+        .with_context(|| format!("{name}: no such file"))?;
     Ok((format!("{name} (store)"), session, Vec::new()))
 }
 

@@ -52,8 +52,19 @@ pub fn find_stored(
     name: &str,
 ) -> anyhow::Result<ctxd_core::model::Session> {
     use ctxd_store::Store;
+    let record = find_record(engine, name)?;
+    Ok(engine.store().load(record.id)?)
+}
+
+/// The record of a stored session named by its key or numeric id, in any tenant: the CLI is
+/// the operator's tool on the store file (the gateway's tenants are hashes of credentials).
+pub fn find_record(
+    engine: &Engine<SqliteStore>,
+    name: &str,
+) -> anyhow::Result<ctxd_store::SessionRecord> {
+    use ctxd_store::Store;
     let store = engine.store();
-    let mut found = Vec::new();
+    let mut found: Vec<ctxd_store::SessionRecord> = Vec::new();
     for tenant in store.tenants()? {
         if let Some(r) = store.find_session(&tenant, name)? {
             found.push(r);
@@ -67,11 +78,13 @@ pub fn find_stored(
             found.push(r);
         }
     }
+    if found.len() == 1 {
+        return found.pop().context("one session");
+    }
     match found.as_slice() {
-        [] => {
-            anyhow::bail!("{name}: no such file, and no session with that key or id in the store")
-        }
-        [one] => Ok(store.load(one.id)?),
+        [] => anyhow::bail!(
+            "no session {name:?} in the store (list them with `ctxd sessions --store`)"
+        ),
         many => anyhow::bail!(
             "{name}: {} sessions have this key (in different tenants): use the numeric id ({})",
             many.len(),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use ctxd_core::model::SessionMeta;
+use ctxd_core::model::{Role, SessionMeta};
 use ctxd_core::view::ProjectionError;
 use ctxd_engine::Caller;
 use tracing::Instrument;
@@ -188,7 +188,12 @@ async fn prepare(
 
     let tenant = identity::tenant(&app.tenant_key, headers);
     let (key, source) = identity::session_key(headers, &req, || {
-        let first = (!req.elements.is_empty()).then(|| hash::message(&req.message(&decoded, 0)));
+        // The conversation starts at its first message that is not a system prompt (Chat and
+        // Responses keep those in the array, and many conversations share one).
+        let first = (0..req.elements.len())
+            .map(|i| req.message(&decoded, i))
+            .find(|m| !matches!(m.role, Role::System | Role::Developer))
+            .map(|m| hash::message(&m));
         (req.system(&decoded), first)
     });
     let (agent, agent_name) = identity::agent(headers, source);

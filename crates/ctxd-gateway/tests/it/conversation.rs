@@ -238,3 +238,22 @@ async fn preflight_health_and_metrics() {
     }
     assert!(metrics.contains("route=\"messages\""));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unnamed_chat_conversations_with_one_system_prompt_stay_apart() {
+    let mut rig = Rig::start().await;
+    for text in ["first conversation", "second, unrelated conversation"] {
+        let body = json!({"model": "gpt-4o-mini", "messages": [
+            {"role": "system", "content": "You are a terse assistant."},
+            {"role": "user", "content": text}]});
+        let _ = turn(
+            &rig,
+            "/v1/chat/completions",
+            &[("authorization", "Bearer k")],
+            &body,
+        )
+        .await;
+    }
+    let stored = rig.stored().await;
+    assert_eq!(stored.sessions().len(), 2);
+}
