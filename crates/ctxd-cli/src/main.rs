@@ -40,6 +40,7 @@ fn main() -> ExitCode {
         cli::Command::History(cmd) => history_cmd::run(&cmd, &store),
         cli::Command::Bench(args) => bench_cmd::run(&args),
         cli::Command::BenchOne(args) => bench_cmd::run_one(&args),
+        cli::Command::BenchGateway(args) => bench_cmd::gateway::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
