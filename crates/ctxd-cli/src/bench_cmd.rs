@@ -13,6 +13,7 @@
 //! tokenizer's tables) costs memory no matter the file, so the target is checked on the growth
 //! over that base (`peak_rss_mb - base_rss_mb`) and the raw ratio is printed next to it.
 
+pub mod gateway;
 mod generate;
 
 use std::io::{BufWriter, Write};

@@ -47,6 +47,9 @@ pub enum Command {
     /// Internal: one measured run in a child process, so each gets its own peak RSS.
     #[command(hide = true)]
     BenchOne(crate::bench_cmd::BenchOneArgs),
+    /// The gateway's added latency: a fixed-rate load to the mock upstream directly and
+    /// through `ctxd serve`, side by side (p50/p99, overhead, peak RSS).
+    BenchGateway(crate::bench_cmd::gateway::GatewayBenchArgs),
 }
 
 #[derive(Debug, Args)]

@@ -42,6 +42,7 @@ fn main() -> ExitCode {
         cli::Command::Recall(args) => recall_cmd::run(&args, &store),
         cli::Command::Bench(args) => bench_cmd::run(&args),
         cli::Command::BenchOne(args) => bench_cmd::run_one(&args),
+        cli::Command::BenchGateway(args) => bench_cmd::gateway::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,450 @@
+//! `ctxd bench-gateway`: the gateway's added latency, side by side in one run.
+//!
+//! The mock upstream (`ctxd-mock`) runs in this process on a thread of its own; `ctxd serve`
+//! runs as a child in front of it with a fresh store. For each body size × mode (JSON, SSE),
+//! K sessions each get a realistic Anthropic conversation prefix of that size ([`bodies`]),
+//! sent once through the gateway as a warm-up; then an open-loop load at a fixed rate
+//! ([`load`]) alternates between the mock directly and the gateway in short slices, so drift
+//! in the machine's load hits both phases alike. Each request is its session's prefix plus one
+//! new user message, with `x-ctxd-session`.
+//!
+//! Reported per row: latency p50/p99/max direct and via the gateway, the added p50/p99 (the
+//! gateway's percentile minus the direct one), the gateway's own overhead histogram from its
+//! `/metrics` ([`metrics`]), and its peak RSS. A missed target is reported, not an error.
+
+mod bodies;
+mod child;
+mod load;
+mod metrics;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use ctxd_mock::{Config, MockServer, Recording};
+use serde::Serialize;
+
+use self::child::Gateway;
+use self::load::{quantile_ms, Job, Sample};
+use self::metrics::Histogram;
+
+const KIB: usize = 1024;
+/// Issue 4's targets: p99 added latency by body size, at 200 requests/s.
+const TARGETS: [(usize, f64); 2] = [(100 * KIB, 1.0), (1024 * KIB, 10.0)];
+
+#[derive(Debug, Args)]
+pub struct GatewayBenchArgs {
+    /// Requests per second, in each phase.
+    #[arg(long, default_value_t = 200.0)]
+    pub rate: f64,
+    /// Measured seconds per phase (direct and gateway) for each size and mode.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Phases alternate every this many seconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub slice: f64,
+    /// Request body sizes (bytes, or with a k/m suffix: KiB, MiB).
+    #[arg(long, value_delimiter = ',', default_value = "2k,100k,1m", value_parser = parse_size)]
+    pub sizes: Vec<usize>,
+    /// Response modes.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "json,sse")]
+    pub modes: Vec<Mode>,
+    /// Conversations per size and mode (requests go round-robin over them).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub sessions: u32,
+    /// Only the mock, directly: the load generator's and the mock's own baseline.
+    #[arg(long)]
+    pub direct_only: bool,
+    /// The binary to run `serve` from (default: this ctxd).
+    #[arg(long, value_name = "PATH")]
+    pub gateway_bin: Option<PathBuf>,
+    /// Print one JSON object per row (one a line) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Json,
+    Sse,
+}
+
+/// One size × mode.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    pub size_bytes: usize,
+    pub mode: Mode,
+    pub rate: f64,
+    pub direct: Stats,
+    pub gateway: Option<Stats>,
+    pub added_p50_ms: Option<f64>,
+    pub added_p99_ms: Option<f64>,
+    pub target_added_p99_ms: Option<f64>,
+    pub target_met: Option<bool>,
+    /// The gateway's own `ctxd_overhead_seconds` over this row's measured requests.
+    pub overhead: Option<Overhead>,
+    /// The gateway's VmHWM after this row (a running peak).
+    pub gateway_peak_rss_mb: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Stats {
+    pub requests: usize,
+    pub errors: usize,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Overhead {
+    pub count: f64,
+    pub mean_ms: Option<f64>,
+    /// Upper bounds of the buckets holding p50 and p99.
+    pub p50_le_ms: Option<f64>,
+    pub p99_le_ms: Option<f64>,
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let lower = s.trim().to_ascii_lowercase();
+    let (digits, unit) = match lower.strip_suffix('k') {
+        Some(d) => (d, KIB),
+        None => match lower.strip_suffix('m') {
+            Some(d) => (d, KIB * KIB),
+            None => (lower.as_str(), 1),
+        },
+    };
+    match digits.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n * unit),
+        _ => Err(format!("{s:?} is not a size (e.g. 2048, 100k, 1m)")),
+    }
+}
+
+/// Everything a run keeps alive: the runtime, the client, the mock, the gateway.
+struct Bench {
+    rt: tokio::runtime::Runtime,
+    client: reqwest::Client,
+    mock: MockServer,
+    gateway: Option<Gateway>,
+    /// Numbers each new user message, so every request is unique.
+    next_message: u64,
+}
+
+pub fn run(args: &GatewayBenchArgs) -> anyhow::Result<()> {
+    if !(args.rate > 0.0 && args.duration > 0.0 && args.slice > 0.0) {
+        bail!("--rate, --duration and --slice must be positive");
+    }
+    let dir = std::env::temp_dir().join(format!("ctxd-bench-gateway-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let result = run_in(args, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn run_in(args: &GatewayBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(256)
+        .build()
+        .context("building the HTTP client")?;
+    // No record: 1 MB bodies at 200/s would grow it by 200 MB a second.
+    let mock = MockServer::start_blocking(Config {
+        recording: Recording::Off,
+        ..Config::default()
+    })?;
+    let gateway = if args.direct_only {
+        None
+    } else {
+        let bin = match &args.gateway_bin {
+            Some(bin) => bin.clone(),
+            None => std::env::current_exe().context("finding this ctxd binary")?,
+        };
+        Some(Gateway::start(&bin, dir, &mock.base_url())?)
+    };
+    let mut bench = Bench {
+        rt,
+        client,
+        mock,
+        gateway,
+        next_message: 0,
+    };
+    if !args.json {
+        println!(
+            "ctxd bench-gateway: {} req/s, {} s per phase in slices of {} s, {} sessions per row{}",
+            args.rate,
+            args.duration,
+            args.slice,
+            args.sessions,
+            if args.direct_only {
+                ", direct only"
+            } else {
+                ""
+            }
+        );
+        println!("{}", header());
+    }
+    let mut rows = Vec::new();
+    for &size in &args.sizes {
+        for &mode in &args.modes {
+            let row = bench.row(args, size, mode)?;
+            if args.json {
+                println!("{}", serde_json::to_string(&row)?);
+            } else {
+                println!("{}", line(&row));
+            }
+            rows.push(row);
+        }
+    }
+    if !args.json {
+        for row in rows.iter().filter(|r| r.target_added_p99_ms.is_some()) {
+            println!("{}", verdict(row));
+        }
+    }
+    Ok(())
+}
+
+impl Bench {
+    fn row(&mut self, args: &GatewayBenchArgs, size: usize, mode: Mode) -> anyhow::Result<Row> {
+        let tag = format!("{size}-{}", if mode == Mode::Sse { "sse" } else { "json" });
+        let sessions = bodies::sessions(args.sessions as usize, size, mode == Mode::Sse, &tag);
+        let direct_url = format!("{}/v1/messages", self.mock.base_url());
+        let gateway_url = self
+            .gateway
+            .as_ref()
+            .map(|g| format!("{}/v1/messages", g.base_url));
+        // Warm-up, not measured: connections, and each session's prefix into the store.
+        for s in &sessions {
+            for url in std::iter::once(&direct_url).chain(gateway_url.as_ref()) {
+                let job = Job {
+                    url: url.clone(),
+                    session: s.key.clone(),
+                    body: s.prefix_body(),
+                };
+                if !self.rt.block_on(load::send(&self.client, job)) {
+                    bail!("warm-up request to {url} failed{}", self.log_hint());
+                }
+            }
+        }
+        let before = self.overhead();
+        let slices = (args.duration / args.slice).ceil().max(1.0) as usize;
+        let per_slice = ((args.rate * args.duration) / slices as f64)
+            .round()
+            .max(1.0) as usize;
+        let (mut direct, mut via) = (Vec::new(), Vec::new());
+        for _ in 0..slices {
+            direct.extend(self.slice(&direct_url, &sessions, args.rate, per_slice));
+            if let Some(url) = &gateway_url {
+                via.extend(self.slice(url, &sessions, args.rate, per_slice));
+            }
+        }
+        let overhead = match (before, self.overhead()) {
+            (Some(before), Some(after)) => Some(overhead(&after.since(&before))),
+            _ => None,
+        };
+        if let Some(g) = self.gateway.as_mut() {
+            if !g.alive() {
+                bail!("the gateway exited during the run{}", self.log_hint());
+            }
+        }
+        let direct = stats(&direct);
+        let gateway = gateway_url.is_some().then(|| stats(&via));
+        let added = |pick: fn(&Stats) -> Option<f64>| {
+            let g = gateway.as_ref().and_then(pick)?;
+            Some(g - pick(&direct)?)
+        };
+        let added_p99_ms = added(|s| s.p99_ms);
+        let target = TARGETS.iter().find(|(s, _)| *s == size).map(|(_, t)| *t);
+        Ok(Row {
+            size_bytes: size,
+            mode,
+            rate: args.rate,
+            added_p50_ms: added(|s| s.p50_ms),
+            added_p99_ms,
+            target_added_p99_ms: target,
+            target_met: target.zip(added_p99_ms).map(|(t, a)| a < t),
+            direct,
+            gateway,
+            overhead,
+            gateway_peak_rss_mb: self.gateway.as_ref().and_then(Gateway::peak_rss_mb),
+        })
+    }
+
+    fn slice(
+        &mut self,
+        url: &str,
+        sessions: &[bodies::Session],
+        rate: f64,
+        count: usize,
+    ) -> Vec<Sample> {
+        let first = self.next_message;
+        self.next_message += count as u64;
+        load::run(&self.rt, &self.client, rate, count, |i| {
+            let s = &sessions[i % sessions.len()];
+            Job {
+                url: url.to_owned(),
+                session: s.key.clone(),
+                body: s.body(first + i as u64),
+            }
+        })
+    }
+
+    /// The gateway's overhead histogram now, if it exports one.
+    fn overhead(&self) -> Option<Histogram> {
+        let url = format!("{}/metrics", self.gateway.as_ref()?.base_url);
+        let text = self.rt.block_on(async {
+            let res = self.client.get(url).send().await.ok()?;
+            res.bytes().await.ok()
+        })?;
+        metrics::parse(&String::from_utf8_lossy(&text))
+    }
+
+    fn log_hint(&self) -> String {
+        self.gateway
+            .as_ref()
+            .map_or_else(String::new, Gateway::log_tail)
+    }
+}
+
+fn stats(samples: &[Sample]) -> Stats {
+    let mut ok: Vec<Duration> = samples.iter().filter(|s| s.ok).map(|s| s.latency).collect();
+    ok.sort_unstable();
+    Stats {
+        requests: samples.len(),
+        errors: samples.len() - ok.len(),
+        p50_ms: quantile_ms(&ok, 0.50),
+        p99_ms: quantile_ms(&ok, 0.99),
+        max_ms: quantile_ms(&ok, 1.0),
+    }
+}
+
+fn overhead(h: &Histogram) -> Overhead {
+    Overhead {
+        count: h.count,
+        mean_ms: h.mean_ms(),
+        p50_le_ms: h.quantile_bound_ms(0.50),
+        p99_le_ms: h.quantile_bound_ms(0.99),
+    }
+}
+
+fn header() -> String {
+    format!(
+        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>8}",
+        "size",
+        "mode",
+        "requests",
+        "errors",
+        "direct p50/p99/max ms",
+        "gateway p50/p99/max ms",
+        "added p50/p99",
+        "overhead mean/p50≤/p99≤",
+        "peak MB"
+    )
+}
+
+fn line(r: &Row) -> String {
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
+    let triple = |s: &Stats| format!("{} / {} / {}", ms(s.p50_ms), ms(s.p99_ms), ms(s.max_ms));
+    let (requests, errors, via) = match &r.gateway {
+        Some(g) => (
+            format!("{}/{}", r.direct.requests, g.requests),
+            format!("{}/{}", r.direct.errors, g.errors),
+            triple(g),
+        ),
+        None => (
+            r.direct.requests.to_string(),
+            r.direct.errors.to_string(),
+            "-".to_owned(),
+        ),
+    };
+    let overhead = r.overhead.as_ref().map_or_else(
+        || "-".to_owned(),
+        |o| {
+            format!(
+                "{} / {} / {}",
+                ms(o.mean_ms),
+                ms(o.p50_le_ms),
+                ms(o.p99_le_ms)
+            )
+        },
+    );
+    format!(
+        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>8}",
+        size_label(r.size_bytes),
+        if r.mode == Mode::Sse { "sse" } else { "json" },
+        requests,
+        errors,
+        triple(&r.direct),
+        via,
+        format!("{} / {}", ms(r.added_p50_ms), ms(r.added_p99_ms)),
+        overhead,
+        r.gateway_peak_rss_mb
+            .map_or_else(|| "-".to_owned(), |m| format!("{m:.1}")),
+    )
+}
+
+fn verdict(r: &Row) -> String {
+    let target = r.target_added_p99_ms.unwrap_or_default();
+    let mode = if r.mode == Mode::Sse { "sse" } else { "json" };
+    match (r.target_met, r.added_p99_ms) {
+        (Some(true), Some(a)) => format!(
+            "target {} {mode}: p99 added {a:.2} ms < {target} ms: met",
+            size_label(r.size_bytes)
+        ),
+        (Some(false), Some(a)) => format!(
+            "target {} {mode}: p99 added {a:.2} ms ≥ {target} ms: MISSED",
+            size_label(r.size_bytes)
+        ),
+        _ => format!(
+            "target {} {mode}: p99 added < {target} ms: not measured",
+            size_label(r.size_bytes)
+        ),
+    }
+}
+
+fn size_label(bytes: usize) -> String {
+    if bytes >= KIB * KIB && bytes.is_multiple_of(KIB * KIB) {
+        format!("{} MiB", bytes / (KIB * KIB))
+    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
+        format!("{} KiB", bytes / KIB)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("2k"), Ok(2048));
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        assert_eq!(parse_size("500"), Ok(500));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("k").is_err());
+        assert!(parse_size("-1k").is_err());
+        assert_eq!(size_label(100 * 1024), "100 KiB");
+        assert_eq!(size_label(1 << 20), "1 MiB");
+        assert_eq!(size_label(1000), "1000 B");
+    }
+
+    #[test]
+    fn stats_count_errors_apart() {
+        let s = |ms: u64, ok: bool| Sample {
+            latency: Duration::from_millis(ms),
+            ok,
+        };
+        let st = stats(&[s(1, true), s(2, true), s(50, false), s(3, true)]);
+        assert_eq!((st.requests, st.errors), (4, 1));
+        assert_eq!(st.max_ms, Some(3.0));
+        assert_eq!(st.p50_ms, Some(2.0));
+    }
+}

@@ -1,0 +1,151 @@
+//! The gateway's own overhead histogram (`ctxd_overhead_seconds`) from its Prometheus
+//! `/metrics`: buckets summed over label sets, diffed between two scrapes so each row shows its
+//! own requests.
+
+use std::collections::BTreeMap;
+
+const NAME: &str = "ctxd_overhead_seconds";
+
+/// A cumulative histogram: upper bound (seconds) → count, plus sum and count.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Histogram {
+    /// (le, cumulative count), ascending; `+Inf` as `f64::INFINITY`.
+    pub buckets: Vec<(f64, f64)>,
+    pub sum: f64,
+    pub count: f64,
+}
+
+/// Parses the exposition text; `None` when the histogram is absent.
+pub fn parse(text: &str) -> Option<Histogram> {
+    let mut buckets: BTreeMap<u64, (f64, f64)> = BTreeMap::new();
+    let (mut sum, mut count, mut seen) = (0.0, 0.0, false);
+    for line in text.lines().filter(|l| l.starts_with(NAME)) {
+        let rest = &line[NAME.len()..];
+        let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        if rest.starts_with("_bucket") {
+            let Some(le) = label(rest, "le") else {
+                continue;
+            };
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().unwrap_or(f64::NAN)
+            };
+            if le.is_nan() {
+                continue;
+            }
+            buckets.entry(le.to_bits()).or_insert((le, 0.0)).1 += value;
+            seen = true;
+        } else if rest.starts_with("_sum") {
+            sum += value;
+            seen = true;
+        } else if rest.starts_with("_count") {
+            count += value;
+            seen = true;
+        }
+    }
+    let mut buckets: Vec<(f64, f64)> = buckets.into_values().collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    seen.then_some(Histogram {
+        buckets,
+        sum,
+        count,
+    })
+}
+
+fn label<'a>(rest: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!("{name}=\"");
+    let at = rest.find(&key)? + key.len();
+    let end = rest[at..].find('"')?;
+    Some(&rest[at..at + end])
+}
+
+impl Histogram {
+    /// This histogram minus an earlier scrape of it.
+    pub fn since(&self, earlier: &Histogram) -> Histogram {
+        let before = |le: f64| {
+            earlier
+                .buckets
+                .iter()
+                .find(|(l, _)| *l == le)
+                .map_or(0.0, |(_, c)| *c)
+        };
+        Histogram {
+            buckets: self
+                .buckets
+                .iter()
+                .map(|&(le, c)| (le, c - before(le)))
+                .collect(),
+            sum: self.sum - earlier.sum,
+            count: self.count - earlier.count,
+        }
+    }
+
+    /// The upper bound of the bucket holding the `q` quantile, in ms (a histogram only bounds
+    /// a quantile from above).
+    pub fn quantile_bound_ms(&self, q: f64) -> Option<f64> {
+        if self.count <= 0.0 {
+            return None;
+        }
+        let want = q * self.count;
+        self.buckets
+            .iter()
+            .find(|(_, c)| *c >= want)
+            .map(|(le, _)| le * 1000.0)
+    }
+
+    pub fn mean_ms(&self) -> Option<f64> {
+        (self.count > 0.0).then(|| self.sum / self.count * 1000.0)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = r#"# TYPE ctxd_overhead_seconds histogram
+ctxd_overhead_seconds_bucket{route="messages",le="0.0005"} 10
+ctxd_overhead_seconds_bucket{route="messages",le="0.001"} 18
+ctxd_overhead_seconds_bucket{route="messages",le="+Inf"} 20
+ctxd_overhead_seconds_bucket{route="responses",le="0.0005"} 0
+ctxd_overhead_seconds_bucket{route="responses",le="0.001"} 1
+ctxd_overhead_seconds_bucket{route="responses",le="+Inf"} 1
+ctxd_overhead_seconds_sum{route="messages"} 0.02
+ctxd_overhead_seconds_sum{route="responses"} 0.001
+ctxd_overhead_seconds_count{route="messages"} 20
+ctxd_overhead_seconds_count{route="responses"} 1
+other_metric 5
+"#;
+
+    #[test]
+    fn sums_label_sets_and_bounds_quantiles() {
+        let h = parse(TEXT).unwrap();
+        assert_eq!(h.count, 21.0);
+        assert_eq!(
+            h.buckets,
+            vec![(0.0005, 10.0), (0.001, 19.0), (f64::INFINITY, 21.0)]
+        );
+        assert_eq!(h.quantile_bound_ms(0.5), Some(1.0));
+        assert_eq!(h.quantile_bound_ms(0.4), Some(0.5));
+        assert_eq!(h.quantile_bound_ms(0.99), Some(f64::INFINITY));
+        assert!((h.mean_ms().unwrap() - 1.0).abs() < 1e-9);
+        assert!(parse("other 1\n").is_none());
+    }
+
+    #[test]
+    fn diffs_between_scrapes() {
+        let later = parse(TEXT).unwrap();
+        let earlier = Histogram {
+            buckets: vec![(0.0005, 10.0)],
+            sum: 0.005,
+            count: 10.0,
+        };
+        let d = later.since(&earlier);
+        assert_eq!(d.count, 11.0);
+        assert_eq!(d.buckets[0], (0.0005, 0.0));
+        assert_eq!(d.quantile_bound_ms(0.5), Some(1.0));
+    }
+}

@@ -1,0 +1,121 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! `ctxd bench-gateway` with tiny settings: the report's shape, and every request answered.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn bench(extra: &[&str]) -> Vec<Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_ctxd"))
+        .args([
+            "bench-gateway",
+            "--rate",
+            "20",
+            "--duration",
+            "1",
+            "--sizes",
+            "2k",
+            "--sessions",
+            "3",
+            "--json",
+        ])
+        .args(extra)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn direct_only_measures_the_mock() {
+    let rows = bench(&["--direct-only"]);
+    assert_eq!(rows.len(), 2, "one row per mode");
+    assert_eq!(rows[0]["mode"], "json");
+    assert_eq!(rows[1]["mode"], "sse");
+    for row in &rows {
+        assert_eq!(row["size_bytes"], 2048);
+        assert_eq!(row["direct"]["requests"], 20);
+        assert_eq!(row["direct"]["errors"], 0);
+        let p50 = row["direct"]["p50_ms"].as_f64().unwrap();
+        let p99 = row["direct"]["p99_ms"].as_f64().unwrap();
+        assert!(p50 > 0.0 && p50 <= p99 && p99 <= row["direct"]["max_ms"].as_f64().unwrap());
+        assert!(row["gateway"].is_null());
+        assert!(row["added_p99_ms"].is_null());
+    }
+}
+
+#[test]
+fn text_table_has_a_row_per_mode() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ctxd"))
+        .args([
+            "bench-gateway",
+            "--direct-only",
+            "--rate",
+            "20",
+            "--duration",
+            "0.5",
+            "--sizes",
+            "100k",
+        ])
+        .args(["--modes", "sse", "--sessions", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].starts_with("ctxd bench-gateway: 20 req/s"),
+        "{text}"
+    );
+    assert!(lines[1].contains("direct p50/p99/max ms"));
+    assert!(
+        lines[2].contains("100 KiB") && lines[2].contains("sse"),
+        "{text}"
+    );
+    assert!(lines[3].contains("not measured"), "{text}");
+}
+
+#[test]
+fn bad_settings_exit_2() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ctxd"))
+        .args(["bench-gateway", "--rate", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(env!("CARGO_BIN_EXE_ctxd"))
+        .args(["bench-gateway", "--sizes", "huge"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// Through a `ctxd serve` child with its own store.
+#[test]
+fn through_the_gateway() {
+    let rows = bench(&[]);
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        assert_eq!(row["direct"]["errors"], 0);
+        assert_eq!(row["gateway"]["requests"], 20);
+        assert_eq!(row["gateway"]["errors"], 0, "{row}");
+        assert!(row["added_p50_ms"].as_f64().is_some());
+        assert!(row["gateway_peak_rss_mb"].as_f64().unwrap() > 1.0);
+        // The gateway's own overhead histogram saw this row's requests (not the warm-up; the
+        // last ones may be recorded just after the scrape).
+        let seen = row["overhead"]["count"].as_f64().unwrap();
+        assert!((1.0..=20.0).contains(&seen), "{row}");
+    }
+}
