@@ -5,7 +5,9 @@
   sessions) and the client's credentials and API headers;
 - what the store holds: one new session for the conversation, with the expected agent, and its
   items in order: the user's message, the assistant's tool call, the tool's result, the final
-  assistant text (once per tool loop).
+  assistant text (once per tool loop);
+- what the CLI shows of it: `ctxd sessions --store` lists it as the file holds it, `ctxd report`
+  has one turn per model request with the provider's usage, `ctxd history items` the same items.
 """
 
 import os
@@ -142,17 +144,39 @@ def tool_loops(items, prompts, final_text):
     return True, "%d items: %s" % (len(items), summary)
 
 
-def cli_view(session, cli_sessions, cli_items, items):
-    """The CLI (`ctxd sessions --store --json`, `ctxd history items --json`) shows the session
-    the gateway wrote, with the same items (role and tools, in order) as the store file."""
-    listed = [s for s in cli_sessions if s.get("id") == session["id"]]
-    if not listed:
+def cli_sessions(session, listed):
+    """`ctxd sessions --store --json` lists the session as the store file holds it."""
+    rows = [s for s in listed if s.get("id") == session["id"]]
+    if not rows:
         return False, "`ctxd sessions --json` does not list session %s (key %s, tenant %s); it lists %d" % (
-            session["id"], session["key"], session["tenant"], len(cli_sessions))
-    if listed[0].get("agent") != session["agent"]:
-        return False, "the CLI shows agent %r, the store holds %r" % (listed[0].get("agent"), session["agent"])
+            session["id"], session["key"], session["tenant"], len(listed))
+    row = rows[0]
+    diff = ["%s %r (file: %r)" % (k, row.get(k), session[k]) for k in ("key", "tenant", "agent", "entries")
+            if k in row and row.get(k) != session[k]]
+    if diff:
+        return False, "the CLI shows " + ", ".join(diff)
+    return True, "listed: key %s, agent %s, %s entries, %s turns" % (
+        row.get("key"), row.get("agent"), row.get("entries"), row.get("turns"))
+
+
+def cli_report(report, requests):
+    """`ctxd report SESSION --json`: one turn per model request, each with the provider's usage."""
+    turns = report.get("turns") or []
+    count = (report.get("session") or {}).get("turn_count")
+    if count != requests or len(turns) != requests:
+        return False, "report shows %s turns (%d rows), the client made %d model requests" % (
+            count, len(turns), requests)
+    missing = [t.get("turn") for t in turns if not t.get("provider")]
+    if missing:
+        return False, "turns without the provider's usage: %s" % missing
+    return True, "%d turns, each with provider usage (peak %d input tokens)" % (
+        count, max(t["provider"] for t in turns))
+
+
+def cli_history(cli_items, items):
+    """`ctxd history items --json` shows the items the store file holds (role, tools, order)."""
     want = [(i["role"], sorted(set(i["tools"]))) for i in items]
     got = [(i.get("role"), sorted(set(i.get("tools", [])))) for i in cli_items]
     if want != got:
         return False, "`ctxd history items` shows %s, the store holds %s" % (got, want)
-    return True, "listed with %d items, as in the store" % len(cli_items)
+    return True, "%d items, as in the store" % len(cli_items)

@@ -151,7 +151,7 @@ class Gateway:
         out = subprocess.run(argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
         if out.returncode != 0:
             raise RuntimeError(
-                "%s exited %d: %s" % (" ".join(args), out.returncode, out.stderr.decode()[-500:])
+                "%s exited %d: %s" % (" ".join(args), out.returncode, out.stderr.decode().strip()[-500:])
             )
         return [json.loads(l) for l in out.stdout.decode().splitlines() if l.strip()]
 
@@ -164,6 +164,11 @@ class Gateway:
         pages = self.cli("history", "items", str(session), "--json", "--max-chars", "2000",
                          "--limit", "1000")
         return pages[0]["items"] if pages else []
+
+    def cli_report(self, session):
+        """`ctxd report SESSION --json` on a stored session (by id)."""
+        docs = self.cli("report", str(session), "--json")
+        return docs[0] if docs else {}
 
     def _db(self):
         # Read-only, beside the running gateway (WAL): the store file as any reader sees it.

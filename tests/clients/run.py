@@ -6,8 +6,8 @@ recording tap in front of the gateway, then runs every case: the anthropic and o
 SDKs (streaming and not, two tool loops each), and Claude Code, Pi (its three APIs) and Codex
 from ../shared/clients (configured by its setup.sh with PORT = the tap). Each case is checked on
 the client's exit and answer, on what reached the mock against what the client sent (checks.py),
-and on what the store holds: read from the store file (sqlite3, read-only) and, as a separate
-check, through the CLI's JSON (`ctxd sessions --json`, `ctxd history items --json`). Builds
+and on what the store holds: read from the store file (sqlite3, read-only) and, as separate
+checks, through the CLI's JSON (`ctxd sessions`, `ctxd report`, `ctxd history items`). Builds
 nothing: CI builds target/release/ctxd and target/release/ctxd-mock first.
 
     python3 tests/clients/run.py [--only NAME ...] [--no-agents] [--keep]
@@ -40,10 +40,11 @@ FINAL = "done"
 # (case, check) -> why it is expected to fail: a known gateway gap, reported, not hidden. A check
 # listed here that passes is reported as XPASS (remove the entry).
 EXPECTED_FAILURES = {
-    # `ctxd sessions --store` and `ctxd history` read the local tenant ('') only; the gateway
-    # writes each session under its client's tenant (t-<keyed hash of the credential>), so the
-    # CLI shows none of them (issue 4, item 11). The store checks read the file directly.
-    ("*", "cli view"): "the CLI lists tenant '' only; gateway sessions are under t-<hash>",
+    # `ctxd history` finds sessions in the local tenant ('') only; the gateway writes each
+    # session under its client's tenant (t-<keyed hash of the credential>), so `history items`
+    # answers "no session" for all of them (`sessions --store` and `report` see every tenant).
+    # The item checks read the store file directly.
+    ("*", "cli history"): "`ctxd history` looks in tenant '' only; gateway sessions are under t-<hash>",
     # Without a session hint the gateway keys a conversation by route + `system` + its first
     # message; in Chat Completions that first message is the system message, so two unrelated
     # conversations with the same system prompt become two branches of one session.
@@ -197,18 +198,21 @@ def run_case(case, gw, mock, ctx, report):
     ok, detail = checks.tool_loops(items, prompts, FINAL)
     report.add(case.name, "store items", ok, where + detail)
     if session:
-        report.add(case.name, "cli view", *cli_view(gw, session, items))
+        cli_checks(case, gw, session, items, len(sent), report)
     return elapsed
 
 
-def cli_view(gw, session, items):
-    """The same session through the CLI's JSON outputs."""
-    try:
-        listed = gw.cli_sessions()
-        shown = gw.cli_items(session["id"]) if any(s.get("id") == session["id"] for s in listed) else []
-    except RuntimeError as e:
-        return False, str(e)
-    return checks.cli_view(session, listed, shown, items)
+def cli_checks(case, gw, session, items, requests, report):
+    """The same session through the CLI's JSON outputs: sessions, report, history items."""
+    def attempt(check, fn):
+        try:
+            report.add(case.name, check, *fn())
+        except RuntimeError as e:  # the CLI exited non-zero: its message is the detail
+            report.add(case.name, check, False, str(e))
+
+    attempt("cli sessions", lambda: checks.cli_sessions(session, gw.cli_sessions()))
+    attempt("cli report", lambda: checks.cli_report(gw.cli_report(session["id"]), requests))
+    attempt("cli history", lambda: checks.cli_history(gw.cli_items(session["id"]), items))
 
 
 def setup_clients(clients_dir, port):
