@@ -1,0 +1,87 @@
+"""The real agent CLIs from ../shared/clients (installed and configured by its setup.sh with PORT
+set to the tap in front of the gateway), each asked to "list the files" once, non-interactively,
+with no standard input and a hard timeout, as that directory's HOWTO.md runs them.
+"""
+
+import json
+import os
+import subprocess
+
+PROMPT = "list the files"
+# `timeout` kills the client's whole process group; the SDK-level timeouts are the clients' own.
+CLIENT_TIMEOUT_S = 150
+
+
+class AgentRun:
+    """What one CLI run did, for the checks."""
+
+    def __init__(self, argv, rc, stdout, stderr, final):
+        self.argv = argv
+        self.rc = rc
+        self.stdout = stdout
+        self.stderr = stderr
+        self.final = final  # the final answer the client printed, as the client reports it
+
+
+def _base_env(clients_dir, home):
+    """A clean environment: no provider keys or base URLs leak in from the caller's."""
+    return {
+        "PATH": os.path.join(clients_dir, "node_modules", ".bin") + os.pathsep + os.environ.get("PATH", ""),
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        "NO_COLOR": "1",
+    }
+
+
+def _run(argv, env, repo, log_prefix):
+    argv = ["timeout", "-k", "10", str(CLIENT_TIMEOUT_S)] + argv
+    out = subprocess.run(argv, cwd=repo, env=env, stdin=subprocess.DEVNULL, capture_output=True)
+    stdout, stderr = out.stdout.decode("utf-8", "replace"), out.stderr.decode("utf-8", "replace")
+    with open(log_prefix + ".stdout", "w") as f:
+        f.write(stdout)
+    with open(log_prefix + ".stderr", "w") as f:
+        f.write(stderr)
+    return out.returncode, stdout, stderr
+
+
+def claude_code(base_url, clients_dir, logdir):
+    env = _base_env(clients_dir, os.path.join(clients_dir, "home-claude"))
+    env.update(
+        IS_SANDBOX="1",  # as root, --dangerously-skip-permissions refuses to start without it
+        ANTHROPIC_BASE_URL=base_url,
+        ANTHROPIC_API_KEY="dummy",
+        DISABLE_TELEMETRY="1",
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+    )
+    argv = ["claude", "-p", PROMPT, "--output-format", "stream-json", "--verbose",
+            "--dangerously-skip-permissions"]
+    rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), os.path.join(logdir, "claude-code"))
+    final = None
+    for line in out.splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if ev.get("type") == "result":
+            final = None if ev.get("is_error") else ev.get("result")
+    return AgentRun(argv, rc, out, err, final)
+
+
+def pi(provider, model, base_url, clients_dir, logdir):
+    env = _base_env(clients_dir, os.path.join(clients_dir, "home-pi"))
+    env["PI_OFFLINE"] = "1"
+    argv = ["pi", "--offline", "--provider", provider, "--model", model, "-p", PROMPT]
+    rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), os.path.join(logdir, "pi-" + provider))
+    lines = [l.strip() for l in out.splitlines() if l.strip()]
+    return AgentRun(argv, rc, out, err, lines[-1] if lines else None)
+
+
+def codex(base_url, clients_dir, logdir):
+    env = _base_env(clients_dir, os.path.join(clients_dir, "home-codex"))
+    os.makedirs(env["HOME"], exist_ok=True)
+    env.update(CODEX_HOME=os.path.join(clients_dir, "codex-home"), MOCK_API_KEY="dummy")
+    argv = ["codex", "exec", "--skip-git-repo-check", PROMPT]
+    rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), os.path.join(logdir, "codex"))
+    lines = [l.strip() for l in out.splitlines() if l.strip()]
+    return AgentRun(argv, rc, out, err, lines[-1] if lines else None)

@@ -1,0 +1,240 @@
+"""The pieces every case runs against: the mock, `ctxd serve` on a temp store, the tap in front
+of it, and readers for what the mock received and what the store holds (the store file itself,
+read-only, and the CLI's JSON view of it).
+"""
+
+import base64
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+import urllib.request
+
+from tap import Tap
+
+# Routes that ask the model for a turn (count_tokens and the rest are not conversations).
+MODEL_ROUTES = ("/v1/messages", "/v1/chat/completions", "/v1/responses")
+
+
+def route(path):
+    return path.split("?", 1)[0]
+
+
+def is_model_request(method, path):
+    return method == "POST" and route(path) in MODEL_ROUTES
+
+
+class Process:
+    """A child process whose first matching output line announces its address."""
+
+    def __init__(self, name, argv, log_path, announce, stream="stdout", env=None):
+        self.name = name
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        pipe = {"stdout": subprocess.PIPE, "stderr": self._log}
+        if stream == "stderr":
+            pipe = {"stdout": self._log, "stderr": subprocess.PIPE}
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env, **pipe)
+        self._pipe = self.proc.stdout if stream == "stdout" else self.proc.stderr
+        self.address = self._wait_for(re.compile(announce), timeout=30)
+        # Keep draining the pipe into the log so the child never blocks on a full pipe.
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _wait_for(self, pattern, timeout):
+        found = {}
+
+        def read():
+            for line in self._pipe:
+                self._log.write(line)
+                self._log.flush()
+                m = pattern.search(line.decode("utf-8", "replace"))
+                if m:
+                    found["addr"] = m.group(1)
+                    return
+
+        t = threading.Thread(target=read, daemon=True)
+        t.start()
+        t.join(timeout)
+        if "addr" not in found:
+            self.stop()
+            raise RuntimeError("%s did not start (see %s)" % (self.name, self.log_path))
+        return found["addr"]
+
+    def _drain(self):
+        for line in self._pipe:
+            self._log.write(line)
+        self._log.flush()
+
+    def port(self):
+        return int(self.address.rsplit(":", 1)[1])
+
+    def stop(self):
+        """SIGTERM (the gateway then finishes in-flight requests and closes the store)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.flush()
+        return self.proc.returncode
+
+
+class Mock:
+    """The project's mock upstream (`ctxd-mock`) and its record of requests."""
+
+    def __init__(self, binary, workdir):
+        self.process = Process(
+            "ctxd-mock",
+            [binary, "--port", "0"],
+            os.path.join(workdir, "mock.log"),
+            r"listening on (http://\S+)",
+            stream="stderr",
+        )
+        self.url = self.process.address
+
+    def requests(self):
+        with urllib.request.urlopen(self.url + "/_mock/requests", timeout=10) as r:
+            recs = json.load(r)
+        for rec in recs:
+            raw = rec.get("body") or ""
+            if rec.get("body_encoding") == "base64":
+                rec["body_bytes"] = base64.b64decode(raw)
+            else:
+                rec["body_bytes"] = raw.encode("utf-8")
+        return recs
+
+    def clear(self):
+        req = urllib.request.Request(self.url + "/_mock/requests", method="DELETE")
+        urllib.request.urlopen(req, timeout=10).close()
+
+    def stop(self):
+        self.process.stop()
+
+
+class Gateway:
+    """`ctxd serve` on a fresh store with the mock as both upstreams, behind the tap."""
+
+    def __init__(self, ctxd, mock_url, workdir):
+        self.ctxd = ctxd
+        self.store = os.path.join(workdir, "ctxd.db")
+        env = dict(os.environ, CTXD_LOG=os.environ.get("CTXD_LOG", "info"))
+        self.process = Process(
+            "ctxd serve",
+            [
+                ctxd,
+                "--store",
+                self.store,
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream-anthropic",
+                mock_url,
+                "--upstream-openai",
+                mock_url,
+            ],
+            os.path.join(workdir, "gateway.log"),
+            r"ctxd serve: listening on http://(\S+)",
+            env=env,
+        )
+        self.tap = Tap(self.process.port()).start()
+        self.url = "http://127.0.0.1:%d" % self.tap.port
+
+    def cli(self, *args):
+        """A CLI command on the gateway's store, its stdout parsed as JSON lines."""
+        argv = [self.ctxd, "--store", self.store] + list(args)
+        out = subprocess.run(argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        if out.returncode != 0:
+            raise RuntimeError(
+                "%s exited %d: %s" % (" ".join(args), out.returncode, out.stderr.decode().strip()[-500:])
+            )
+        return [json.loads(l) for l in out.stdout.decode().splitlines() if l.strip()]
+
+    def cli_sessions(self):
+        """`ctxd sessions --store DB --json`: what the CLI shows of the store."""
+        return self.cli("sessions", "--json", "--limit", "10000")
+
+    def cli_items(self, session):
+        """`ctxd history items SESSION --json`: the active branch's items, oldest first."""
+        pages = self.cli("history", "items", str(session), "--json", "--max-chars", "2000",
+                         "--limit", "1000")
+        return pages[0]["items"] if pages else []
+
+    def cli_report(self, session):
+        """`ctxd report SESSION --json` on a stored session (by id)."""
+        docs = self.cli("report", str(session), "--json")
+        return docs[0] if docs else {}
+
+    def _db(self):
+        # Read-only, beside the running gateway (WAL): the store file as any reader sees it.
+        return sqlite3.connect("file:%s?mode=ro" % self.store, uri=True, timeout=10)
+
+    def sessions(self):
+        """Every session in the store, all tenants, read from the file itself."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT s.id, s.tenant, s.key, s.agent, COUNT(e.seq) FROM sessions s"
+                " LEFT JOIN entries e ON e.session_id = s.id GROUP BY s.id ORDER BY s.id"
+            ).fetchall()
+        return [dict(id=r[0], tenant=r[1], key=r[2], agent=r[3], entries=r[4]) for r in rows]
+
+    def items(self, session_id):
+        """The active branch's messages (leaf back to the root through `parent`), oldest first,
+        in the shape of `ctxd history items`: role, text, tools, plus the content block types."""
+        with self._db() as db:
+            (leaf,) = db.execute("SELECT leaf FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            rows = db.execute(
+                "SELECT id, parent, kind, body FROM entries WHERE session_id = ?", (session_id,)
+            ).fetchall()
+        by_id = {r[0]: r for r in rows}
+        chain, at = [], leaf
+        while at in by_id and len(chain) <= len(rows):
+            chain.append(by_id[at])
+            at = by_id[at][1]
+        names = {}
+        items = []
+        for _, _, kind, body in reversed(chain):
+            if kind != "message":
+                continue
+            m = json.loads(body)
+            blocks = m.get("content") or []
+            tools, results = [], []
+            for b in blocks:
+                if b.get("type") == "tool_call":
+                    names[b.get("id")] = b.get("name")
+                    tools.append(b.get("name"))
+                elif b.get("type") == "tool_result":
+                    tools.append(b.get("tool_name") or names.get(b.get("call_id")) or "?")
+                    results.append(_text_of(b.get("content")))
+            text = "\n".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+            items.append(dict(role=m.get("role"), text=text, tools=tools, results="\n".join(results),
+                              blocks=[b.get("type") for b in blocks]))
+        return items
+
+    def stop(self):
+        self.tap.stop()
+        return self.process.stop()
+
+
+def _text_of(content):
+    """A tool result's text: a string, or the text of its blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(_text_of(b.get("text", b.get("content"))) for b in content if isinstance(b, dict))
+    return ""
+
+
+def wait_until(pred, timeout=10.0, step=0.05):
+    """Poll `pred` until it returns a truthy value (the store writer is asynchronous)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(step)

@@ -1,0 +1,200 @@
+"""The official Python SDKs through the gateway: each conversation is two tool loops (user asks,
+the mock calls the shell tool, the test answers with the tool's output, the mock says "done";
+then a follow-up question and the same again), so four model requests and eight messages.
+"""
+
+import json
+import subprocess
+
+import anthropic
+import openai
+
+FOLLOW_UP = "now list them once more"
+ANTHROPIC_MODEL = "claude-sonnet-4-5"
+CHAT_MODEL = "gpt-4o-mini"
+RESPONSES_MODEL = "gpt-5-mini"
+# The SDKs retry on errors by default: a retry would hide a gateway error and skew the counts.
+RETRIES = 0
+TIMEOUT = 60
+
+SHELL_SCHEMA = {
+    "type": "object",
+    "properties": {"command": {"type": "string", "description": "The command to run"}},
+    "required": ["command"],
+}
+
+
+def run_tool(name, arguments, repo):
+    """The one tool these conversations offer: `bash` running `ls` in the scratch repo."""
+    args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    command = args.get("command")
+    if name != "bash" or command != "ls":
+        return "refused: only `ls` is allowed here, got %s %r" % (name, command)
+    out = subprocess.run(["ls"], cwd=repo, capture_output=True, text=True, timeout=10)
+    return out.stdout
+
+
+class Conversation:
+    """What one SDK conversation did, for the checks."""
+
+    def __init__(self, prompt):
+        self.prompt = prompt
+        self.finals = []  # the model's final text after each tool loop
+        self.tool_calls = []  # tool names the model called, in order
+        self.requests = 0
+
+
+def _loop(conv, ask, repo, prompts):
+    """Run `ask(messages) -> (reply_text, calls)` to completion for each prompt in turn.
+
+    `ask` appends the assistant turn and returns the tool calls as (id, name, args); this loop
+    appends the results through `answer` and stops at the first reply without calls.
+    """
+    for prompt in prompts:
+        ask.user(prompt)
+        for _ in range(4):  # a tool loop here takes two requests; more means a runaway
+            text, calls = ask.turn()
+            conv.requests += 1
+            if not calls:
+                conv.finals.append(text)
+                break
+            for call_id, name, args in calls:
+                conv.tool_calls.append(name)
+                ask.result(call_id, run_tool(name, args, repo))
+        else:
+            raise RuntimeError("the model never stopped calling tools")
+    return conv
+
+
+# ------------------------------------------------------------------------ Anthropic Messages
+class _Anthropic:
+    def __init__(self, client, stream):
+        self.client, self.stream, self.messages = client, stream, []
+        self.tools = [{"name": "bash", "description": "Run a shell command", "input_schema": SHELL_SCHEMA}]
+
+    def user(self, text):
+        self.messages.append({"role": "user", "content": text})
+
+    def turn(self):
+        kwargs = dict(model=ANTHROPIC_MODEL, max_tokens=1024, tools=self.tools, messages=self.messages)
+        if self.stream:
+            with self.client.messages.stream(**kwargs) as s:
+                for _ in s.text_stream:
+                    pass
+                msg = s.get_final_message()
+        else:
+            msg = self.client.messages.create(**kwargs)
+        # The documented pattern: the response's content blocks go back as the assistant turn.
+        self.messages.append({"role": "assistant", "content": msg.content})
+        text = "".join(b.text for b in msg.content if b.type == "text")
+        calls = [(b.id, b.name, b.input) for b in msg.content if b.type == "tool_use"]
+        return text, calls
+
+    def result(self, call_id, output):
+        block = {"type": "tool_result", "tool_use_id": call_id, "content": output}
+        last = self.messages[-1]
+        if last["role"] == "user" and isinstance(last["content"], list):
+            last["content"].append(block)
+        else:
+            self.messages.append({"role": "user", "content": [block]})
+
+
+def anthropic_messages(base_url, repo, stream):
+    client = anthropic.Anthropic(
+        api_key="sk-ant-ctxd-test", base_url=base_url, max_retries=RETRIES, timeout=TIMEOUT
+    )
+    prompt = "list the files (anthropic sdk, %s)" % ("streaming" if stream else "not streaming")
+    conv = Conversation(prompt)
+    return _loop(conv, _Anthropic(client, stream), repo, [prompt, FOLLOW_UP])
+
+
+# ------------------------------------------------------------------------ Chat Completions
+class _Chat:
+    def __init__(self, client, stream):
+        self.client, self.stream = client, stream
+        self.messages = [{"role": "system", "content": "You are a terse assistant."}]
+        self.tools = [{"type": "function", "function": {"name": "bash", "description": "Run a shell command",
+                                                        "parameters": SHELL_SCHEMA}}]
+
+    def user(self, text):
+        self.messages.append({"role": "user", "content": text})
+
+    def turn(self):
+        kwargs = dict(model=CHAT_MODEL, messages=self.messages, tools=self.tools)
+        if not self.stream:
+            msg = self.client.chat.completions.create(**kwargs).choices[0].message
+            self.messages.append(msg.model_dump(exclude_none=True))
+            calls = [(c.id, c.function.name, c.function.arguments) for c in msg.tool_calls or []]
+            return msg.content or "", calls
+        text, calls = [], {}
+        chunks = self.client.chat.completions.create(
+            stream=True, stream_options={"include_usage": True}, **kwargs
+        )
+        for chunk in chunks:
+            for choice in chunk.choices:
+                d = choice.delta
+                if d.content:
+                    text.append(d.content)
+                for tc in d.tool_calls or []:
+                    c = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+                    c["id"] = tc.id or c["id"]
+                    if tc.function:
+                        c["name"] += tc.function.name or ""
+                        c["arguments"] += tc.function.arguments or ""
+        msg = {"role": "assistant", "content": "".join(text) or None}
+        if calls:
+            msg["tool_calls"] = [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for _, c in sorted(calls.items())
+            ]
+        self.messages.append(msg)
+        return "".join(text), [(c["id"], c["name"], c["arguments"]) for _, c in sorted(calls.items())]
+
+    def result(self, call_id, output):
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+
+
+def openai_chat(base_url, repo, stream):
+    client = openai.OpenAI(
+        api_key="sk-openai-ctxd-test", base_url=base_url + "/v1", max_retries=RETRIES, timeout=TIMEOUT
+    )
+    prompt = "list the files (openai chat sdk, %s)" % ("streaming" if stream else "not streaming")
+    return _loop(Conversation(prompt), _Chat(client, stream), repo, [prompt, FOLLOW_UP])
+
+
+# ------------------------------------------------------------------------ Responses
+class _Responses:
+    def __init__(self, client, stream):
+        self.client, self.stream, self.input = client, stream, []
+        self.tools = [{"type": "function", "name": "bash", "description": "Run a shell command",
+                       "parameters": SHELL_SCHEMA, "strict": False}]
+
+    def user(self, text):
+        self.input.append({"role": "user", "content": text})
+
+    def turn(self):
+        kwargs = dict(model=RESPONSES_MODEL, input=self.input, tools=self.tools, store=False)
+        if self.stream:
+            resp = None
+            for event in self.client.responses.create(stream=True, **kwargs):
+                if event.type == "response.completed":
+                    resp = event.response
+            if resp is None:
+                raise RuntimeError("the stream ended without response.completed")
+        else:
+            resp = self.client.responses.create(**kwargs)
+        # Stateless use (store=False): the output items go back in the next request's input.
+        self.input += [item.model_dump(exclude_none=True) for item in resp.output]
+        calls = [(i.call_id, i.name, i.arguments) for i in resp.output if i.type == "function_call"]
+        return resp.output_text, calls
+
+    def result(self, call_id, output):
+        self.input.append({"type": "function_call_output", "call_id": call_id, "output": output})
+
+
+def openai_responses(base_url, repo, stream):
+    client = openai.OpenAI(
+        api_key="sk-openai-ctxd-test", base_url=base_url + "/v1", max_retries=RETRIES, timeout=TIMEOUT
+    )
+    prompt = "list the files (openai responses sdk, %s)" % ("streaming" if stream else "not streaming")
+    return _loop(Conversation(prompt), _Responses(client, stream), repo, [prompt, FOLLOW_UP])
