@@ -40,16 +40,6 @@ FINAL = "done"
 # (case, check) -> why it is expected to fail: a known gateway gap, reported, not hidden. A check
 # listed here that passes is reported as XPASS (remove the entry).
 EXPECTED_FAILURES = {
-    # `ctxd history` finds sessions in the local tenant ('') only; the gateway writes each
-    # session under its client's tenant (t-<keyed hash of the credential>), so `history items`
-    # answers "no session" for all of them (`sessions --store` and `report` see every tenant).
-    # The item checks read the store file directly.
-    ("*", "cli history"): "`ctxd history` looks in tenant '' only; gateway sessions are under t-<hash>",
-    # Without a session hint the gateway keys a conversation by route + `system` + its first
-    # message; in Chat Completions that first message is the system message, so two unrelated
-    # conversations with the same system prompt become two branches of one session.
-    ("openai-chat-sdk-stream", "store session"):
-        "the fingerprint of a Chat conversation is its system message: merged with the json case",
     # Pi's anthropic-messages provider sends no session hint and the plain Anthropic JS SDK user
     # agent, so the gateway cannot tell it from any SDK client.
     ("pi-mock-anthropic", "store session"): "Pi's Anthropic requests carry no Pi marker: agent 'api'",
