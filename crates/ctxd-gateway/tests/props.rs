@@ -10,7 +10,11 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 fn element(api: Api, i: usize, text: &str, cache: bool) -> Value {
-    let role = if i.is_multiple_of(2) { "user" } else { "assistant" };
+    let role = if i.is_multiple_of(2) {
+        "user"
+    } else {
+        "assistant"
+    };
     match api {
         Api::Anthropic => {
             let mut block = json!({"type": "text", "text": text});
