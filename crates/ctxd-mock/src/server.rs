@@ -4,6 +4,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -62,7 +63,8 @@ impl MockServer {
         })
     }
 
-    /// Starts serving on a thread of its own (a one-thread runtime), for tests without tokio.
+    /// Starts serving on threads of its own (a runtime with two workers), for sync tests and
+    /// benchmarks.
     pub fn start_blocking(config: Config) -> Result<Self, MockError> {
         let port = config.port;
         let bind_err = |source| MockError::Bind { port, source };
@@ -71,7 +73,10 @@ impl MockServer {
         listener.set_nonblocking(true).map_err(bind_err)?;
         let addr = listener.local_addr().map_err(bind_err)?;
         let shared = shared(config)?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        // Two workers: a benchmark's 1 MB bodies are read and scanned on both cores.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ctxd-mock")
             .enable_all()
             .build()
             .map_err(MockError::Runtime)?;
@@ -174,6 +179,11 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, stopped: watch::Recei
     let app = router::router(shared);
     let mut signal = stopped.clone();
     let mut grace = stopped;
+    // No Nagle: an SSE event written after another would otherwise wait for the client's
+    // delayed ACK (~40 ms), which a latency baseline cannot afford.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         let _ = signal.wait_for(|stop| *stop).await;
     });
