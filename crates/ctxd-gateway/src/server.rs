@@ -10,6 +10,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
+use axum::serve::ListenerExt;
 use axum::Router;
 use ctxd_engine::Engine;
 use ctxd_store::{Durability, SqliteStore, Store};
@@ -160,6 +161,11 @@ impl Server {
             writer,
         } = self;
         let router = router(app.clone());
+        // No Nagle: an SSE event (or a body written after its headers) would otherwise wait
+        // for the client's delayed ACK, ~40 ms a response.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let served = axum::serve(listener, router)
             .with_graceful_shutdown(shutdown)
             .await;

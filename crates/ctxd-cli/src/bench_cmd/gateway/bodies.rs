@@ -41,7 +41,9 @@ pub fn sessions(count: usize, size: usize, stream: bool, tag: &str) -> Vec<Sessi
             let key = format!("bench-{tag}-{k}");
             let mut rng = Lcg(0x5EED_0000 + k as u64);
             let top = json!({
-                "model": "claude-sonnet-4-5",
+                // A 1M-token window: a 1 MB conversation fits, so the gateway passes requests
+                // through as a real long session would, instead of opening a window every turn.
+                "model": "claude-sonnet-4-5[1m]",
                 "max_tokens": 1024,
                 "stream": stream,
                 "system": [{"type": "text", "text": "You are a coding agent. Be brief."}],
