@@ -162,7 +162,7 @@ class Gateway:
     def cli_items(self, session):
         """`ctxd history items SESSION --json`: the active branch's items, oldest first."""
         pages = self.cli("history", "items", str(session), "--json", "--max-chars", "2000",
-                         "--limit", "1000")
+                         "--limit", "500")
         return pages[0]["items"] if pages else []
 
     def cli_report(self, session):

@@ -40,13 +40,6 @@ FINAL = "done"
 # (case, check) -> why it is expected to fail: a known gateway gap, reported, not hidden. A check
 # listed here that passes is reported as XPASS (remove the entry).
 EXPECTED_FAILURES = {
-    # Both gaps below were found by this runner and fixed on main after it was written (the
-    # CLI finds sessions in every tenant; unnamed Chat conversations are fingerprinted by their
-    # first non-system message): they are expected to show as XPASS. Remove them once a CI run
-    # has shown XPASS.
-    ("*", "cli history"): "`ctxd history` looked in tenant '' only (fixed: XPASS expected)",
-    ("openai-chat-sdk-stream", "store session"):
-        "Chat fingerprint was the system message (fixed: XPASS expected)",
     # Pi's anthropic-messages provider sends no session hint and the plain Anthropic JS SDK user
     # agent, so the gateway cannot tell it from any SDK client.
     ("pi-mock-anthropic", "store session"): "Pi's Anthropic requests carry no Pi marker: agent 'api'",
