@@ -68,6 +68,20 @@ fn serve(store: &std::path::Path, upstream: &str) -> Gateway {
     Gateway { child, addr }
 }
 
+/// `ctxd report KEY --store STORE --json`, which must succeed.
+fn report_json(store: &std::path::Path, key: &str) -> serde_json::Value {
+    let out = ctxd()
+        .args(["report", key, "--store", store.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn body(stream: bool, messages: serde_json::Value) -> String {
     serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 50, "stream": stream,
         "messages": messages})
@@ -106,22 +120,7 @@ fn serve_records_while_the_cli_reads_and_stops_cleanly_on_sigterm() {
     let listed = String::from_utf8(listed.stdout).unwrap();
     assert!(listed.contains("\"key\":\"cli-session\""), "{listed}");
     assert!(listed.contains("\"agent\":\"api\""), "{listed}");
-    let report = ctxd()
-        .args([
-            "report",
-            "cli-session",
-            "--store",
-            store.to_str().unwrap(),
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        report.status.success(),
-        "{}",
-        String::from_utf8_lossy(&report.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let report = report_json(&store, "cli-session");
     assert_eq!(report["session"]["turn_count"], 1, "{report}");
 
     // A slow stream is in flight when SIGTERM arrives: it finishes, then the process exits.
@@ -163,16 +162,6 @@ fn serve_records_while_the_cli_reads_and_stops_cleanly_on_sigterm() {
     assert!(TcpStream::connect(&gw.addr).is_err(), "no longer accepting");
 
     // Everything is in the store, the slow answer included.
-    let report = ctxd()
-        .args([
-            "report",
-            "cli-session",
-            "--store",
-            store.to_str().unwrap(),
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let report = report_json(&store, "cli-session");
     assert_eq!(report["session"]["turn_count"], 2, "{report}");
 }

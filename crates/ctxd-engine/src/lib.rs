@@ -16,6 +16,13 @@ pub mod windows;
 
 pub use error::EngineError;
 
+/// Milliseconds since the Unix epoch, now: the clock every time-stamped draft reads.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 use ctxd_store::SessionId;
 
 /// The engine over a store `S` (SQLite today; PostgreSQL implements the same traits later).

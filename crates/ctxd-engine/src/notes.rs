@@ -6,8 +6,6 @@
 //! and writes the store and composes them. Each method has a typed result (the CLI prints it as
 //! text or JSON); [`call`] runs the same methods for the model and renders their text.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -18,14 +16,7 @@ use ctxd_core::notes::{resolve, resolve_prefix, text, NoteError, NoteRow, NotesS
 use ctxd_store::{NoteMeta, Store};
 
 use crate::tools::{ToolOutput, ToolSpec};
-use crate::{Caller, Engine, EngineError};
-
-/// Milliseconds since the Unix epoch, now.
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use crate::{now_ms, Caller, Engine, EngineError};
 
 fn invalid(e: NoteError) -> EngineError {
     EngineError::Invalid(e.to_string())

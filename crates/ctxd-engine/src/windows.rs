@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::tools::{ToolOutput, ToolSpec};
-use crate::{Caller, Engine, EngineError};
+use crate::{now_ms, Caller, Engine, EngineError};
 
 /// The tools of this module.
 pub fn specs() -> Vec<ToolSpec> {
@@ -169,12 +169,6 @@ pub enum RepairOutcome {
     NotNeeded,
     Repaired { window_id: String, boot: EntryId },
     Refused { window_id: String, reason: String },
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl<S: Store> Engine<S> {

@@ -2,7 +2,7 @@
 //! conversation, how one element parses, how errors look) in one place.
 
 use axum::http::StatusCode;
-use ctxd_core::model::{Agent, Message};
+use ctxd_core::model::Message;
 use ctxd_formats::wire::{anthropic, openai_chat, openai_responses, stream};
 use serde_json::{json, Value};
 
@@ -52,11 +52,6 @@ impl Api {
             Api::Chat => stream::Api::OpenAiChat,
             Api::Responses => stream::Api::OpenAiResponses,
         }
-    }
-
-    /// The session-model agent for sessions first seen on this API without a better hint.
-    pub fn default_agent(self) -> Agent {
-        Agent::Api
     }
 
     /// An error body in the API's own shape.

@@ -13,7 +13,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use ctxd_core::model::{Role, SessionMeta};
 use ctxd_core::view::ProjectionError;
-use ctxd_engine::Caller;
+use ctxd_engine::{now_ms, Caller};
 use tracing::Instrument;
 
 use crate::api::Api;
@@ -33,12 +33,6 @@ pub(crate) fn api_error(api: Api, status: StatusCode, message: &str) -> Response
     metrics::counter!("ctxd_rejected_total", "route" => api.route(), "status" => status.as_str().to_owned())
         .increment(1);
     (status, axum::Json(api.error_body(status, message))).into_response()
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// Read the body within the size limit.
@@ -156,7 +150,7 @@ pub(crate) async fn conversation(
             .path_and_query()
             .map_or(uri.path(), |p| p.as_str())
             .to_owned();
-        forward(&app, api, method, &path, &headers, planned, started).await
+        forward(&app, api, method, &path, &headers, planned).await
     }
     .instrument(span)
     .await;
@@ -373,7 +367,6 @@ async fn forward(
     path: &str,
     headers: &HeaderMap,
     planned: Planned,
-    started: Instant,
 ) -> Response {
     let Planned {
         upstream_body,
@@ -452,7 +445,6 @@ async fn forward(
         Outcome::Failed
     };
     completion.finish(outcome, waited);
-    let _ = started;
     let mut response = Response::new(Body::from(body));
     *response.status_mut() = status;
     *response.headers_mut() = out_headers;

@@ -12,13 +12,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ctxd_core::model::{Entry, EntryId, EntryKind};
 use ctxd_engine::windows::TurnEnd;
-use ctxd_engine::Caller;
+use ctxd_engine::{now_ms, Caller};
 use ctxd_formats::wire::stream::{Assembled, Assembler, SseParser, StreamError};
 use ctxd_store::NewEntry;
 use futures_util::Stream;
 
 use crate::api::Api;
-use crate::handler::now_ms;
 use crate::hash;
 use crate::server::Gateway;
 use crate::sessions::Slot;

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{any, get, post, MethodRouter};
 use axum::serve::ListenerExt;
 use axum::Router;
 use ctxd_engine::Engine;
@@ -210,10 +210,10 @@ pub async fn shutdown_signal() {
 
 fn router(app: Arc<Gateway>) -> Router {
     Router::new()
-        .route("/v1/messages", post(messages))
-        .route("/v1/chat/completions", post(chat))
-        .route("/v1/responses", post(responses))
-        .route("/v1/messages/count_tokens", post(count_tokens))
+        .route("/v1/messages", conversation(Api::Anthropic))
+        .route("/v1/chat/completions", conversation(Api::Chat))
+        .route("/v1/responses", conversation(Api::Responses))
+        .route("/v1/messages/count_tokens", passthrough(Api::Anthropic))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics_route))
         .route("/", any(root))
@@ -221,44 +221,26 @@ fn router(app: Arc<Gateway>) -> Router {
         .with_state(app)
 }
 
-async fn messages(
-    State(app): State<Arc<Gateway>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    handler::conversation(app, Api::Anthropic, method, uri, headers, body).await
+/// A conversation route of `api`.
+fn conversation(api: Api) -> MethodRouter<Arc<Gateway>> {
+    post(
+        move |State(app): State<Arc<Gateway>>,
+              method: Method,
+              uri: Uri,
+              headers: HeaderMap,
+              body: Body| handler::conversation(app, api, method, uri, headers, body),
+    )
 }
 
-async fn chat(
-    State(app): State<Arc<Gateway>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    handler::conversation(app, Api::Chat, method, uri, headers, body).await
-}
-
-async fn responses(
-    State(app): State<Arc<Gateway>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    handler::conversation(app, Api::Responses, method, uri, headers, body).await
-}
-
-async fn count_tokens(
-    State(app): State<Arc<Gateway>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    handler::passthrough(app, Api::Anthropic, method, uri, headers, body).await
+/// A route relayed to `api`'s provider untouched, nothing stored.
+fn passthrough(api: Api) -> MethodRouter<Arc<Gateway>> {
+    post(
+        move |State(app): State<Arc<Gateway>>,
+              method: Method,
+              uri: Uri,
+              headers: HeaderMap,
+              body: Body| handler::passthrough(app, api, method, uri, headers, body),
+    )
 }
 
 /// Everything else under the providers' paths (`/v1/models`, batches, files, ...): relayed to
