@@ -212,7 +212,7 @@ async fn prepare(
             model: req.model.clone(),
             ..SessionMeta::default()
         };
-        *state = Some(load(app, &tenant, &key, meta).await?);
+        *state = Some(load(app, api, &tenant, &key, meta).await?);
     }
     let Some(loaded) = state.as_mut() else {
         return Err(internal(api, "session state missing"));
@@ -320,6 +320,7 @@ fn internal(api: Api, message: &str) -> Response {
 /// hold everything queued before it is read).
 async fn load(
     app: &Arc<Gateway>,
+    api: Api,
     tenant: &str,
     key: &str,
     meta: SessionMeta,
@@ -342,9 +343,9 @@ async fn load(
         Ok(Ok(l)) => Ok(l),
         Ok(Err(e)) => {
             tracing::error!(error = %e, "cannot open session");
-            Err(internal(Api::Anthropic, &format!("store: {e}")))
+            Err(internal(api, &format!("store: {e}")))
         }
-        Err(e) => Err(internal(Api::Anthropic, &format!("store task: {e}"))),
+        Err(e) => Err(internal(api, &format!("store task: {e}"))),
     }
 }
 
