@@ -19,6 +19,10 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 
+/// See the dependency's note in Cargo.toml: large per-request buffers without page faults.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let parsed = cli::Cli::command()
         .try_get_matches()

@@ -300,8 +300,10 @@ impl<S: Store> Engine<S> {
         now_ms: i64,
     ) -> Result<TurnEndOutcome, EngineError> {
         let (record, session) = self.caller_session(caller, "turn_end")?;
-        let (outcome, entries) =
-            self.plan_turn_end(caller, &record, &session, end, policy, counter, now_ms)?;
+        let branch = active_branch(&session);
+        let (outcome, entries) = self.plan_turn_end(
+            caller, &record, &session, &branch, end, policy, counter, now_ms,
+        )?;
         if !entries.is_empty() {
             let batch: Vec<NewEntry> = entries.into_iter().map(NewEntry::new).collect();
             self.store.append(record.id, &batch, None)?;
@@ -312,20 +314,21 @@ impl<S: Store> Engine<S> {
     /// The entries [`Engine::turn_end_at`] would append to `session` (already loaded, e.g. the
     /// gateway's copy of the log including writes still queued), chained from its leaf, without
     /// appending them. The caller appends them as one batch. Reads notes only when a window
-    /// opens (for its boot).
+    /// opens (for its boot). `branch` is the session's active branch (positions, root first):
+    /// a caller that keeps it indexed saves rebuilding it from the entries every turn.
     #[allow(clippy::too_many_arguments)]
     pub fn plan_turn_end(
         &self,
         caller: &Caller,
         record: &SessionRecord,
         session: &Session,
+        branch: &[usize],
         end: TurnEnd,
         policy: Option<WindowPolicy>,
         counter: &dyn TokenCounter,
         now_ms: i64,
     ) -> Result<(TurnEndOutcome, Vec<Entry>), EngineError> {
         let policy = Self::policy(caller, session, policy);
-        let branch = active_branch(session);
         let leaf = branch
             .last()
             .and_then(|&p| session.entries.get(p))
@@ -345,25 +348,25 @@ impl<S: Store> Engine<S> {
 
         let remaining = policy
             .context_window
-            .zip(budget::window_tokens(session, &branch, counter))
+            .zip(budget::window_tokens(session, branch, counter))
             .map(|(w, t)| budget::remaining(w, t));
         outcome.remaining = remaining;
         let mut drafts = Vec::new();
         if let Some(reminder) =
-            remaining.and_then(|r| budget::due_reminder(session, &branch, r, &policy.thresholds))
+            remaining.and_then(|r| budget::due_reminder(session, branch, r, &policy.thresholds))
         {
             outcome.reminder = Some(reminder.kind());
             drafts.push(ctxd_core::model::EntryKind::Message(reminder.message()));
         }
 
-        let complete = windows::batch_complete(session, &branch);
+        let complete = windows::batch_complete(session, branch);
         let cause = match end {
             TurnEnd::Overflow
-                if policy.automatic && windows::overflow_recovery_allowed(session, &branch) =>
+                if policy.automatic && windows::overflow_recovery_allowed(session, branch) =>
             {
                 Some(ResetCause::Overflow)
             }
-            TurnEnd::Completed if complete && windows::reset_requests(session, &branch) > 0 => {
+            TurnEnd::Completed if complete && windows::reset_requests(session, branch) > 0 => {
                 Some(ResetCause::Requested)
             }
             TurnEnd::Completed
@@ -377,7 +380,7 @@ impl<S: Store> Engine<S> {
         };
         if let Some(cause) = cause {
             let window_id = windows::new_window_id(&record.key, leaf.as_ref());
-            let boot = self.boot_text(caller, record, session, &branch, &window_id, now_ms)?;
+            let boot = self.boot_text(caller, record, session, branch, &window_id, now_ms)?;
             drafts.extend(windows::reset_drafts(&window_id, cause, boot));
             outcome.reset = Some((window_id, cause.as_str()));
         }

@@ -22,7 +22,7 @@ use crate::identity;
 use crate::log::SessionLog;
 use crate::plan::{plan_request, upstream_parts};
 use crate::relay::{Completion, Outcome, Relay};
-use crate::request::ParsedRequest;
+use crate::request::{ParsedRequest, PrevRequest};
 use crate::rewrite::splice;
 use crate::server::Gateway;
 use crate::sessions::{Loaded, Slot};
@@ -177,10 +177,25 @@ async fn prepare(
         ));
     }
     let decoded = decode(api, headers, &raw, limit)?;
-    let req = ParsedRequest::parse(api, &decoded)
-        .map_err(|e| api_error(api, StatusCode::BAD_REQUEST, &e.to_string()))?;
-
     let tenant = identity::tenant(&app.tenant_key, headers);
+    // A session named in the headers is known before the body is read: its previous request
+    // lets this one be split from where it changed (clients resend the whole conversation).
+    let named =
+        identity::header_session_key(headers).map(|(key, _)| app.sessions.slot(&tenant, &key));
+    let prev = named.as_ref().and_then(|slot| slot.last_request());
+    let req = ParsedRequest::parse_after(api, &decoded, prev.as_deref())
+        .map_err(|e| api_error(api, StatusCode::BAD_REQUEST, &e.to_string()))?;
+    drop(prev);
+    if let Some(slot) = &named {
+        app.sessions.remember(
+            slot,
+            PrevRequest {
+                body: decoded.clone(),
+                parsed: req.clone(),
+            },
+        );
+    }
+
     let (key, source) = identity::session_key(headers, &req, || {
         // The conversation starts at its first message that is not a system prompt (Chat and
         // Responses keep those in the array, and many conversations share one).

@@ -17,6 +17,14 @@ pub fn bytes(b: &[u8]) -> Hash {
     truncate(blake3::hash(b))
 }
 
+/// The key of a client's element bytes in the session's cache of bytes already seen (every
+/// request resends the whole conversation, so this runs over every byte of every request).
+/// XXH3-128 is not collision-resistant against a crafted input, but the cache is per session:
+/// a client could only confuse its own conversation, never another tenant's.
+pub fn raw(b: &[u8]) -> Hash {
+    xxhash_rust::xxh3::xxh3_128(b).to_le_bytes()
+}
+
 /// The hash of a message as the model reads it. Empty text blocks are skipped: clients differ
 /// in sending `content: ""` or `null` beside tool calls.
 pub fn message(m: &Message) -> Hash {

@@ -41,6 +41,21 @@ pub enum KeySource {
     Fingerprint,
 }
 
+/// The session a client names in its headers, which take precedence over every hint in the
+/// body (so it is known before the body is read).
+pub fn header_session_key(headers: &HeaderMap) -> Option<(String, KeySource)> {
+    if let Some(k) = header(headers, "x-ctxd-session") {
+        return Some((k.to_owned(), KeySource::Explicit));
+    }
+    if let Some(k) = header(headers, "x-claude-code-session-id") {
+        return Some((k.to_owned(), KeySource::ClaudeCode));
+    }
+    if let Some(k) = header(headers, "session-id").or_else(|| header(headers, "thread-id")) {
+        return Some((k.to_owned(), KeySource::Codex));
+    }
+    header(headers, "session_id").map(|k| (k.to_owned(), KeySource::PiHeader))
+}
+
 /// The session key of a request. `start` gives the conversation's start (system prompt text and
 /// first message hash), needed only when the client names no session.
 pub fn session_key(
@@ -48,17 +63,8 @@ pub fn session_key(
     req: &ParsedRequest,
     start: impl FnOnce() -> (Option<String>, Option<hash::Hash>),
 ) -> (String, KeySource) {
-    if let Some(k) = header(headers, "x-ctxd-session") {
-        return (k.to_owned(), KeySource::Explicit);
-    }
-    if let Some(k) = header(headers, "x-claude-code-session-id") {
-        return (k.to_owned(), KeySource::ClaudeCode);
-    }
-    if let Some(k) = header(headers, "session-id").or_else(|| header(headers, "thread-id")) {
-        return (k.to_owned(), KeySource::Codex);
-    }
-    if let Some(k) = header(headers, "session_id") {
-        return (k.to_owned(), KeySource::PiHeader);
+    if let Some(named) = header_session_key(headers) {
+        return named;
     }
     if let Some(k) = req.prompt_cache_key.as_deref().filter(|k| !k.is_empty()) {
         return (k.to_owned(), KeySource::PromptCacheKey);

@@ -18,11 +18,21 @@ pub struct SessionLog {
     children: HashMap<Option<usize>, Vec<usize>>,
     /// Hash of each conversation message (what a client sends); `None` for everything else.
     hashes: Vec<Option<Hash>>,
-    /// Hash of the system prompt / tool definitions an entry sets.
-    settings: HashMap<usize, Hash>,
+    /// Position of each entry's parent (resolved once, on push: paths are walked every request).
+    parents: Vec<Option<usize>>,
+    /// The system prompt and tool definitions in force at each entry (the latest of each kind on
+    /// its path), carried down on push so a request's check is O(1), not a walk to the root.
+    in_force: Vec<InForce>,
     /// Element bytes already seen → message hash (skips parsing resent elements).
     raw_index: HashMap<Hash, Hash>,
     leaf: Option<usize>,
+}
+
+/// Hashes of the system prompt and tool definitions in force at an entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct InForce {
+    system: Option<Hash>,
+    tools: Option<Hash>,
 }
 
 /// Where a request's conversation meets the log.
@@ -96,15 +106,14 @@ impl SessionLog {
         let parent = entry.parent.as_ref().and_then(|p| self.position(p));
         self.children.entry(parent).or_default().push(pos);
         self.positions.insert(entry.id.clone(), pos);
+        let mut in_force = parent.map_or_else(InForce::default, |p| self.in_force[p]);
         match &entry.kind {
-            EntryKind::SystemPrompt { text } => {
-                self.settings.insert(pos, hash::text(text));
-            }
-            EntryKind::ToolDefs { tools } => {
-                self.settings.insert(pos, hash::tools(tools));
-            }
+            EntryKind::SystemPrompt { text } => in_force.system = Some(hash::text(text)),
+            EntryKind::ToolDefs { tools } => in_force.tools = Some(hash::tools(tools)),
             _ => {}
         }
+        self.parents.push(parent);
+        self.in_force.push(in_force);
         self.hashes.push(match &entry.kind {
             EntryKind::Message(m) if is_conversation(&entry) => Some(hash::message(m)),
             _ => None,
@@ -136,10 +145,7 @@ impl SessionLog {
                 break; // a cycle in a corrupt log: stop rather than loop
             }
             path.push(p);
-            cur = self.session.entries[p]
-                .parent
-                .as_ref()
-                .and_then(|id| self.position(id));
+            cur = self.parents[p];
         }
         path.reverse();
         path
@@ -153,32 +159,36 @@ impl SessionLog {
         self.raw_index.get(raw).copied()
     }
 
-    /// Conversation messages reachable from `from` through ctxd's own entries only.
-    fn next_messages(&self, from: Option<usize>, out: &mut Vec<usize>) {
-        let mut stack: Vec<usize> = self.children.get(&from).cloned().unwrap_or_default();
-        let mut visited = 0usize;
-        while let Some(c) = stack.pop() {
-            visited += 1;
-            if visited > 4096 {
-                break; // bounded: ctxd's own chains are a handful of entries long
-            }
-            if self.hashes[c].is_some() {
-                out.push(c);
-            } else if let Some(grand) = self.children.get(&Some(c)) {
-                stack.extend(grand.iter().copied());
+    /// The latest conversation message with hash `h` right after `from` (through ctxd's own
+    /// entries). Runs once per element of every request: the common case (a child that is the
+    /// message itself) allocates nothing.
+    pub fn find_next(&self, from: Option<usize>, h: &Hash) -> Option<usize> {
+        let children = self.children.get(&from)?;
+        let mut best = None;
+        let mut own: Vec<usize> = Vec::new();
+        for &c in children {
+            match &self.hashes[c] {
+                Some(ch) if ch == h => best = best.max(Some(c)),
+                Some(_) => {}
+                None => own.push(c),
             }
         }
-    }
-
-    /// The latest conversation message with hash `h` right after `from` (through ctxd's own
-    /// entries).
-    pub fn find_next(&self, from: Option<usize>, h: &Hash) -> Option<usize> {
-        let mut candidates = Vec::new();
-        self.next_messages(from, &mut candidates);
-        candidates
-            .into_iter()
-            .filter(|&c| self.hashes[c].as_ref() == Some(h))
-            .max()
+        // ctxd's own chains (reminders, window marker and boot) are a handful of entries long.
+        let mut visited = 0usize;
+        while let Some(c) = own.pop() {
+            visited += 1;
+            if visited > 4096 {
+                break;
+            }
+            for &g in self.children.get(&Some(c)).map_or(&[][..], Vec::as_slice) {
+                match &self.hashes[g] {
+                    Some(gh) if gh == h => best = best.max(Some(g)),
+                    Some(_) => {}
+                    None => own.push(g),
+                }
+            }
+        }
+        best
     }
 
     /// The longest prefix of `elements` (message hashes) found as a path in the log, and where
@@ -224,19 +234,11 @@ impl SessionLog {
     /// The system prompt or tool definitions hash in force at `pos` (the latest entry of that
     /// kind on its path).
     pub fn setting_at(&self, pos: Option<usize>, kind: SettingKind) -> Option<Hash> {
-        self.path_to(pos).iter().rev().find_map(|p| {
-            let entry = &self.session.entries[*p];
-            let is_kind = matches!(
-                (&entry.kind, kind),
-                (EntryKind::SystemPrompt { .. }, SettingKind::System)
-                    | (EntryKind::ToolDefs { .. }, SettingKind::Tools)
-            );
-            if is_kind {
-                self.settings.get(p).copied()
-            } else {
-                None
-            }
-        })
+        let in_force = self.in_force.get(pos?)?;
+        match kind {
+            SettingKind::System => in_force.system,
+            SettingKind::Tools => in_force.tools,
+        }
     }
 
     /// An id for a new entry under `parent`, derived from its content so the same message under

@@ -128,7 +128,7 @@ impl Completion {
                     let mut cur = attach.as_ref().and_then(|id| log.position(id));
                     for el in assembled.elements {
                         let h = hash::message(&el.message);
-                        log.remember_raw(hash::bytes(&el.wire), h);
+                        log.remember_raw(hash::raw(&el.wire), h);
                         if let Some(existing) = log.find_next(cur, &h) {
                             cur = Some(existing);
                             continue;
@@ -167,10 +167,12 @@ impl Completion {
             let counter = ctxd_tokens::CachingCounter::new(ctxd_tokens::Tokenizer::for_model(
                 caller.model.as_deref(),
             ));
+            let branch = log.branch();
             match app.engine.plan_turn_end(
                 &caller,
                 &loaded.record,
                 &log.session,
+                &branch,
                 end,
                 None,
                 &counter,

@@ -25,7 +25,7 @@ pub enum RequestError {
 }
 
 /// One element of the conversation array.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Element {
     /// Byte range in the (decoded) body.
     pub range: Range<usize>,
@@ -34,7 +34,7 @@ pub struct Element {
 }
 
 /// The parts of a request body the gateway needs.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParsedRequest {
     pub api: Api,
     /// Range of the conversation array (`messages` / `input`) including its brackets; for a
@@ -56,12 +56,22 @@ pub struct ParsedRequest {
     pub prompt_cache_key: Option<String>,
 }
 
+/// The general split: the conversation as one raw value, its elements parsed from it after.
 #[derive(Deserialize)]
 struct Top<'a> {
     #[serde(borrow, default)]
     messages: Option<&'a RawValue>,
     #[serde(borrow, default)]
     input: Option<&'a RawValue>,
+}
+
+/// The one-pass split: the conversation's elements collected while the body is scanned.
+#[derive(Deserialize)]
+struct FastTop<'a> {
+    #[serde(borrow, default)]
+    messages: Option<Conversation<'a>>,
+    #[serde(borrow, default)]
+    input: Option<Conversation<'a>>,
     #[serde(borrow, default)]
     system: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -94,7 +104,247 @@ fn range_of(body: &[u8], raw: &RawValue) -> Range<usize> {
     start..start + raw.get().len()
 }
 
+/// The conversation field as the one-pass split reads it.
+enum Conversation<'a> {
+    /// An array: its elements' raw values, in order.
+    Elements(Vec<&'a RawValue>),
+    /// Anything else (a string, an object, ...): left to the general split.
+    Other,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Conversation<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = Conversation<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a conversation array")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(item) = seq.next_element::<&'de RawValue>()? {
+                    items.push(item);
+                }
+                Ok(Conversation::Elements(items))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(Conversation::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Conversation::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Conversation::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Conversation::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Conversation::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Conversation::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Conversation::Other)
+            }
+        }
+        d.deserialize_any(Visit(std::marker::PhantomData))
+    }
+}
+
+type Split = (Option<Range<usize>>, bool, Vec<Element>);
+
+/// Where the conversation is (`None`: absent), whether it is a Responses `input` string, and its
+/// elements: the general split, in two passes (the conversation as one raw value, then its
+/// elements).
+fn general_split(api: Api, body: &[u8]) -> Result<Split, RequestError> {
+    let general: Top<'_> = serde_json::from_slice(body)?;
+    let array_raw = match api {
+        Api::Anthropic | Api::Chat => general.messages,
+        Api::Responses => general.input,
+    };
+    Ok(match array_raw {
+        None => (None, false, Vec::new()),
+        Some(raw) if raw.get().starts_with('"') && api == Api::Responses => {
+            let range = range_of(body, raw);
+            let element = Element {
+                raw_hash: hash::raw(raw.get().as_bytes()),
+                range: range.clone(),
+            };
+            (Some(range), true, vec![element])
+        }
+        Some(raw) => {
+            let items: Vec<&RawValue> = serde_json::from_str(raw.get())
+                .map_err(|_| RequestError::NotArray(api.array_field()))?;
+            // `items` borrow from `raw`, which borrows from `body`: offsets are exact.
+            let elements = items
+                .iter()
+                .map(|item| Element {
+                    range: range_of(body, item),
+                    raw_hash: hash::raw(item.get().as_bytes()),
+                })
+                .collect();
+            (Some(range_of(body, raw)), false, elements)
+        }
+    })
+}
+
+/// The range of the array holding `items` (non-empty, consecutive elements of one array in
+/// `body`): from the `[` before the first to the `]` after the last, across JSON whitespace.
+fn array_around(body: &[u8], items: &[&RawValue]) -> Option<Range<usize>> {
+    let is_ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let first = range_of(body, items.first()?).start;
+    let last = range_of(body, items.last()?).end;
+    let open = first - body[..first].iter().rev().take_while(|b| is_ws(b)).count();
+    let close = last + body[last..].iter().take_while(|b| is_ws(b)).count();
+    (open > 0 && body[open - 1] == b'[' && body.get(close) == Some(&b']'))
+        .then(|| open - 1..close + 1)
+}
+
+/// A session's previous request, kept so the next one (the same conversation, resent whole,
+/// plus what is new) is split without scanning what did not change.
+#[derive(Debug)]
+pub struct PrevRequest {
+    pub body: bytes::Bytes,
+    pub parsed: ParsedRequest,
+}
+
+/// Length of the longest common prefix of `a` and `b` (compared a block at a time: memcmp).
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    const BLOCK: usize = 4096;
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + BLOCK <= n && a[i..i + BLOCK] == b[i..i + BLOCK] {
+        i += BLOCK;
+    }
+    i + a[i..n]
+        .iter()
+        .zip(&b[i..n])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
 impl ParsedRequest {
+    /// Split `body` as [`ParsedRequest::parse`] does, reusing `prev` (the same session's previous
+    /// request) for the elements both bodies share byte for byte at the same offsets: only the
+    /// bytes after them are scanned (the new elements, then the fields after the array, and
+    /// the fields before it again). The result is always the one `parse` gives; anything the
+    /// shortcut cannot settle falls back to `parse`.
+    pub fn parse_after(
+        api: Api,
+        body: &[u8],
+        prev: Option<&PrevRequest>,
+    ) -> Result<Self, RequestError> {
+        if let Some(resumed) = prev.and_then(|p| Self::resume(api, body, p)) {
+            return Ok(resumed);
+        }
+        Self::parse(api, body)
+    }
+
+    fn resume(api: Api, body: &[u8], prev: &PrevRequest) -> Option<Self> {
+        let before = &prev.parsed;
+        if before.api != api || before.input_is_string {
+            return None;
+        }
+        let array = before.array.clone()?;
+        let common = common_prefix(body, &prev.body);
+        // The leading elements whose bytes (and so the parse up to their end) are unchanged.
+        let kept = before.elements.partition_point(|e| e.range.end <= common);
+        if kept == 0 {
+            return None;
+        }
+        let resume_at = before.elements[kept - 1].range.end;
+        // Only a value that closes itself ends where its bytes end (`1` may go on as `1.5`).
+        if !matches!(body[resume_at - 1], b'}' | b']' | b'"') {
+            return None;
+        }
+
+        // The rest of the array, read as `[[]` + the bytes after the last kept element: the
+        // placeholder `[]` closes itself too, so what follows must be `,` or `]` as in the body.
+        const OPEN: &[u8] = b"[[]";
+        let mut rest = Vec::with_capacity(OPEN.len() + body.len() - resume_at);
+        rest.extend_from_slice(OPEN);
+        rest.extend_from_slice(&body[resume_at..]);
+        let mut stream = serde_json::Deserializer::from_slice(&rest).into_iter::<Vec<&RawValue>>();
+        let items = stream.next()?.ok()?;
+        let array_end = resume_at + stream.byte_offset() - OPEN.len();
+        let at = |raw: &RawValue| offset_in(&rest, raw.get()) - OPEN.len() + resume_at;
+        let mut elements = Vec::with_capacity(kept + items.len().saturating_sub(1));
+        elements.extend_from_slice(&before.elements[..kept]);
+        for item in items.iter().skip(1) {
+            let start = at(item);
+            elements.push(Element {
+                range: start..start + item.get().len(),
+                raw_hash: hash::raw(item.get().as_bytes()),
+            });
+        }
+
+        // The object without the array's contents: the fields before and after it, checked
+        // and read as in a full parse (duplicates, trailing bytes and all).
+        let head = &body[..array.start];
+        let tail = body.get(array_end..)?;
+        let mut outline = Vec::with_capacity(head.len() + 2 + tail.len());
+        outline.extend_from_slice(head);
+        outline.extend_from_slice(b"[]");
+        outline.extend_from_slice(tail);
+        let top: FastTop<'_> = serde_json::from_slice(&outline).ok()?;
+        let conversation = match api {
+            Api::Anthropic | Api::Chat => &top.messages,
+            Api::Responses => &top.input,
+        };
+        if !matches!(conversation, Some(Conversation::Elements(e)) if e.is_empty()) {
+            return None;
+        }
+        let gap = head.len() + 2;
+        let to_body = |r: Range<usize>| -> Option<Range<usize>> {
+            if r.end <= head.len() {
+                Some(r)
+            } else if r.start >= gap {
+                Some(r.start - gap + array_end..r.end - gap + array_end)
+            } else {
+                None
+            }
+        };
+        let located = |raw: Option<&RawValue>| -> Option<Option<(Range<usize>, Hash)>> {
+            match raw.filter(|r| r.get() != "null") {
+                None => Some(None),
+                Some(r) => Some(Some((
+                    to_body(range_of(&outline, r))?,
+                    hash::raw(r.get().as_bytes()),
+                ))),
+            }
+        };
+        let system_raw = match api {
+            Api::Anthropic => located(top.system)?,
+            Api::Responses => located(top.instructions)?,
+            Api::Chat => None,
+        };
+        let tools_raw = located(top.tools)?;
+        Some(ParsedRequest {
+            api,
+            array: Some(array.start..array_end),
+            input_is_string: false,
+            elements,
+            model: top.model,
+            stream: top.stream.unwrap_or(false),
+            system_raw,
+            tools_raw,
+            metadata_user_id: top.metadata.and_then(|m| m.user_id),
+            prompt_cache_key: top.prompt_cache_key,
+        })
+    }
+
     /// Split `body` (already decompressed) as a request of `api`.
     pub fn parse(api: Api, body: &[u8]) -> Result<Self, RequestError> {
         let first = body.iter().find(|b| !b.is_ascii_whitespace());
@@ -104,40 +354,36 @@ impl ParsedRequest {
             serde_json::from_slice::<&RawValue>(body)?;
             return Err(RequestError::NotObject);
         }
-        let top: Top<'_> = serde_json::from_slice(body)?;
-        let array_raw = match api {
-            Api::Anthropic | Api::Chat => top.messages,
-            Api::Responses => top.input,
+        // One pass over the body: the conversation's elements are collected as they are
+        // scanned. Only a conversation that is not a non-empty array (a Responses `input`
+        // string, an empty or malformed array) takes the second, general pass.
+        let mut fast: FastTop<'_> = serde_json::from_slice(body)?;
+        let conversation = match api {
+            Api::Anthropic | Api::Chat => fast.messages.take(),
+            Api::Responses => fast.input.take(),
         };
-        let mut input_is_string = false;
-        let (array, elements) = match array_raw {
-            None => (None, Vec::new()),
-            Some(raw) if raw.get().starts_with('"') && api == Api::Responses => {
-                input_is_string = true;
-                let range = range_of(body, raw);
-                let element = Element {
-                    raw_hash: hash::bytes(raw.get().as_bytes()),
-                    range: range.clone(),
-                };
-                (Some(range), vec![element])
-            }
-            Some(raw) => {
-                let items: Vec<&RawValue> = serde_json::from_str(raw.get())
-                    .map_err(|_| RequestError::NotArray(api.array_field()))?;
-                // `items` borrow from `raw`, which borrows from `body`: offsets are exact.
+        let fast_split = match conversation {
+            None => Some((None, false, Vec::new())),
+            Some(Conversation::Elements(items)) => array_around(body, &items).map(|array| {
                 let elements = items
                     .iter()
                     .map(|item| Element {
                         range: range_of(body, item),
-                        raw_hash: hash::bytes(item.get().as_bytes()),
+                        raw_hash: hash::raw(item.get().as_bytes()),
                     })
                     .collect();
-                (Some(range_of(body, raw)), elements)
-            }
+                (Some(array), false, elements)
+            }),
+            Some(Conversation::Other) => None,
+        };
+        let top = fast;
+        let (array, input_is_string, elements) = match fast_split {
+            Some(split) => split,
+            None => general_split(api, body)?,
         };
         let located = |raw: Option<&RawValue>| {
             raw.filter(|r| r.get() != "null")
-                .map(|r| (range_of(body, r), hash::bytes(r.get().as_bytes())))
+                .map(|r| (range_of(body, r), hash::raw(r.get().as_bytes())))
         };
         let system_raw = match api {
             Api::Anthropic => located(top.system),
@@ -238,6 +484,59 @@ mod tests {
         let array = r.array.unwrap();
         assert!(body[array.clone()].starts_with(b"[ {"));
         assert!(body[array].ends_with(b"}]"));
+    }
+
+    #[test]
+    fn the_one_pass_split_equals_the_general_one() {
+        let bodies: [&[u8]; 6] = [
+            br#"{"messages":[{"role":"user","content":"a"}],"model":"m"}"#,
+            b"{\"messages\" : [\n\t {\"role\":\"user\",\"content\":\"]\"} ,\r\n {\"role\":\"assistant\",\"content\":\"[\"}\n ] }",
+            br#"{"model":"m","messages":[]}"#,
+            br#"{"messages":null}"#,
+            br#"{"system":"s","tools":[{"name":"t"}],"messages":[1,"two",[3],{"4":4}]}"#,
+            br#"{"input":"hello"}"#,
+        ];
+        for body in bodies {
+            for api in [Api::Anthropic, Api::Responses] {
+                let r = ParsedRequest::parse(api, body).unwrap();
+                let (array, is_string, elements) = general_split(api, body).unwrap();
+                assert_eq!(r.array, array, "{}", String::from_utf8_lossy(body));
+                assert_eq!(r.input_is_string, is_string);
+                let ranges = |els: &[Element]| {
+                    els.iter()
+                        .map(|e| (e.range.clone(), e.raw_hash))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(ranges(&r.elements), ranges(&elements));
+            }
+        }
+    }
+
+    #[test]
+    fn a_resent_conversation_is_split_from_where_it_changed() {
+        let prev_body = br#"{"model":"m","messages":[{"role":"user","content":"a"}, {"role":"assistant","content":"b"}],"system":"s","tools":[{"name":"t"}]}"#;
+        let next_body = br#"{"model":"m","messages":[{"role":"user","content":"a"}, {"role":"assistant","content":"b"},{"role":"user","content":"c"}],"system":"s2","stream":true,"tools":[{"name":"t"}]}"#;
+        let prev = PrevRequest {
+            body: bytes::Bytes::from_static(prev_body),
+            parsed: ParsedRequest::parse(Api::Anthropic, prev_body).unwrap(),
+        };
+        let resumed = ParsedRequest::resume(Api::Anthropic, next_body, &prev).expect("resumed");
+        assert_eq!(
+            resumed,
+            ParsedRequest::parse(Api::Anthropic, next_body).unwrap()
+        );
+        assert_eq!(resumed.elements.len(), 3);
+        assert_eq!(resumed.system(next_body).as_deref(), Some("s2"));
+        // A changed first element leaves nothing to reuse; a number may go on past its bytes.
+        let edited = br#"{"model":"m","messages":[{"role":"user","content":"A"}]}"#;
+        assert!(ParsedRequest::resume(Api::Anthropic, edited, &prev).is_none());
+        let numbers = PrevRequest {
+            body: bytes::Bytes::from_static(br#"{"messages":[1]}"#),
+            parsed: ParsedRequest::parse(Api::Anthropic, br#"{"messages":[1]}"#).unwrap(),
+        };
+        assert!(
+            ParsedRequest::resume(Api::Anthropic, br#"{"messages":[1.5]}"#, &numbers).is_none()
+        );
     }
 
     #[test]

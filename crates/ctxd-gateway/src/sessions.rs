@@ -10,6 +10,24 @@ use std::sync::{Arc, Mutex};
 use ctxd_store::SessionRecord;
 
 use crate::log::SessionLog;
+use crate::request::PrevRequest;
+
+/// At most this many bytes of previous request bodies are kept over all sessions (beyond it a
+/// session's next request is split from scratch: slower, never wrong).
+pub const RETAINED_BODY_BYTES: usize = 256 << 20;
+
+/// A kept previous request, counted against [`RETAINED_BODY_BYTES`] while it lives.
+struct Retained {
+    prev: Arc<PrevRequest>,
+    counter: Arc<AtomicUsize>,
+}
+
+impl Drop for Retained {
+    fn drop(&mut self) {
+        self.counter
+            .fetch_sub(self.prev.body.len(), Ordering::AcqRel);
+    }
+}
 
 /// A session's record and indexed log, once loaded.
 pub struct Loaded {
@@ -26,6 +44,8 @@ pub struct Slot {
     /// waits for them, so it always plans against the complete log.
     pub recording: AtomicUsize,
     pub settled: tokio::sync::Notify,
+    /// The session's latest request, for splitting the next one ([`PrevRequest`]).
+    last_request: Mutex<Option<Retained>>,
     last_used: AtomicU64,
 }
 
@@ -36,6 +56,7 @@ impl Slot {
             stale: Arc::new(AtomicBool::new(false)),
             recording: AtomicUsize::new(0),
             settled: tokio::sync::Notify::new(),
+            last_request: Mutex::new(None),
             last_used: AtomicU64::new(now),
         }
     }
@@ -57,6 +78,12 @@ impl Slot {
         }
     }
 
+    /// The session's latest request, if kept.
+    pub fn last_request(&self) -> Option<Arc<PrevRequest>> {
+        let kept = self.last_request.lock().unwrap_or_else(|p| p.into_inner());
+        kept.as_ref().map(|r| r.prev.clone())
+    }
+
     /// Whether the loaded copy must be dropped and read again.
     pub fn take_stale(&self) -> bool {
         self.stale.swap(false, Ordering::AcqRel)
@@ -68,6 +95,8 @@ pub struct Sessions {
     slots: Mutex<HashMap<(String, String), Arc<Slot>>>,
     clock: AtomicU64,
     capacity: usize,
+    /// Bytes of previous request bodies kept (see [`RETAINED_BODY_BYTES`]).
+    retained: Arc<AtomicUsize>,
 }
 
 impl Sessions {
@@ -76,7 +105,29 @@ impl Sessions {
             slots: Mutex::new(HashMap::new()),
             clock: AtomicU64::new(0),
             capacity: capacity.max(1),
+            retained: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// Keep `prev` as `slot`'s latest request, within the bytes budget.
+    pub fn remember(&self, slot: &Slot, prev: PrevRequest) {
+        let mut kept = slot.last_request.lock().unwrap_or_else(|p| p.into_inner());
+        *kept = None; // the old one no longer counts
+        let size = prev.body.len();
+        let before = self.retained.fetch_add(size, Ordering::AcqRel);
+        if before + size > RETAINED_BODY_BYTES {
+            self.retained.fetch_sub(size, Ordering::AcqRel);
+            return;
+        }
+        *kept = Some(Retained {
+            prev: Arc::new(prev),
+            counter: self.retained.clone(),
+        });
+    }
+
+    /// Bytes of previous request bodies kept now.
+    pub fn retained_bytes(&self) -> usize {
+        self.retained.load(Ordering::Acquire)
     }
 
     /// The slot of `(tenant, key)`, created empty when new.
@@ -113,6 +164,7 @@ impl Sessions {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -127,5 +179,30 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &sessions.slot("t", "a")));
         let tenants_apart = sessions.slot("u", "a");
         assert!(!Arc::ptr_eq(&a, &tenants_apart));
+    }
+
+    #[test]
+    fn kept_requests_are_counted_until_replaced_or_dropped() {
+        let sessions = Sessions::new(4);
+        let prev = |body: &'static [u8]| PrevRequest {
+            body: bytes::Bytes::from_static(body),
+            parsed: crate::request::ParsedRequest::parse(crate::api::Api::Chat, body).unwrap(),
+        };
+        let a = sessions.slot("t", "a");
+        sessions.remember(&a, prev(br#"{"messages":[]}"#));
+        assert_eq!(sessions.retained_bytes(), 15);
+        sessions.remember(&a, prev(br#"{"messages":[1]}"#));
+        assert_eq!(
+            sessions.retained_bytes(),
+            16,
+            "the old one no longer counts"
+        );
+        assert!(a.last_request().is_some());
+        drop(a);
+        drop(sessions.slot("t", "b"));
+        drop(sessions.slot("t", "c"));
+        drop(sessions.slot("t", "d"));
+        drop(sessions.slot("t", "e")); // evicts `a`, the least recently used
+        assert_eq!(sessions.retained_bytes(), 0);
     }
 }

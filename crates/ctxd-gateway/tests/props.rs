@@ -4,7 +4,7 @@
 use ctxd_gateway::api::Api;
 use ctxd_gateway::log::SessionLog;
 use ctxd_gateway::plan::{plan_request, upstream_parts, Part};
-use ctxd_gateway::request::ParsedRequest;
+use ctxd_gateway::request::{ParsedRequest, PrevRequest};
 use ctxd_gateway::rewrite::splice;
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -103,6 +103,106 @@ proptest! {
             for e in &req.elements {
                 prop_assert!(e.range.end <= data.len());
             }
+        }
+    }
+}
+
+/// A body with `fields` around the conversation: those before it, then it, then the rest, in
+/// the order given (clients differ: Claude Code sends `system` and `tools` after `messages`).
+fn body_with(
+    api: Api,
+    texts: &[String],
+    before: &[(&str, Value)],
+    after: &[(&str, Value)],
+) -> Vec<u8> {
+    let key = if api == Api::Responses {
+        "input"
+    } else {
+        "messages"
+    };
+    let els: Vec<Value> = texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| element(api, i, t, false))
+        .collect();
+    let field = |(k, v): &(&str, Value)| format!("{}:{}", Value::from(*k), v);
+    let mut parts: Vec<String> = before.iter().map(field).collect();
+    parts.push(format!(
+        "\"{key}\" : {}",
+        serde_json::to_string_pretty(&els).unwrap()
+    ));
+    parts.extend(after.iter().map(field));
+    format!("{{{}}}", parts.join(",")).into_bytes()
+}
+
+fn fields() -> impl Strategy<Value = Vec<(&'static str, Value)>> {
+    prop::collection::vec(
+        prop_oneof![
+            Just(("model", json!("m"))),
+            Just(("stream", json!(true))),
+            Just(("stream", json!(false))),
+            Just(("system", json!("be brief"))),
+            Just(("system", json!([{"type": "text", "text": "sys"}]))),
+            Just(("instructions", json!("be brief"))),
+            Just((
+                "tools",
+                json!([{"name": "Bash", "input_schema": {"type": "object"}}])
+            )),
+            Just(("metadata", json!({"user_id": "u1"}))),
+            Just(("prompt_cache_key", json!("pck"))),
+            Just(("max_tokens", json!(100))),
+        ],
+        0..4,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Splitting a body after the session's previous one gives exactly what a fresh split
+    /// gives (or fails as it does): for growing, rewound, edited and re-ordered conversations,
+    /// changed fields around the array, and bodies broken at a random byte.
+    #[test]
+    fn splitting_after_the_previous_request_equals_a_fresh_split(
+        api in api(),
+        texts in prop::collection::vec("[a-z \"\\\\]{0,8}", 1..8),
+        prev_len in 1usize..8,
+        next_len in 1usize..9,
+        edit in prop::option::of((0usize..8, "[a-z]{1,4}")),
+        (before_a, after_a, before_b, after_b) in (fields(), fields(), fields(), fields()),
+        same_fields in any::<bool>(),
+        damage in prop::option::of((any::<prop::sample::Index>(), any::<u8>())),
+    ) {
+        let prev_texts = &texts[..prev_len.min(texts.len())];
+        let mut next_texts: Vec<String> = texts.clone();
+        next_texts.push("new".into());
+        next_texts.truncate(next_len);
+        if let Some((at, text)) = &edit {
+            if let Some(t) = next_texts.get_mut(*at) {
+                *t = text.clone();
+            }
+        }
+        let (before_b, after_b) = if same_fields {
+            (before_a.clone(), after_a.clone())
+        } else {
+            (before_b, after_b)
+        };
+        let prev_body = body_with(api, prev_texts, &before_a, &after_a);
+        let mut next_body = body_with(api, &next_texts, &before_b, &after_b);
+        if let Some((at, byte)) = damage {
+            let i = at.index(next_body.len());
+            next_body[i] = byte;
+        }
+        let Ok(prev) = ParsedRequest::parse(api, &prev_body) else {
+            return Ok(()); // duplicate fields in the generated prefix: not a previous request
+        };
+        let prev = PrevRequest { body: prev_body.clone().into(), parsed: prev };
+        let fresh = ParsedRequest::parse(api, &next_body);
+        let resumed = ParsedRequest::parse_after(api, &next_body, Some(&prev));
+        match (fresh, resumed) {
+            (Ok(f), Ok(r)) => prop_assert_eq!(f, r),
+            (Err(_), Err(_)) => {}
+            (f, r) => prop_assert!(false, "fresh {f:?} vs resumed {r:?}\n{}", String::from_utf8_lossy(&next_body)),
         }
     }
 }

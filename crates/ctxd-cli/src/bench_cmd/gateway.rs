@@ -87,6 +87,12 @@ pub struct Row {
     pub overhead: Option<Overhead>,
     /// The gateway's VmHWM after this row (a running peak).
     pub gateway_peak_rss_mb: Option<f64>,
+    /// How long the gateway's store writer took to drain the warm-up's writes (the sessions'
+    /// prefixes) before the measured phases began.
+    pub warmup_drain_s: Option<f64>,
+    /// Writes still queued for the store when the row's load ended: a writer that cannot keep
+    /// up shows here (the requests themselves never wait for it).
+    pub store_queue_after: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -232,6 +238,9 @@ impl Bench {
                 }
             }
         }
+        // The measured phases start from a steady state: the warm-up wrote each session's whole
+        // prefix (the history index with it), which a real session pays once, not per request.
+        let warmup_drain_s = self.drain_store(Duration::from_secs(300))?;
         let before = self.overhead();
         let slices = (args.duration / args.slice).ceil().max(1.0) as usize;
         let per_slice = ((args.rate * args.duration) / slices as f64)
@@ -244,6 +253,7 @@ impl Bench {
                 via.extend(self.slice(url, &sessions, args.rate, per_slice));
             }
         }
+        let store_queue_after = self.store_queue();
         let overhead = match (before, self.overhead()) {
             (Some(before), Some(after)) => Some(overhead(&after.since(&before))),
             _ => None,
@@ -273,6 +283,8 @@ impl Bench {
             gateway,
             overhead,
             gateway_peak_rss_mb: self.gateway.as_ref().and_then(Gateway::peak_rss_mb),
+            warmup_drain_s,
+            store_queue_after,
         })
     }
 
@@ -295,14 +307,43 @@ impl Bench {
         })
     }
 
-    /// The gateway's overhead histogram now, if it exports one.
-    fn overhead(&self) -> Option<Histogram> {
+    /// The gateway's `/metrics` text now.
+    fn scrape(&self) -> Option<String> {
         let url = format!("{}/metrics", self.gateway.as_ref()?.base_url);
         let text = self.rt.block_on(async {
             let res = self.client.get(url).send().await.ok()?;
             res.bytes().await.ok()
         })?;
-        metrics::parse(&String::from_utf8_lossy(&text))
+        Some(String::from_utf8_lossy(&text).into_owned())
+    }
+
+    /// The gateway's overhead histogram now, if it exports one.
+    fn overhead(&self) -> Option<Histogram> {
+        metrics::parse(&self.scrape()?)
+    }
+
+    /// Writes queued for the gateway's store now.
+    fn store_queue(&self) -> Option<f64> {
+        metrics::gauge(&self.scrape()?, "ctxd_store_queue_depth")
+    }
+
+    /// Wait until the gateway's store writer has nothing queued; the seconds it took.
+    fn drain_store(&self, limit: Duration) -> anyhow::Result<Option<f64>> {
+        if self.gateway.is_none() {
+            return Ok(None);
+        }
+        let started = std::time::Instant::now();
+        loop {
+            match self.store_queue() {
+                Some(depth) if depth > 0.0 => {}
+                // Absent: nothing was ever queued.
+                _ => return Ok(Some(started.elapsed().as_secs_f64())),
+            }
+            if started.elapsed() > limit {
+                bail!("the gateway's store writer did not drain the warm-up within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn log_hint(&self) -> String {
@@ -335,7 +376,7 @@ fn overhead(h: &Histogram) -> Overhead {
 
 fn header() -> String {
     format!(
-        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>8}",
+        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>8} {:>8} {:>6}",
         "size",
         "mode",
         "requests",
@@ -344,7 +385,9 @@ fn header() -> String {
         "gateway p50/p99/max ms",
         "added p50/p99",
         "overhead mean/p50≤/p99≤",
-        "peak MB"
+        "peak MB",
+        "drain s",
+        "q end"
     )
 }
 
@@ -375,7 +418,7 @@ fn line(r: &Row) -> String {
         },
     );
     format!(
-        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>8}",
+        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>8} {:>8} {:>6}",
         size_label(r.size_bytes),
         if r.mode == Mode::Sse { "sse" } else { "json" },
         requests,
@@ -386,6 +429,10 @@ fn line(r: &Row) -> String {
         overhead,
         r.gateway_peak_rss_mb
             .map_or_else(|| "-".to_owned(), |m| format!("{m:.1}")),
+        r.warmup_drain_s
+            .map_or_else(|| "-".to_owned(), |s| format!("{s:.1}")),
+        r.store_queue_after
+            .map_or_else(|| "-".to_owned(), |q| format!("{q:.0}")),
     )
 }
 

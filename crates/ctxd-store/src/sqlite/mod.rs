@@ -1,6 +1,8 @@
 //! The SQLite implementation: one file, WAL, one writer behind a mutex.
 
+mod group;
 pub(crate) mod history;
+pub use group::GroupWrite;
 mod notes;
 mod sessions;
 

@@ -146,103 +146,7 @@ impl Store for SqliteStore {
     ) -> Result<i64, StoreError> {
         let mut conn = self.conn();
         let tx = super::write_transaction(&mut conn)?;
-        let exists: Option<i64> = tx
-            .query_row(
-                "SELECT id FROM sessions WHERE id = ?1",
-                params![session],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if exists.is_none() {
-            return Err(StoreError::NoSession(session.to_string()));
-        }
-        // The last entry holds both the highest seq and the highest batch (appends are ordered):
-        // one primary-key probe, not a scan of the session.
-        let (mut seq, batch_no): (i64, i64) = tx
-            .query_row(
-                "SELECT seq, batch + 1 FROM entries WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1",
-                params![session],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()?
-            .unwrap_or((0, 1));
-        // The history index follows in the same transaction, unless it is behind (a session
-        // stored by an older build): `history_sync` catches that up on the first history read.
-        let index_current = super::history::index::indexed_upto(&tx, session)? == seq;
-        {
-            let mut indexer = super::history::index::Indexer::new(&tx, session);
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO entries (session_id, seq, id, parent, timestamp, sidechain, kind, body, raw, batch) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            )?;
-            let mut text_row =
-                tx.prepare_cached("INSERT INTO entry_text (session_id, seq) VALUES (?1, ?2)")?;
-            let mut fts =
-                tx.prepare_cached("INSERT INTO entry_fts (rowid, text) VALUES (?1, ?2)")?;
-            for new in batch {
-                seq += 1;
-                let e = &new.entry;
-                let body = serde_json::to_string(&e.kind).map_err(|err| StoreError::Corrupt {
-                    id: e.id.0.clone(),
-                    message: err.to_string(),
-                })?;
-                let result = insert.execute(params![
-                    session,
-                    seq,
-                    e.id.0,
-                    e.parent.as_ref().map(|p| p.0.as_str()),
-                    e.timestamp,
-                    e.sidechain,
-                    kind_tag(&e.kind),
-                    body,
-                    new.raw,
-                    batch_no,
-                ]);
-                match result {
-                    Err(rusqlite::Error::SqliteFailure(f, _))
-                        if f.code == rusqlite::ErrorCode::ConstraintViolation =>
-                    {
-                        return Err(StoreError::DuplicateEntry { id: e.id.0.clone() });
-                    }
-                    other => other?,
-                };
-                let text = entry_text(&e.kind);
-                if !text.is_empty() {
-                    text_row.execute(params![session, seq])?;
-                    fts.execute(params![tx.last_insert_rowid(), text])?;
-                }
-                if index_current {
-                    indexer.add(
-                        seq,
-                        &e.id.0,
-                        e.parent.as_ref().map(|p| p.0.as_str()),
-                        e.sidechain,
-                        &e.kind,
-                    )?;
-                }
-            }
-        }
-        let new_leaf = leaf
-            .map(|l| l.0.clone())
-            .or_else(|| batch.last().map(|n| n.entry.id.0.clone()));
-        if let Some(l) = &new_leaf {
-            let known: Option<i64> = tx
-                .query_row(
-                    "SELECT seq FROM entries WHERE session_id = ?1 AND id = ?2",
-                    params![session, l],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if known.is_none() {
-                return Err(StoreError::NoEntry(l.clone()));
-            }
-        }
-        tx.execute(
-            &format!(
-                "UPDATE sessions SET leaf = COALESCE(?2, leaf), updated_at = {NOW} WHERE id = ?1"
-            ),
-            params![session, new_leaf],
-        )?;
+        let batch_no = append_in(&tx, session, batch, leaf)?;
         tx.commit()?;
         Ok(batch_no)
     }
@@ -250,20 +154,7 @@ impl Store for SqliteStore {
     fn set_leaf(&self, session: SessionId, leaf: &EntryId) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let tx = super::write_transaction(&mut conn)?;
-        let known: Option<i64> = tx
-            .query_row(
-                "SELECT seq FROM entries WHERE session_id = ?1 AND id = ?2",
-                params![session, leaf.0],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if known.is_none() {
-            return Err(StoreError::NoEntry(leaf.0.clone()));
-        }
-        tx.execute(
-            &format!("UPDATE sessions SET leaf = ?2, updated_at = {NOW} WHERE id = ?1"),
-            params![session, leaf.0],
-        )?;
+        set_leaf_in(&tx, session, leaf)?;
         tx.commit()?;
         Ok(())
     }
@@ -351,4 +242,121 @@ impl Store for SqliteStore {
         tx.commit()?;
         Ok(stored)
     }
+}
+
+/// [`Store::append`] inside the caller's transaction (or savepoint).
+pub(crate) fn append_in(
+    conn: &rusqlite::Connection,
+    session: SessionId,
+    batch: &[NewEntry],
+    leaf: Option<&EntryId>,
+) -> Result<i64, StoreError> {
+    let exists: Option<i64> = conn
+        .prepare_cached("SELECT id FROM sessions WHERE id = ?1")?
+        .query_row(params![session], |r| r.get(0))
+        .optional()?;
+    if exists.is_none() {
+        return Err(StoreError::NoSession(session.to_string()));
+    }
+    // The last entry holds both the highest seq and the highest batch (appends are ordered):
+    // one primary-key probe, not a scan of the session.
+    let (mut seq, batch_no): (i64, i64) = conn
+        .prepare_cached(
+            "SELECT seq, batch + 1 FROM entries WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1",
+        )?
+        .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .unwrap_or((0, 1));
+    // The history index follows in the same transaction, unless it is behind (a session
+    // stored by an older build): `history_sync` catches that up on the first history read.
+    let index_current = super::history::index::indexed_upto(conn, session)? == seq;
+    {
+        let mut indexer = super::history::index::Indexer::new(conn, session);
+        let mut insert = conn.prepare_cached(
+                "INSERT INTO entries (session_id, seq, id, parent, timestamp, sidechain, kind, body, raw, batch) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?;
+        let mut text_row =
+            conn.prepare_cached("INSERT INTO entry_text (session_id, seq) VALUES (?1, ?2)")?;
+        let mut fts = conn.prepare_cached("INSERT INTO entry_fts (rowid, text) VALUES (?1, ?2)")?;
+        for new in batch {
+            seq += 1;
+            let e = &new.entry;
+            let body = serde_json::to_string(&e.kind).map_err(|err| StoreError::Corrupt {
+                id: e.id.0.clone(),
+                message: err.to_string(),
+            })?;
+            let result = insert.execute(params![
+                session,
+                seq,
+                e.id.0,
+                e.parent.as_ref().map(|p| p.0.as_str()),
+                e.timestamp,
+                e.sidechain,
+                kind_tag(&e.kind),
+                body,
+                new.raw,
+                batch_no,
+            ]);
+            match result {
+                Err(rusqlite::Error::SqliteFailure(f, _))
+                    if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+                {
+                    return Err(StoreError::DuplicateEntry { id: e.id.0.clone() });
+                }
+                other => other?,
+            };
+            let text = entry_text(&e.kind);
+            if !text.is_empty() {
+                text_row.execute(params![session, seq])?;
+                fts.execute(params![conn.last_insert_rowid(), text])?;
+            }
+            if index_current {
+                indexer.add(
+                    seq,
+                    &e.id.0,
+                    e.parent.as_ref().map(|p| p.0.as_str()),
+                    e.sidechain,
+                    &e.kind,
+                )?;
+            }
+        }
+    }
+    let new_leaf = leaf
+        .map(|l| l.0.clone())
+        .or_else(|| batch.last().map(|n| n.entry.id.0.clone()));
+    if let Some(l) = &new_leaf {
+        let known: Option<i64> = conn
+            .prepare_cached("SELECT seq FROM entries WHERE session_id = ?1 AND id = ?2")?
+            .query_row(params![session, l], |r| r.get(0))
+            .optional()?;
+        if known.is_none() {
+            return Err(StoreError::NoEntry(l.clone()));
+        }
+    }
+    conn.prepare_cached(&format!(
+        "UPDATE sessions SET leaf = COALESCE(?2, leaf), updated_at = {NOW} WHERE id = ?1"
+    ))?
+    .execute(params![session, new_leaf])?;
+    Ok(batch_no)
+}
+
+/// [`Store::set_leaf`] inside the caller's transaction (or savepoint).
+pub(crate) fn set_leaf_in(
+    conn: &rusqlite::Connection,
+    session: SessionId,
+    leaf: &EntryId,
+) -> Result<(), StoreError> {
+    let known: Option<i64> = conn
+        .prepare_cached("SELECT seq FROM entries WHERE session_id = ?1 AND id = ?2")?
+        .query_row(params![session, leaf.0], |r| r.get(0))
+        .optional()?;
+    if known.is_none() {
+        return Err(StoreError::NoEntry(leaf.0.clone()));
+    }
+    conn.prepare_cached(&format!(
+        "UPDATE sessions SET leaf = ?2, updated_at = {NOW} WHERE id = ?1"
+    ))?
+    .execute(params![session, leaf.0])?;
+    Ok(())
 }

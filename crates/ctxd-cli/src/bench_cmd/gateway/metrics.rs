@@ -55,6 +55,23 @@ pub fn parse(text: &str) -> Option<Histogram> {
     })
 }
 
+/// A gauge's value summed over its label sets; `None` when absent.
+pub fn gauge(text: &str, name: &str) -> Option<f64> {
+    let mut total = None;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        if !(rest.starts_with(' ') || rest.starts_with('{')) {
+            continue; // another metric sharing the prefix
+        }
+        if let Some(v) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) {
+            *total.get_or_insert(0.0) += v;
+        }
+    }
+    total
+}
+
 fn label<'a>(rest: &'a str, name: &str) -> Option<&'a str> {
     let key = format!("{name}=\"");
     let at = rest.find(&key)? + key.len();
@@ -133,6 +150,13 @@ other_metric 5
         assert_eq!(h.quantile_bound_ms(0.99), Some(f64::INFINITY));
         assert!((h.mean_ms().unwrap() - 1.0).abs() < 1e-9);
         assert!(parse("other 1\n").is_none());
+    }
+
+    #[test]
+    fn gauges_are_read_by_exact_name() {
+        let text = "# TYPE q gauge\nctxd_store_queue_depth 3\nctxd_store_queue_depth_max 9\n";
+        assert_eq!(gauge(text, "ctxd_store_queue_depth"), Some(3.0));
+        assert_eq!(gauge(text, "ctxd_missing"), None);
     }
 
     #[test]

@@ -11,11 +11,8 @@ use crate::{SessionId, StoreError};
 
 /// The highest seq of `session` in the history index (0 when none is indexed).
 pub(crate) fn indexed_upto(conn: &Connection, session: SessionId) -> rusqlite::Result<i64> {
-    conn.query_row(
-        "SELECT COALESCE(MAX(seq), 0) FROM history_items WHERE session_id = ?1",
-        params![session],
-        |r| r.get(0),
-    )
+    conn.prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM history_items WHERE session_id = ?1")?
+        .query_row(params![session], |r| r.get(0))
 }
 
 /// Indexes the entries of one session, each after the one before it, inside the caller's
