@@ -23,7 +23,7 @@
 //! never silently the raw history. The report, which must show broken logs too, reads the walk
 //! step by step and can ask [`Projector::missing_boot`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use crate::model::{Compaction, ContentBlock, EntryKind, Message, Role, Session, ToolDef};
 
@@ -360,64 +360,56 @@ fn pair(items: Vec<Item<'_>>) -> (Vec<Item<'_>>, Vec<usize>) {
 /// result whose call is not shown before it. Public for the report, which counts what
 /// [`Projector::finish`] would send.
 pub fn unpaired(items: &[Item<'_>]) -> Vec<usize> {
-    let mut alive: Vec<usize> = (0..items.len()).collect();
+    // The tool ids each item carries, read once (item, is a call, id): the content blocks are
+    // scattered over the heap, and this runs on every request the gateway plans.
+    let mut ids: Vec<(usize, bool, &str)> = Vec::new();
+    for (at, item) in items.iter().enumerate() {
+        if let ItemKind::Message {
+            message, content, ..
+        } = &item.kind
+        {
+            for b in content.iter() {
+                match b {
+                    ContentBlock::ToolCall { id, .. } if message.role == Role::Assistant => {
+                        ids.push((at, true, id.as_str()));
+                    }
+                    ContentBlock::ToolResult { call_id, .. } => {
+                        ids.push((at, false, call_id.as_str()));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut alive = vec![true; items.len()];
     let mut dropped = Vec::new();
     loop {
-        let shown = || alive.iter().enumerate().map(|(i, &at)| (i, &items[at]));
+        let shown = || ids.iter().filter(|(at, _, _)| alive[*at]);
         let mut calls: HashMap<&str, usize> = HashMap::new();
         let mut results: HashMap<&str, usize> = HashMap::new();
-        for (i, item) in shown() {
-            if let ItemKind::Message {
-                message, content, ..
-            } = &item.kind
-            {
-                for b in content.iter() {
-                    match b {
-                        ContentBlock::ToolCall { id, .. } if message.role == Role::Assistant => {
-                            calls.entry(id.as_str()).or_insert(i);
-                        }
-                        ContentBlock::ToolResult { call_id, .. } => {
-                            results.entry(call_id.as_str()).or_insert(i);
-                        }
-                        _ => {}
-                    }
-                }
-            }
+        for &(at, is_call, id) in shown() {
+            let first = if is_call { &mut calls } else { &mut results };
+            first.entry(id).or_insert(at);
         }
-        let mut drop: HashSet<usize> = HashSet::new();
-        for (i, item) in shown() {
-            let ItemKind::Message {
-                message, content, ..
-            } = &item.kind
-            else {
-                continue;
-            };
-            let broken = content.iter().any(|b| match b {
-                ContentBlock::ToolCall { id, .. } if message.role == Role::Assistant => {
-                    results.get(id.as_str()).is_none_or(|&r| r <= i)
+        let mut broken: Vec<usize> = shown()
+            .filter(|&&(at, is_call, id)| {
+                if is_call {
+                    results.get(id).is_none_or(|&r| r <= at)
+                } else {
+                    calls.get(id).is_none_or(|&c| c >= at)
                 }
-                ContentBlock::ToolResult { call_id, .. } => {
-                    calls.get(call_id.as_str()).is_none_or(|&c| c >= i)
-                }
-                _ => false,
-            });
-            if broken {
-                drop.insert(i);
-            }
-        }
-        if drop.is_empty() {
+            })
+            .map(|&(at, _, _)| at)
+            .collect();
+        if broken.is_empty() {
             dropped.sort_unstable();
             return dropped;
         }
-        let mut i = 0;
-        alive.retain(|&at| {
-            let keep = !drop.contains(&i);
-            if !keep {
-                dropped.push(at);
-            }
-            i += 1;
-            keep
-        });
+        broken.dedup();
+        for at in broken {
+            alive[at] = false;
+            dropped.push(at);
+        }
     }
 }
 

@@ -15,7 +15,9 @@ pub struct SessionLog {
     pub session: Session,
     positions: HashMap<EntryId, usize>,
     /// Children of each entry (`None`: roots), in append order.
-    children: HashMap<Option<usize>, Vec<usize>>,
+    children: Vec<Vec<usize>>,
+    /// Entries without a parent, in append order.
+    roots: Vec<usize>,
     /// Hash of each conversation message (what a client sends); `None` for everything else.
     hashes: Vec<Option<Hash>>,
     /// Position of each entry's parent (resolved once, on push: paths are walked every request).
@@ -104,7 +106,11 @@ impl SessionLog {
     pub fn push(&mut self, entry: Entry) -> usize {
         let pos = self.session.entries.len();
         let parent = entry.parent.as_ref().and_then(|p| self.position(p));
-        self.children.entry(parent).or_default().push(pos);
+        match parent {
+            Some(p) => self.children[p].push(pos),
+            None => self.roots.push(pos),
+        }
+        self.children.push(Vec::new());
         self.positions.insert(entry.id.clone(), pos);
         let mut in_force = parent.map_or_else(InForce::default, |p| self.in_force[p]);
         match &entry.kind {
@@ -159,11 +165,19 @@ impl SessionLog {
         self.raw_index.get(raw).copied()
     }
 
+    /// The children of `pos` (`None`: the roots), in append order.
+    fn children_of(&self, pos: Option<usize>) -> &[usize] {
+        match pos {
+            Some(p) => self.children.get(p).map_or(&[], Vec::as_slice),
+            None => &self.roots,
+        }
+    }
+
     /// The latest conversation message with hash `h` right after `from` (through ctxd's own
     /// entries). Runs once per element of every request: the common case (a child that is the
     /// message itself) allocates nothing.
     pub fn find_next(&self, from: Option<usize>, h: &Hash) -> Option<usize> {
-        let children = self.children.get(&from)?;
+        let children = self.children_of(from);
         let mut best = None;
         let mut own: Vec<usize> = Vec::new();
         for &c in children {
@@ -180,7 +194,7 @@ impl SessionLog {
             if visited > 4096 {
                 break;
             }
-            for &g in self.children.get(&Some(c)).map_or(&[][..], Vec::as_slice) {
+            for &g in &self.children[c] {
                 match &self.hashes[g] {
                     Some(gh) if gh == h => best = best.max(Some(g)),
                     Some(_) => {}
@@ -216,12 +230,12 @@ impl SessionLog {
     pub fn tail_after(&self, pos: Option<usize>) -> Option<usize> {
         let mut cur = pos;
         for _ in 0..64 {
-            let next = self.children.get(&cur).and_then(|cs| {
-                cs.iter()
-                    .rev()
-                    .find(|&&c| self.hashes[c].is_none())
-                    .copied()
-            });
+            let next = self
+                .children_of(cur)
+                .iter()
+                .rev()
+                .find(|&&c| self.hashes[c].is_none())
+                .copied();
             match next {
                 // At the root nothing is followed: a new conversation starts its own chain.
                 Some(n) if cur.is_some() => cur = Some(n),

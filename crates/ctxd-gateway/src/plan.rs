@@ -8,8 +8,6 @@
 //!    client's own elements (by index) and messages ctxd renders. `None` when the projection is
 //!    exactly the client's elements in order: the body then goes upstream untouched.
 
-use std::collections::HashMap;
-
 use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role};
 use ctxd_core::view::{project_checked, ItemKind, ProjectionError};
 use ctxd_store::NewEntry;
@@ -147,12 +145,13 @@ pub fn upstream_parts(
 ) -> Result<Option<Vec<Part>>, ProjectionError> {
     let branch = log.branch();
     let projection = project_checked(&log.session, &branch)?;
-    let element_of: HashMap<usize, usize> = plan
-        .element_entries
-        .iter()
-        .enumerate()
-        .map(|(i, &pos)| (pos, i))
-        .collect();
+    // Entry position → the request's element showing it.
+    let mut element_of: Vec<Option<usize>> = vec![None; log.len()];
+    for (i, &pos) in plan.element_entries.iter().enumerate() {
+        if let Some(slot) = element_of.get_mut(pos) {
+            *slot = Some(i);
+        }
+    }
     let parts: Vec<Part> = projection
         .items
         .iter()
@@ -161,8 +160,8 @@ pub fn upstream_parts(
                 message,
                 content,
                 edited,
-            } => match element_of.get(&item.entry) {
-                Some(&i) if !edited => Part::Client(i),
+            } => match element_of.get(item.entry).copied().flatten() {
+                Some(i) if !edited => Part::Client(i),
                 _ => Part::Rendered(Message {
                     content: content.to_vec(),
                     ..(*message).clone()

@@ -62,6 +62,9 @@ impl SqliteStore {
         };
         conn.pragma_update(None, "synchronous", sync)?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // 32 MiB of page cache (SQLite's default is 2 MB): the full-text indexes' merges read
+        // back the segments they rewrite.
+        conn.pragma_update(None, "cache_size", -32768)?;
         schema::migrate(&mut conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
