@@ -39,6 +39,16 @@ struct Gateway {
     addr: String,
 }
 
+impl Drop for Gateway {
+    /// A failed test must not leave the gateway running (it holds the test's output pipes).
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn serve(store: &std::path::Path, upstream: &str) -> Gateway {
     let mut child = ctxd()
         .args([
@@ -107,20 +117,30 @@ fn serve_records_while_the_cli_reads_and_stops_cleanly_on_sigterm() {
     );
     assert!(first.starts_with("HTTP/1.1 200"), "{first}");
 
-    // The CLI reads the store while the gateway runs.
-    let listed = ctxd()
-        .args(["sessions", "--store", store.to_str().unwrap(), "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        listed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&listed.stderr)
-    );
-    let listed = String::from_utf8(listed.stdout).unwrap();
-    assert!(listed.contains("\"key\":\"cli-session\""), "{listed}");
+    // The CLI reads the store while the gateway runs. The store writer is asynchronous (it
+    // gathers writes for up to 20 ms into one commit): poll until the turn is there.
+    let started = Instant::now();
+    let (listed, report) = loop {
+        let listed = ctxd()
+            .args(["sessions", "--store", store.to_str().unwrap(), "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            listed.status.success(),
+            "{}",
+            String::from_utf8_lossy(&listed.stderr)
+        );
+        let listed = String::from_utf8(listed.stdout).unwrap();
+        if listed.contains("\"key\":\"cli-session\"") {
+            let report = report_json(&store, "cli-session");
+            if report["session"]["turn_count"] == 1 || started.elapsed() > Duration::from_secs(10) {
+                break (listed, report);
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{listed}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(listed.contains("\"agent\":\"api\""), "{listed}");
-    let report = report_json(&store, "cli-session");
     assert_eq!(report["session"]["turn_count"], 1, "{report}");
 
     // A slow stream is in flight when SIGTERM arrives: it finishes, then the process exits.

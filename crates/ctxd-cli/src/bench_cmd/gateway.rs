@@ -3,14 +3,16 @@
 //! The mock upstream (`ctxd-mock`) runs in this process on a thread of its own; `ctxd serve`
 //! runs as a child in front of it with a fresh store. For each body size × mode (JSON, SSE),
 //! K sessions each get a realistic Anthropic conversation prefix of that size ([`bodies`]),
-//! sent once through the gateway as a warm-up; then an open-loop load at a fixed rate
-//! ([`load`]) alternates between the mock directly and the gateway in short slices, so drift
+//! sent once through the gateway as a warm-up (and its store writer left to finish writing
+//! them: the rows measure a steady state); then an open-loop load at a fixed rate ([`load`])
+//! alternates between the mock directly and the gateway in short slices, so drift
 //! in the machine's load hits both phases alike. Each request is its session's prefix plus one
 //! new user message, with `x-ctxd-session`.
 //!
 //! Reported per row: latency p50/p99/max direct and via the gateway, the added p50/p99 (the
 //! gateway's percentile minus the direct one), the gateway's own overhead histogram from its
-//! `/metrics` ([`metrics`]), and its peak RSS. A missed target is reported, not an error.
+//! `/metrics` ([`metrics`]), its peak RSS, the warm-up's drain time and the writes still queued
+//! for its store when the load ended. A missed target is reported, not an error.
 
 mod bodies;
 mod child;
