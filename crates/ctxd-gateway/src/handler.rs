@@ -215,7 +215,8 @@ async fn prepare(
         project: None,
     };
 
-    let slot = app.sessions.slot(&tenant, &key);
+    // A key named in the headers wins in `session_key`: its slot is the one found above.
+    let slot = named.unwrap_or_else(|| app.sessions.slot(&tenant, &key));
     slot.wait_settled(Duration::from_secs(10)).await;
     let mut state = slot.state.lock().await;
     if state.is_none() || slot.take_stale() {

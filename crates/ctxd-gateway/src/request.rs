@@ -33,6 +33,16 @@ pub struct Element {
     pub raw_hash: Hash,
 }
 
+impl Element {
+    /// The element `raw` (a slice of `body`).
+    fn of(body: &[u8], raw: &RawValue) -> Self {
+        Element {
+            range: range_of(body, raw),
+            raw_hash: hash::raw(raw.get().as_bytes()),
+        }
+    }
+}
+
 /// The parts of a request body the gateway needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParsedRequest {
@@ -177,24 +187,14 @@ fn general_split(api: Api, body: &[u8]) -> Result<Split, RequestError> {
     Ok(match array_raw {
         None => (None, false, Vec::new()),
         Some(raw) if raw.get().starts_with('"') && api == Api::Responses => {
-            let range = range_of(body, raw);
-            let element = Element {
-                raw_hash: hash::raw(raw.get().as_bytes()),
-                range: range.clone(),
-            };
-            (Some(range), true, vec![element])
+            let element = Element::of(body, raw);
+            (Some(element.range.clone()), true, vec![element])
         }
         Some(raw) => {
             let items: Vec<&RawValue> = serde_json::from_str(raw.get())
                 .map_err(|_| RequestError::NotArray(api.array_field()))?;
             // `items` borrow from `raw`, which borrows from `body`: offsets are exact.
-            let elements = items
-                .iter()
-                .map(|item| Element {
-                    range: range_of(body, item),
-                    raw_hash: hash::raw(item.get().as_bytes()),
-                })
-                .collect();
+            let elements = items.iter().map(|item| Element::of(body, item)).collect();
             (Some(range_of(body, raw)), false, elements)
         }
     })
@@ -357,26 +357,19 @@ impl ParsedRequest {
         // One pass over the body: the conversation's elements are collected as they are
         // scanned. Only a conversation that is not a non-empty array (a Responses `input`
         // string, an empty or malformed array) takes the second, general pass.
-        let mut fast: FastTop<'_> = serde_json::from_slice(body)?;
+        let mut top: FastTop<'_> = serde_json::from_slice(body)?;
         let conversation = match api {
-            Api::Anthropic | Api::Chat => fast.messages.take(),
-            Api::Responses => fast.input.take(),
+            Api::Anthropic | Api::Chat => top.messages.take(),
+            Api::Responses => top.input.take(),
         };
         let fast_split = match conversation {
             None => Some((None, false, Vec::new())),
             Some(Conversation::Elements(items)) => array_around(body, &items).map(|array| {
-                let elements = items
-                    .iter()
-                    .map(|item| Element {
-                        range: range_of(body, item),
-                        raw_hash: hash::raw(item.get().as_bytes()),
-                    })
-                    .collect();
+                let elements = items.iter().map(|item| Element::of(body, item)).collect();
                 (Some(array), false, elements)
             }),
             Some(Conversation::Other) => None,
         };
-        let top = fast;
         let (array, input_is_string, elements) = match fast_split {
             Some(split) => split,
             None => general_split(api, body)?,
