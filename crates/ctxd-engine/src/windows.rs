@@ -6,7 +6,8 @@
 //! the session, gathers the notes snapshot and appends the drafts in one atomic batch.
 
 use ctxd_core::budget::{self, Thresholds};
-use ctxd_core::model::{ContentBlock, Entry, EntryId, Message, Session, ToolDef};
+use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Session, ToolDef};
+use ctxd_core::notes::NotesSnapshot;
 use ctxd_core::tokens::{CharEstimate, TokenCounter};
 use ctxd_core::tree::active_branch;
 use ctxd_core::view::{project_checked, ItemKind, ProjectionError, SummaryKind};
@@ -139,6 +140,56 @@ pub struct TurnEndOutcome {
     pub reset: Option<(String, &'static str)>,
     /// Tokens left in the window before this boundary's drafts (`None`: unknown).
     pub remaining: Option<u64>,
+}
+
+/// A turn boundary decided but not yet drafted ([`Engine::decide_turn_end`]): the reminder
+/// due, and the window to open, whose boot needs the notes as they are now.
+#[derive(Debug)]
+pub struct TurnEndPlan {
+    outcome: TurnEndOutcome,
+    drafts: Vec<EntryKind>,
+    reset: Option<ResetCause>,
+    leaf: Option<EntryId>,
+    now_ms: i64,
+}
+
+impl TurnEndPlan {
+    /// Whether [`TurnEndPlan::finish`] needs a notes snapshot (a window opens).
+    pub fn needs_notes(&self) -> bool {
+        self.reset.is_some()
+    }
+
+    /// The outcome and the entries to append as one batch, chained from the branch's leaf.
+    /// `notes` is the snapshot for the boot when [`TurnEndPlan::needs_notes`]; without one the
+    /// window is not opened (its boot could not list the notes).
+    pub fn finish(
+        self,
+        caller: &Caller,
+        record: &SessionRecord,
+        session: &Session,
+        branch: &[usize],
+        notes: Option<&NotesSnapshot>,
+    ) -> (TurnEndOutcome, Vec<Entry>) {
+        let TurnEndPlan {
+            mut outcome,
+            mut drafts,
+            reset,
+            leaf,
+            now_ms,
+        } = self;
+        if let (Some(cause), Some(notes)) = (reset, notes) {
+            let window_id = windows::new_window_id(&record.key, leaf.as_ref());
+            let boot = render_boot_of(caller, record, session, branch, &window_id, notes);
+            drafts.extend(windows::reset_drafts(&window_id, cause, boot));
+            outcome.reset = Some((window_id, cause.as_str()));
+        }
+        if drafts.is_empty() {
+            return (outcome, Vec::new());
+        }
+        let entries = windows::chain(leaf.as_ref(), drafts, Some(windows::iso8601(now_ms)));
+        outcome.appended = entries.iter().map(|e| e.id.clone()).collect();
+        (outcome, entries)
+    }
 }
 
 /// A message of the projection, owned.
@@ -328,39 +379,61 @@ impl<S: Store> Engine<S> {
         counter: &dyn TokenCounter,
         now_ms: i64,
     ) -> Result<(TurnEndOutcome, Vec<Entry>), EngineError> {
+        let plan = Self::decide_turn_end(caller, session, branch, end, policy, counter, now_ms);
+        let notes = match plan.needs_notes() {
+            true => Some(self.notes_snapshot(caller, now_ms)?),
+            false => None,
+        };
+        Ok(plan.finish(caller, record, session, branch, notes.as_ref()))
+    }
+
+    /// The turn boundary's decision, without any I/O: the reminder due and whether a window
+    /// opens. A caller on an async thread decides here and reads the notes snapshot (the only
+    /// I/O, needed only when a window opens: [`TurnEndPlan::needs_notes`]) off that thread.
+    #[allow(clippy::too_many_arguments)]
+    pub fn decide_turn_end(
+        caller: &Caller,
+        session: &Session,
+        branch: &[usize],
+        end: TurnEnd,
+        policy: Option<WindowPolicy>,
+        counter: &dyn TokenCounter,
+        now_ms: i64,
+    ) -> TurnEndPlan {
         let policy = Self::policy(caller, session, policy);
         let leaf = branch
             .last()
             .and_then(|&p| session.entries.get(p))
             .map(|e| e.id.clone());
-        let stamp = Some(windows::iso8601(now_ms));
-        let mut outcome = TurnEndOutcome::default();
-
+        let mut plan = TurnEndPlan {
+            outcome: TurnEndOutcome::default(),
+            drafts: Vec::new(),
+            reset: None,
+            leaf,
+            now_ms,
+        };
         if end == TurnEnd::Aborted {
-            let drafts = vec![ctxd_core::model::EntryKind::Event {
+            plan.drafts.push(EntryKind::Event {
                 name: windows::ABORT_EVENT.to_owned(),
                 detail: None,
-            }];
-            let entries = windows::chain(leaf.as_ref(), drafts, stamp);
-            outcome.appended = entries.iter().map(|e| e.id.clone()).collect();
-            return Ok((outcome, entries));
+            });
+            return plan;
         }
 
         let remaining = policy
             .context_window
             .zip(budget::window_tokens(session, branch, counter))
             .map(|(w, t)| budget::remaining(w, t));
-        outcome.remaining = remaining;
-        let mut drafts = Vec::new();
+        plan.outcome.remaining = remaining;
         if let Some(reminder) =
             remaining.and_then(|r| budget::due_reminder(session, branch, r, &policy.thresholds))
         {
-            outcome.reminder = Some(reminder.kind());
-            drafts.push(ctxd_core::model::EntryKind::Message(reminder.message()));
+            plan.outcome.reminder = Some(reminder.kind());
+            plan.drafts.push(EntryKind::Message(reminder.message()));
         }
 
         let complete = windows::batch_complete(session, branch);
-        let cause = match end {
+        plan.reset = match end {
             TurnEnd::Overflow
                 if policy.automatic && windows::overflow_recovery_allowed(session, branch) =>
             {
@@ -378,18 +451,7 @@ impl<S: Store> Engine<S> {
             }
             _ => None,
         };
-        if let Some(cause) = cause {
-            let window_id = windows::new_window_id(&record.key, leaf.as_ref());
-            let boot = self.boot_text(caller, record, session, branch, &window_id, now_ms)?;
-            drafts.extend(windows::reset_drafts(&window_id, cause, boot));
-            outcome.reset = Some((window_id, cause.as_str()));
-        }
-        if drafts.is_empty() {
-            return Ok((outcome, Vec::new()));
-        }
-        let entries = windows::chain(leaf.as_ref(), drafts, stamp);
-        outcome.appended = entries.iter().map(|e| e.id.clone()).collect();
-        Ok((outcome, entries))
+        plan
     }
 
     /// The seed's narrow repair: append the boot of a marker whose boot is missing when only
@@ -446,29 +508,9 @@ impl<S: Store> Engine<S> {
         now_ms: i64,
     ) -> Result<String, EngineError> {
         let notes = self.notes_snapshot(caller, now_ms)?;
-        let root = windows::root_window_id(&record.key);
-        let previous = windows::current_window_id(session, branch, &record.key);
-        let checkpoint = windows::checkpoint(session, branch, &record.key, &notes);
-        let agent = caller
-            .agent
-            .clone()
-            .or_else(|| session.meta.agent.map(|a| a.as_str().to_owned()))
-            .unwrap_or_else(|| "agent".to_owned());
-        let model = caller
-            .model
-            .clone()
-            .or_else(|| session.meta.model.clone())
-            .unwrap_or_else(|| "unknown model".to_owned());
-        Ok(windows::render_boot(&BootData {
-            agent: &agent,
-            model: &model,
-            first_window_id: &root,
-            current_window_id: window_id,
-            previous_window_id: Some(&previous),
-            reset_line: true,
-            notes: &notes,
-            checkpoint: Some(&checkpoint),
-        }))
+        Ok(render_boot_of(
+            caller, record, session, branch, window_id, &notes,
+        ))
     }
 
     fn commit(
@@ -487,4 +529,39 @@ impl<S: Store> Engine<S> {
         self.store.append(record.id, &batch, None)?;
         Ok(ids)
     }
+}
+
+/// The boot text of window `window_id` opened at the end of `branch`, given the notes as they
+/// are now (pure).
+fn render_boot_of(
+    caller: &Caller,
+    record: &SessionRecord,
+    session: &Session,
+    branch: &[usize],
+    window_id: &str,
+    notes: &NotesSnapshot,
+) -> String {
+    let root = windows::root_window_id(&record.key);
+    let previous = windows::current_window_id(session, branch, &record.key);
+    let checkpoint = windows::checkpoint(session, branch, &record.key, notes);
+    let agent = caller
+        .agent
+        .clone()
+        .or_else(|| session.meta.agent.map(|a| a.as_str().to_owned()))
+        .unwrap_or_else(|| "agent".to_owned());
+    let model = caller
+        .model
+        .clone()
+        .or_else(|| session.meta.model.clone())
+        .unwrap_or_else(|| "unknown model".to_owned());
+    windows::render_boot(&BootData {
+        agent: &agent,
+        model: &model,
+        first_window_id: &root,
+        current_window_id: window_id,
+        previous_window_id: Some(&previous),
+        reset_line: true,
+        notes,
+        checkpoint: Some(&checkpoint),
+    })
 }

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use ctxd_core::model::{Role, SessionMeta};
 use ctxd_core::view::ProjectionError;
 use ctxd_engine::{now_ms, Caller};
+use futures_util::StreamExt;
 use tracing::Instrument;
 
 use crate::api::Api;
@@ -121,6 +122,9 @@ fn is_json(headers: &HeaderMap) -> bool {
             essence.eq_ignore_ascii_case("application/json") || essence.ends_with("+json")
         })
 }
+
+/// How long a streamed response's headers wait for its first events (see `forward`).
+const FIRST_EVENT_WAIT: Duration = Duration::from_millis(20);
 
 /// What a request needs once planned.
 struct Planned {
@@ -429,8 +433,16 @@ async fn forward(
 
     if status.is_success() && is_sse {
         out_headers.remove(header::CONTENT_LENGTH);
-        let relay = Relay::new(api, resp.bytes_stream(), completion, waited);
-        let mut response = Response::new(Body::from_stream(relay));
+        let mut relay = Relay::new(api, resp.bytes_stream(), completion, waited);
+        // The headers go out with the first events when those follow at once (one write, one
+        // wake-up of the client instead of two); a provider slow to its first event gets its
+        // headers relayed alone after a moment.
+        let first = match tokio::time::timeout(FIRST_EVENT_WAIT, relay.next()).await {
+            Ok(Some(item)) => Some(item),
+            Ok(None) | Err(_) => None,
+        };
+        let body = futures_util::stream::iter(first).chain(relay);
+        let mut response = Response::new(Body::from_stream(body));
         *response.status_mut() = status;
         *response.headers_mut() = out_headers;
         return response;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use ctxd_core::model::{Entry, EntryId, EntryKind};
 use ctxd_engine::windows::TurnEnd;
 use ctxd_engine::{now_ms, Caller};
@@ -76,12 +76,22 @@ impl Completion {
     }
 
     /// Record `outcome`; `upstream` is the time spent waiting on the provider.
-    pub fn finish(mut self, outcome: Outcome, upstream: Duration) {
-        self.done = true;
-        self.record(outcome, upstream);
+    pub fn finish(self, outcome: Outcome, upstream: Duration) {
+        if let Some(work) = self.finish_later(outcome, upstream) {
+            work.spawn();
+        }
     }
 
-    fn record(&mut self, outcome: Outcome, upstream: Duration) {
+    /// [`Completion::finish`], with the log's work handed back to run later.
+    fn finish_later(mut self, outcome: Outcome, upstream: Duration) -> Option<TurnRecord> {
+        self.done = true;
+        self.settle(outcome, upstream)
+    }
+
+    /// Count the turn and make the session's next request wait for its outcome to reach the
+    /// log; the work of getting it there is returned, to run now or once the response's last
+    /// bytes are out ([`TurnRecord::spawn`]). `None` when nothing is recorded.
+    fn settle(&mut self, outcome: Outcome, upstream: Duration) -> Option<TurnRecord> {
         let route = self.api.route();
         let total = self.started.elapsed();
         let label = match &outcome {
@@ -98,66 +108,63 @@ impl Completion {
             .record((self.before_upstream + self.relaying).as_secs_f64());
         tracing::info!(
             outcome = label,
-            total_ms = total.as_millis() as u64,
+            total_us = total.as_micros() as u64,
+            upstream_us = upstream.as_micros() as u64,
             overhead_us = (self.before_upstream + self.relaying).as_micros() as u64,
             "turn over"
         );
         if matches!(outcome, Outcome::Failed) {
-            return;
+            return None;
         }
-        let app = self.app.clone();
-        let slot = self.slot.clone();
-        let caller = self.caller.clone();
-        let attach = self.attach.clone();
         // Until the outcome is in the log, the session's next request waits (see
         // `Slot::settled`), and shutdown waits too.
-        let ticket = Recording::start(&app, &slot);
-        // The turn boundary may read notes (a window's boot): off the async threads.
-        let task = tokio::task::spawn_blocking(move || {
+        Some(TurnRecord {
+            ticket: Recording::start(&self.app, &self.slot),
+            app: self.app.clone(),
+            slot: self.slot.clone(),
+            caller: self.caller.clone(),
+            attach: self.attach.clone(),
+            outcome,
+        })
+    }
+}
+
+/// A turn's outcome on its way into the log: the response's elements, then the turn boundary
+/// (budget reminder, a new window), queued for the store as one batch.
+struct TurnRecord {
+    ticket: Recording,
+    app: Arc<Gateway>,
+    slot: Arc<Slot>,
+    caller: Caller,
+    attach: Option<EntryId>,
+    outcome: Outcome,
+}
+
+impl TurnRecord {
+    /// Run on this worker once the current task yields (a spawned task waits in the worker's
+    /// LIFO slot: no thread is woken for it). The decision is CPU work over the indexed log;
+    /// the one I/O, the notes for a new window's boot, runs on a blocking thread.
+    fn spawn(self) {
+        let TurnRecord {
+            ticket,
+            app,
+            slot,
+            caller,
+            attach,
+            outcome,
+        } = self;
+        tokio::spawn(async move {
             let _ticket = ticket;
-            let mut state = slot.state.blocking_lock();
+            let mut state = slot.state.lock().await;
             if slot.stale.load(std::sync::atomic::Ordering::Acquire) {
                 return; // the next request reloads the session; its log is the truth
             }
             let Some(loaded) = state.as_mut() else { return };
-            let log = &mut loaded.log;
-            let stamp = Some(ctxd_core::windows::iso8601(now_ms()));
-            let mut batch: Vec<NewEntry> = Vec::new();
+            // The response and the boundary's drafts go to the store as one batch.
+            let mut batch = Vec::new();
             let end = match outcome {
                 Outcome::Response(assembled) => {
-                    let mut cur = attach.as_ref().and_then(|id| log.position(id));
-                    for el in assembled.elements {
-                        let h = hash::message(&el.message);
-                        log.remember_raw(hash::raw(&el.wire), h);
-                        if let Some(existing) = log.find_next(cur, &h) {
-                            cur = Some(existing);
-                            continue;
-                        }
-                        let entry = Entry {
-                            id: log.new_id(cur, "message", &h),
-                            parent: cur.and_then(|p| log.entry(p)).map(|e| e.id.clone()),
-                            timestamp: stamp.clone(),
-                            sidechain: false,
-                            kind: EntryKind::Message(el.message),
-                        };
-                        cur = Some(log.push(entry.clone()));
-                        batch.push(NewEntry {
-                            entry,
-                            raw: Some(el.wire),
-                        });
-                    }
-                    if batch.is_empty() {
-                        if let Some(p) = cur.filter(|&p| log.leaf() != Some(p)) {
-                            log.set_leaf(p);
-                            if let Some(id) = log.entry(p).map(|e| e.id.clone()) {
-                                app.writer.send(Job::SetLeaf {
-                                    session: loaded.record.id,
-                                    leaf: id,
-                                    stale: slot.stale.clone(),
-                                });
-                            }
-                        }
-                    }
+                    batch = append_response(&app, &slot, loaded, attach.as_ref(), assembled);
                     TurnEnd::Completed
                 }
                 Outcome::Overflow => TurnEnd::Overflow,
@@ -167,32 +174,51 @@ impl Completion {
             let counter = ctxd_tokens::CachingCounter::new(ctxd_tokens::Tokenizer::for_model(
                 caller.model.as_deref(),
             ));
-            let branch = log.branch();
-            match app.engine.plan_turn_end(
+            let now = now_ms();
+            let branch = loaded.log.branch();
+            let plan = ctxd_engine::Engine::<ctxd_store::SqliteStore>::decide_turn_end(
                 &caller,
-                &loaded.record,
-                &log.session,
+                &loaded.log.session,
                 &branch,
                 end,
                 None,
                 &counter,
-                now_ms(),
-            ) {
-                Ok((outcome, entries)) => {
-                    if let Some(kind) = outcome.reminder {
-                        metrics::counter!("ctxd_reminders_total", "kind" => kind).increment(1);
+                now,
+            );
+            let notes = if plan.needs_notes() {
+                let engine = app.engine.clone();
+                let c = caller.clone();
+                match tokio::task::spawn_blocking(move || engine.notes_snapshot(&c, now)).await {
+                    Ok(Ok(notes)) => Some(notes),
+                    Ok(Err(e)) => {
+                        tracing::error!(error = %e, "turn end: notes unreadable; no new window");
+                        None
                     }
-                    if let Some((window, cause)) = &outcome.reset {
-                        metrics::counter!("ctxd_windows_opened_total", "cause" => *cause)
-                            .increment(1);
-                        tracing::info!(window = %window, cause, "new context window");
-                    }
-                    for entry in entries {
-                        log.push(entry.clone());
-                        batch.push(NewEntry::new(entry));
+                    Err(e) => {
+                        tracing::error!(error = %e, "turn end: notes task failed; no new window");
+                        None
                     }
                 }
-                Err(e) => tracing::error!(error = %e, "turn end failed"),
+            } else {
+                None
+            };
+            let (outcome, entries) = plan.finish(
+                &caller,
+                &loaded.record,
+                &loaded.log.session,
+                &branch,
+                notes.as_ref(),
+            );
+            if let Some(kind) = outcome.reminder {
+                metrics::counter!("ctxd_reminders_total", "kind" => kind).increment(1);
+            }
+            if let Some((window, cause)) = &outcome.reset {
+                metrics::counter!("ctxd_windows_opened_total", "cause" => *cause).increment(1);
+                tracing::info!(window = %window, cause, "new context window");
+            }
+            for entry in entries {
+                loaded.log.push(entry.clone());
+                batch.push(NewEntry::new(entry));
             }
             if !batch.is_empty() {
                 app.writer.send(Job::Append {
@@ -202,8 +228,56 @@ impl Completion {
                 });
             }
         });
-        drop(task);
     }
+}
+
+/// The response's elements into the log under `attach` (those already there are found, not
+/// appended again): the entries for the store, or, when all were there, the leaf moved (queued
+/// at once).
+fn append_response(
+    app: &Gateway,
+    slot: &Slot,
+    loaded: &mut crate::sessions::Loaded,
+    attach: Option<&EntryId>,
+    assembled: Assembled,
+) -> Vec<NewEntry> {
+    let log = &mut loaded.log;
+    let stamp = Some(ctxd_core::windows::iso8601(now_ms()));
+    let mut batch: Vec<NewEntry> = Vec::new();
+    let mut cur = attach.and_then(|id| log.position(id));
+    for el in assembled.elements {
+        let h = hash::message(&el.message);
+        log.remember_raw(hash::raw(&el.wire), h);
+        if let Some(existing) = log.find_next(cur, &h) {
+            cur = Some(existing);
+            continue;
+        }
+        let entry = Entry {
+            id: log.new_id(cur, "message", &h),
+            parent: cur.and_then(|p| log.entry(p)).map(|e| e.id.clone()),
+            timestamp: stamp.clone(),
+            sidechain: false,
+            kind: EntryKind::Message(el.message),
+        };
+        cur = Some(log.push(entry.clone()));
+        batch.push(NewEntry {
+            entry,
+            raw: Some(el.wire),
+        });
+    }
+    if batch.is_empty() {
+        if let Some(p) = cur.filter(|&p| log.leaf() != Some(p)) {
+            log.set_leaf(p);
+            if let Some(id) = log.entry(p).map(|e| e.id.clone()) {
+                app.writer.send(Job::SetLeaf {
+                    session: loaded.record.id,
+                    leaf: id,
+                    stale: slot.stale.clone(),
+                });
+            }
+        }
+    }
+    batch
 }
 
 /// A response being recorded: counted on its session and on the gateway while it lasts.
@@ -235,7 +309,9 @@ impl Drop for Completion {
     fn drop(&mut self) {
         if !self.done {
             self.done = true;
-            self.record(Outcome::Aborted, Duration::ZERO);
+            if let Some(work) = self.settle(Outcome::Aborted, Duration::ZERO) {
+                work.spawn();
+            }
         }
     }
 }
@@ -249,10 +325,20 @@ pub struct Relay {
     parser: SseParser,
     assembler: Option<Assembler>,
     completion: Option<Completion>,
+    /// The complete response's way into the log, run once the stream's last bytes are out:
+    /// the client must not wait for it (its next request waits instead, see [`Slot::settled`]).
+    recording: Option<TurnRecord>,
     api: Api,
     /// Time to the upstream's response headers, then every wait for a chunk is added.
     upstream: Duration,
     waiting_since: Instant,
+    /// The upstream's end (`None`) or failure, seen while gathering chunks, handled on the
+    /// next poll once what came before it is out.
+    closing: Option<Option<reqwest::Error>>,
+    /// Chunks gathered, not yet sent (see `poll_next`).
+    held: Option<BytesMut>,
+    /// Yields in a row that brought no new chunk.
+    idle_yields: u32,
     ended: bool,
 }
 
@@ -268,9 +354,13 @@ impl Relay {
             parser: SseParser::new(),
             assembler: Some(Assembler::new(api.stream_api())),
             completion: Some(completion),
+            recording: None,
             api,
             upstream,
             waiting_since: Instant::now(),
+            closing: None,
+            held: None,
+            idle_yields: 0,
             ended: false,
         }
     }
@@ -282,93 +372,148 @@ impl Relay {
     }
 }
 
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Some(work) = self.recording.take() {
+            work.spawn();
+        }
+    }
+}
+
+/// At most this many bytes of chunks already at hand go to the client as one chunk.
+const COALESCE: usize = 64 * 1024;
+/// Yields without a new chunk before what is gathered goes out.
+const GATHER_YIELDS: u32 = 3;
+
+impl Relay {
+    /// A chunk from upstream: the assembler reads it; a complete response is settled (counted,
+    /// and the session's next request made to wait for it) before the client sees its end.
+    fn observe(&mut self, chunk: &Bytes, since: Instant) {
+        let complete = match self.assembler.as_mut() {
+            Some(a) => {
+                for ev in self.parser.feed(chunk) {
+                    a.push(&ev);
+                }
+                a.is_complete()
+            }
+            None => false,
+        };
+        if !complete {
+            return;
+        }
+        let outcome = match self.assembler.take().map(Assembler::finish) {
+            Some(Ok(assembled)) => Outcome::Response(assembled),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "response not recorded");
+                Outcome::Failed
+            }
+            None => Outcome::Failed,
+        };
+        if let Some(mut c) = self.completion.take() {
+            c.relaying += since.elapsed();
+            self.recording = c.finish_later(outcome, self.upstream);
+        }
+    }
+
+    /// The upstream stream ended (`None`) or failed: what the client gets last.
+    fn close(&mut self, end: Option<reqwest::Error>) -> Option<Bytes> {
+        self.ended = true;
+        if let Some(work) = self.recording.take() {
+            work.spawn();
+        }
+        if let Some(e) = end {
+            // The response was complete: a broken tail changes nothing.
+            self.completion.as_ref()?;
+            tracing::warn!(error = %e, "upstream stream failed");
+            self.end(Outcome::Failed);
+            return Some(Bytes::from(
+                self.api
+                    .sse_error_event(&format!("ctxd: upstream stream failed: {e}")),
+            ));
+        }
+        let mut assembler = self.assembler.take();
+        if let (Some(a), Some(ev)) = (assembler.as_mut(), self.parser.finish()) {
+            a.push(&ev);
+        }
+        match assembler.map(Assembler::finish) {
+            Some(Ok(assembled)) => {
+                self.end(Outcome::Response(assembled));
+                None
+            }
+            Some(Err(StreamError::Truncated)) => {
+                tracing::warn!("upstream stream ended before it completed");
+                self.end(Outcome::Failed);
+                Some(Bytes::from(self.api.sse_error_event(
+                    "ctxd: the upstream response ended before it completed",
+                )))
+            }
+            Some(Err(e)) => {
+                // The provider's own error event already reached the client.
+                tracing::warn!(error = %e, "response not recorded");
+                self.end(Outcome::Failed);
+                None
+            }
+            None => None,
+        }
+    }
+}
+
 impl Stream for Relay {
     type Item = Result<Bytes, std::io::Error>;
 
+    /// Every chunk the upstream has ready goes out as one (up to [`COALESCE`] bytes). The
+    /// upstream connection hands its body over a chunk at a time (one SSE event each), so
+    /// after a chunk this task yields once to let it hand over what it already holds: a burst
+    /// of events reaches the client as one write, not one write (and one client wake-up) per
+    /// event. A live stream's lone event waits one scheduler round, microseconds.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
         if this.ended {
             return Poll::Ready(None);
         }
-        let polled = this.inner.as_mut().poll_next(cx);
-        let Poll::Ready(item) = polled else {
-            return Poll::Pending;
-        };
-        this.upstream += this.waiting_since.elapsed();
-        let busy = Instant::now();
-        let out = match item {
-            Some(Ok(chunk)) => {
-                let complete = match this.assembler.as_mut() {
-                    Some(a) => {
-                        for ev in this.parser.feed(&chunk) {
-                            a.push(&ev);
-                        }
-                        a.is_complete()
-                    }
-                    None => false,
-                };
-                if complete {
-                    // Record before the client sees the terminal event: its next request may
-                    // follow at once and must find this response in the log.
-                    if let Some(c) = this.completion.as_mut() {
-                        c.relaying += busy.elapsed();
-                    }
-                    let outcome = match this.assembler.take().map(Assembler::finish) {
-                        Some(Ok(assembled)) => Outcome::Response(assembled),
-                        Some(Err(e)) => {
-                            tracing::warn!(error = %e, "response not recorded");
-                            Outcome::Failed
-                        }
-                        None => Outcome::Failed,
-                    };
-                    this.end(outcome);
+        let mut out = this.held.take();
+        let mut fresh = false;
+        while this.closing.is_none() && out.as_ref().map_or(0, BytesMut::len) < COALESCE {
+            let Poll::Ready(item) = this.inner.as_mut().poll_next(cx) else {
+                break;
+            };
+            this.upstream += this.waiting_since.elapsed();
+            let started = Instant::now();
+            match item {
+                Some(Ok(chunk)) => {
+                    this.observe(&chunk, started);
+                    out.get_or_insert_with(BytesMut::new)
+                        .extend_from_slice(&chunk);
+                    fresh = true;
                 }
-                Some(Ok(chunk))
+                Some(Err(e)) => this.closing = Some(Some(e)),
+                None => this.closing = Some(None),
             }
-            Some(Err(e)) => {
-                this.ended = true;
-                if this.completion.is_some() {
-                    tracing::warn!(error = %e, "upstream stream failed");
-                    this.end(Outcome::Failed);
-                    Some(Ok(Bytes::from(this.api.sse_error_event(&format!(
-                        "ctxd: upstream stream failed: {e}"
-                    )))))
-                } else {
-                    None // the response was complete; a broken tail changes nothing
-                }
+            if let Some(c) = this.completion.as_mut() {
+                c.relaying += started.elapsed();
             }
-            None => {
-                this.ended = true;
-                let mut assembler = this.assembler.take();
-                if let (Some(a), Some(ev)) = (assembler.as_mut(), this.parser.finish()) {
-                    a.push(&ev);
-                }
-                match assembler.map(Assembler::finish) {
-                    Some(Ok(assembled)) => {
-                        this.end(Outcome::Response(assembled));
-                        None
-                    }
-                    Some(Err(StreamError::Truncated)) => {
-                        tracing::warn!("upstream stream ended before it completed");
-                        this.end(Outcome::Failed);
-                        Some(Ok(Bytes::from(this.api.sse_error_event(
-                            "ctxd: the upstream response ended before it completed",
-                        ))))
-                    }
-                    Some(Err(e)) => {
-                        // The provider's own error event already reached the client.
-                        tracing::warn!(error = %e, "response not recorded");
-                        this.end(Outcome::Failed);
-                        None
-                    }
-                    None => None,
-                }
-            }
-        };
-        if let Some(c) = this.completion.as_mut() {
-            c.relaying += busy.elapsed();
+            this.waiting_since = Instant::now();
         }
-        this.waiting_since = Instant::now();
-        Poll::Ready(out)
+        if fresh {
+            this.idle_yields = 0;
+        }
+        match out {
+            Some(bytes)
+                if this.idle_yields < GATHER_YIELDS
+                    && this.closing.is_none()
+                    && bytes.len() < COALESCE =>
+            {
+                // More may be handed over at once: yield, then send all there is.
+                this.idle_yields += 1;
+                this.held = Some(bytes);
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            Some(bytes) => Poll::Ready(Some(Ok(bytes.freeze()))),
+            None => match this.closing.take() {
+                Some(end) => Poll::Ready(this.close(end).map(Ok)),
+                None => Poll::Pending,
+            },
+        }
     }
 }
