@@ -33,6 +33,10 @@ pub struct ServeArgs {
     /// Seconds to wait for the provider's response headers, then between two chunks [default: 600].
     #[arg(long, env = "CTXD_READ_TIMEOUT", value_name = "SECS")]
     pub read_timeout: Option<u64>,
+    /// Threads serving requests [default: 1] (the store writer has its own). One keeps tail
+    /// latency lowest; raise it for many busy agents at once.
+    #[arg(long, env = "CTXD_WORKERS", value_name = "N")]
+    pub workers: Option<usize>,
     /// Log lines as JSON objects instead of text.
     #[arg(long)]
     pub log_json: bool,
@@ -65,10 +69,14 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if let Some(s) = args.read_timeout {
         settings.read_timeout = Duration::from_secs(s);
     }
+    if let Some(n) = args.workers {
+        settings.workers = n;
+    }
     settings.validate().map_err(anyhow::Error::msg)?;
     init_logging(args.log_json);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(settings.workers)
         .enable_all()
         .thread_name("ctxd-serve")
         .build()

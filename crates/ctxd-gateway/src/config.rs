@@ -23,6 +23,12 @@ pub struct Settings {
     pub read_timeout: Duration,
     /// Sessions kept indexed in memory (least recently used beyond this are dropped).
     pub cached_sessions: usize,
+    /// Threads serving requests. One by default: a request costs the gateway well under a
+    /// millisecond of CPU (about one at 1 MB bodies), and on few cores every hand-off between
+    /// two workers (waking a parked one) costs more tail latency than the parallelism brings
+    /// (measured: docs/benchmarks.md). Raise it for a gateway serving many busy agents at once.
+    /// The store's writer and blocking reads have threads of their own.
+    pub workers: usize,
 }
 
 impl Settings {
@@ -36,6 +42,7 @@ impl Settings {
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(600),
             cached_sessions: 256,
+            workers: 1,
         }
     }
 
@@ -71,11 +78,17 @@ impl Settings {
         if let Some(n) = file.cached_sessions {
             self.cached_sessions = n.max(1);
         }
+        if let Some(n) = file.workers {
+            self.workers = n;
+        }
         Ok(())
     }
 
-    /// Check the upstream URLs (trailing slashes removed).
+    /// Check the upstream URLs (trailing slashes removed) and the worker count.
     pub fn validate(&mut self) -> Result<(), String> {
+        if !(1..=1024).contains(&self.workers) {
+            return Err(format!("--workers {} must be 1 to 1024", self.workers));
+        }
         for (name, url) in [
             ("upstream-anthropic", &mut self.upstream_anthropic),
             ("upstream-openai", &mut self.upstream_openai),
@@ -106,6 +119,7 @@ struct FileSettings {
     connect_timeout_secs: Option<u64>,
     read_timeout_secs: Option<u64>,
     cached_sessions: Option<usize>,
+    workers: Option<usize>,
 }
 
 #[cfg(test)]
@@ -119,7 +133,7 @@ mod tests {
         let path = dir.path().join("ctxd.toml");
         std::fs::write(
             &path,
-            "listen = \"127.0.0.1:9999\"\nupstream-openai = \"http://127.0.0.1:1/\"\nread-timeout-secs = 5\n",
+            "listen = \"127.0.0.1:9999\"\nupstream-openai = \"http://127.0.0.1:1/\"\nread-timeout-secs = 5\nworkers = 3\n",
         )
         .unwrap();
         let mut s = Settings::new("x.db".into());
@@ -128,6 +142,10 @@ mod tests {
         assert_eq!(s.listen.port(), 9999);
         assert_eq!(s.upstream_openai, "http://127.0.0.1:1");
         assert_eq!(s.read_timeout, Duration::from_secs(5));
+        assert_eq!(s.workers, 3);
+        s.workers = 0;
+        assert!(s.validate().unwrap_err().contains("workers"));
+        s.workers = 1;
         std::fs::write(&path, "lisen = \"x\"\n").unwrap();
         assert!(s.apply_file(&path).unwrap_err().contains("lisen"));
         s.upstream_anthropic = "ftp://x".into();
