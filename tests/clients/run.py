@@ -40,9 +40,8 @@ FINAL = "done"
 # (case, check) -> why it is expected to fail: a known gateway gap, reported, not hidden. A check
 # listed here that passes is reported as XPASS (remove the entry).
 EXPECTED_FAILURES = {
-    # Pi's anthropic-messages provider sends no session hint and the plain Anthropic JS SDK user
-    # agent, so the gateway cannot tell it from any SDK client.
-    ("pi-mock-anthropic", "store session"): "Pi's Anthropic requests carry no Pi marker: agent 'api'",
+    # None at present. (Pi's anthropic-messages provider, which sends no session hint and the
+    # stock Anthropic JS SDK user agent, is now recognised by its system prompt.)
 }
 
 

@@ -380,9 +380,10 @@ impl<S: Store> Engine<S> {
         now_ms: i64,
     ) -> Result<(TurnEndOutcome, Vec<Entry>), EngineError> {
         let plan = Self::decide_turn_end(caller, session, branch, end, policy, counter, now_ms);
-        let notes = match plan.needs_notes() {
-            true => Some(self.notes_snapshot(caller, now_ms)?),
-            false => None,
+        let notes = if plan.needs_notes() {
+            Some(self.notes_snapshot(caller, now_ms)?)
+        } else {
+            None
         };
         Ok(plan.finish(caller, record, session, branch, notes.as_ref()))
     }

@@ -209,7 +209,7 @@ async fn prepare(
             .map(|m| hash::message(&m));
         (req.system(&decoded), first)
     });
-    let (agent, agent_name) = identity::agent(headers, source);
+    let (agent, agent_name) = identity::agent(headers, source, req.system_bytes(&decoded));
     let caller = Caller {
         tenant: tenant.clone(),
         session: None,

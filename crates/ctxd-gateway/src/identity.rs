@@ -84,8 +84,20 @@ pub fn session_key(
     )
 }
 
-/// The agent behind a request: `x-ctxd-agent`, else the user agent, else the session hint.
-pub fn agent(headers: &HeaderMap, source: KeySource) -> (Option<Agent>, String) {
+/// Pi's own system prompt opens with this; on its Anthropic provider nothing else tells Pi from
+/// any client of the Anthropic JS SDK (no session hint, the SDK's stock user agent).
+const PI_SYSTEM_MARK: &[u8] = b"operating inside pi, a coding agent harness";
+
+/// How far into the system prompt's bytes the marks are looked for.
+const SYSTEM_MARK_SPAN: usize = 512;
+
+/// The agent behind a request: `x-ctxd-agent`, else the user agent, else the session hint,
+/// else (a JS SDK client) the opening of its system prompt (`system`: its raw JSON bytes).
+pub fn agent(
+    headers: &HeaderMap,
+    source: KeySource,
+    system: Option<&[u8]>,
+) -> (Option<Agent>, String) {
     if let Some(name) = header(headers, "x-ctxd-agent") {
         return (None, name.to_owned());
     }
@@ -99,8 +111,13 @@ pub fn agent(headers: &HeaderMap, source: KeySource) -> (Option<Agent>, String) 
         return (Some(Agent::Codex), "codex".into());
     }
     // Pi talks through the official JS SDKs and names its session in these hints.
-    if matches!(source, KeySource::PiHeader | KeySource::PromptCacheKey) && ua.contains("/JS ") {
-        return (Some(Agent::Pi), "pi".into());
+    if ua.contains("/JS ") {
+        let opening = system.map(|s| &s[..s.len().min(SYSTEM_MARK_SPAN)]);
+        if matches!(source, KeySource::PiHeader | KeySource::PromptCacheKey)
+            || opening.is_some_and(|o| memchr::memmem::find(o, PI_SYSTEM_MARK).is_some())
+        {
+            return (Some(Agent::Pi), "pi".into());
+        }
     }
     (Some(Agent::Api), "sdk".into())
 }
@@ -168,15 +185,33 @@ mod tests {
             "user-agent",
             HeaderValue::from_static("claude-cli/2.1.197 (external, sdk-cli)"),
         );
-        assert_eq!(agent(&h, KeySource::ClaudeCode).1, "claude-code");
+        assert_eq!(agent(&h, KeySource::ClaudeCode, None).1, "claude-code");
         h.insert(
             "user-agent",
             HeaderValue::from_static("codex_exec/0.171.0 (Debian)"),
         );
-        assert_eq!(agent(&h, KeySource::Codex).1, "codex");
+        assert_eq!(agent(&h, KeySource::Codex, None).1, "codex");
         h.insert("user-agent", HeaderValue::from_static("OpenAI/JS 6.26.0"));
-        assert_eq!(agent(&h, KeySource::PiHeader).1, "pi");
+        assert_eq!(agent(&h, KeySource::PiHeader, None).1, "pi");
         h.insert("user-agent", HeaderValue::from_static("OpenAI/Python 1.99"));
-        assert_eq!(agent(&h, KeySource::Fingerprint).1, "sdk");
+        assert_eq!(agent(&h, KeySource::Fingerprint, None).1, "sdk");
+        // Pi on its Anthropic provider: the stock SDK user agent, no hint; its system prompt.
+        let pi = br#"[{"type":"text","text":"You are an expert coding assistant operating inside pi, a coding agent harness. You help"#;
+        h.insert(
+            "user-agent",
+            HeaderValue::from_static("Anthropic/JS 0.91.1"),
+        );
+        assert_eq!(agent(&h, KeySource::Fingerprint, Some(pi)).1, "pi");
+        assert_eq!(
+            agent(&h, KeySource::Fingerprint, Some(b"\"You are helpful\"")).1,
+            "sdk"
+        );
+        assert_eq!(agent(&h, KeySource::Fingerprint, None).1, "sdk");
+        // Only JS SDK clients are read this way (a Python script quoting Pi's prompt is an SDK).
+        h.insert(
+            "user-agent",
+            HeaderValue::from_static("Anthropic/Python 0.60"),
+        );
+        assert_eq!(agent(&h, KeySource::Fingerprint, Some(pi)).1, "sdk");
     }
 }

@@ -398,6 +398,11 @@ impl ParsedRequest {
         })
     }
 
+    /// The system prompt's raw JSON bytes (Anthropic `system`, Responses `instructions`).
+    pub fn system_bytes<'a>(&self, body: &'a [u8]) -> Option<&'a [u8]> {
+        body.get(self.system_raw.as_ref()?.0.clone())
+    }
+
     /// The system prompt's text, when the request has one.
     pub fn system(&self, body: &[u8]) -> Option<String> {
         let (range, _) = self.system_raw.as_ref()?;
