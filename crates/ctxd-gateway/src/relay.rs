@@ -463,9 +463,10 @@ impl Stream for Relay {
 
     /// Every chunk the upstream has ready goes out as one (up to [`COALESCE`] bytes). The
     /// upstream connection hands its body over a chunk at a time (one SSE event each), so
-    /// after a chunk this task yields once to let it hand over what it already holds: a burst
-    /// of events reaches the client as one write, not one write (and one client wake-up) per
-    /// event. A live stream's lone event waits one scheduler round, microseconds.
+    /// after a chunk this task yields (up to [`GATHER_YIELDS`] times in a row without a new
+    /// one) to let it hand over what it already holds: a burst of events reaches the client as
+    /// one write, not one write (and one client wake-up) per event. A live stream's lone event
+    /// waits those few scheduler rounds, microseconds.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
         if this.ended {
