@@ -86,8 +86,45 @@ def write(target, data):
         f.write(data)
 
 
-def main():
+# The gateway targets' first byte picks the API (see fuzz_targets/gateway_*.rs).
+API_OF_PATH = {"/v1/messages": 0, "/v1/chat/completions": 1, "/v1/responses": 2}
+
+
+def gateway_seeds():
+    """Request bodies the real clients sent (shared/clients/captured), shrunk: for
+    gateway_request the body; for gateway_parse_after two consecutive bodies of one capture
+    laid out as that target reads them (the second sharing the first's prefix)."""
+    captured = os.path.join(SHARED, "clients", "captured")
+    if not os.path.isdir(captured):
+        print(f"skipping missing {captured}", file=sys.stderr)
+        return 0
     count = 0
+    for fname in sorted(os.listdir(captured)):
+        prev = {}
+        for line in open(os.path.join(captured, fname), encoding="utf-8", errors="replace"):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            api = API_OF_PATH.get((rec.get("path") or "").split("?")[0])
+            if api is None or not isinstance(rec.get("body"), dict):
+                continue
+            body = dumps(shrink(rec["body"])).encode()
+            write("gateway_request", body)
+            before = prev.get(api)
+            if before is not None and len(before) < 65536:
+                keep = 0
+                while keep < min(len(before), len(body)) and before[keep] == body[keep]:
+                    keep += 1
+                head = bytes([api]) + keep.to_bytes(2, "little") + len(before).to_bytes(2, "little")
+                write("gateway_parse_after", head + before + body[keep:])
+            prev[api] = body
+            count += 1
+    return count
+
+
+def main():
+    count = gateway_seeds()
     for src in SOURCES:
         if not os.path.isdir(src):
             print(f"skipping missing {src}", file=sys.stderr)

@@ -25,7 +25,9 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(parts) = upstream_parts(&log, &plan) {
             let parts = parts.unwrap_or_else(|| (0..req.elements.len()).map(Part::Client).collect());
             let out = splice(&req, data, &parts);
-            assert!(serde_json::from_slice::<serde_json::Value>(&out).is_ok());
+            // Valid JSON text (UTF-8, syntax): a raw value checks both without a number's range
+            // (`8e478` is JSON, and passes through, though no f64 holds it).
+            assert!(serde_json::from_slice::<&serde_json::value::RawValue>(&out).is_ok());
         }
     }
 });

@@ -22,6 +22,18 @@ pub enum RequestError {
     NotObject,
     #[error("`{0}` must be an array")]
     NotArray(&'static str),
+    #[error("request body is not valid JSON: invalid UTF-8 at byte {0}")]
+    Utf8(usize),
+}
+
+/// Fail on invalid UTF-8 in `bytes` (at `offset` in the body). serde checks the strings it
+/// reads or keeps raw, but not those of fields it skips (a top-level field the gateway does
+/// not know), and JSON is UTF-8: a body with such bytes is malformed, answered 400 here rather
+/// than passed on.
+fn check_utf8(bytes: &[u8], offset: usize) -> Result<(), RequestError> {
+    std::str::from_utf8(bytes)
+        .map(|_| ())
+        .map_err(|e| RequestError::Utf8(offset + e.valid_up_to()))
 }
 
 /// One element of the conversation array.
@@ -299,6 +311,8 @@ impl ParsedRequest {
         outline.extend_from_slice(b"[]");
         outline.extend_from_slice(tail);
         let top: FastTop<'_> = serde_json::from_slice(&outline).ok()?;
+        // Fields serde skips are not checked by it (see `check_utf8`); `parse` names the error.
+        std::str::from_utf8(&outline).ok()?;
         let conversation = match api {
             Api::Anthropic | Api::Chat => &top.messages,
             Api::Responses => &top.input,
@@ -384,6 +398,15 @@ impl ParsedRequest {
             Api::Chat => None,
         };
         let tools_raw = located(top.tools);
+        // The conversation's elements were checked as raw values; the rest may hold skipped
+        // fields.
+        match &array {
+            Some(a) => {
+                check_utf8(&body[..a.start], 0)?;
+                check_utf8(&body[a.end..], a.end)?;
+            }
+            None => check_utf8(body, 0)?,
+        }
         Ok(ParsedRequest {
             api,
             array,
@@ -562,5 +585,41 @@ mod tests {
             RequestError::NotArray("messages")
         ));
         assert!(ParsedRequest::parse(Api::Chat, b"").is_err());
+    }
+
+    /// Found by the `gateway_request` fuzz target: invalid UTF-8 in a field serde skips.
+    #[test]
+    fn invalid_utf8_anywhere_is_malformed_json() {
+        let prev_body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"x":"ok"}"#;
+        let mut bad = prev_body.to_vec();
+        let at = bad.len() - 3;
+        bad[at] = 0xd9; // in "x"'s value, a field the gateway skips
+        for api in [Api::Anthropic, Api::Chat] {
+            assert!(matches!(
+                ParsedRequest::parse(api, &bad).unwrap_err(),
+                RequestError::Utf8(n) if n == at
+            ));
+            // Resumed from a previous request, the same error.
+            let prev = PrevRequest {
+                body: bytes::Bytes::from_static(prev_body),
+                parsed: ParsedRequest::parse(api, prev_body).unwrap(),
+            };
+            assert!(matches!(
+                ParsedRequest::parse_after(api, &bad, Some(&prev)).unwrap_err(),
+                RequestError::Utf8(_)
+            ));
+            // Before the conversation array too.
+            let mut before = br#"{"x":"ok","messages":[]}"#.to_vec();
+            before[6] = 0xff;
+            assert!(matches!(
+                ParsedRequest::parse(api, &before).unwrap_err(),
+                RequestError::Utf8(6)
+            ));
+        }
+        // A Responses `input` string: no array, the whole body checked.
+        let mut s = br#"{"input":"hi","x":"ok"}"#.to_vec();
+        let at = s.len() - 3;
+        s[at] = 0xc3;
+        assert!(ParsedRequest::parse(Api::Responses, &s).is_err());
     }
 }
