@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
         if let Ok(seed) = ParsedRequest::parse(api, SEED) {
             plan_request(&mut log, &seed, SEED, "t");
         }
-        let Ok(req) = ParsedRequest::parse(api, data) else {
+        let Ok(req) = ParsedRequest::parse_after(api, data, None) else {
             continue;
         };
         let plan = plan_request(&mut log, &req, data, "t");

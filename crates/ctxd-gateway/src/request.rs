@@ -26,10 +26,7 @@ pub enum RequestError {
     Utf8(usize),
 }
 
-/// Fail on invalid UTF-8 in `bytes` (at `offset` in the body). serde checks the strings it
-/// reads or keeps raw, but not those of fields it skips (a top-level field the gateway does
-/// not know), and JSON is UTF-8: a body with such bytes is malformed, answered 400 here rather
-/// than passed on.
+/// Fail on invalid UTF-8 in `bytes` (at `offset` in the body).
 fn check_utf8(bytes: &[u8], offset: usize) -> Result<(), RequestError> {
     std::str::from_utf8(bytes)
         .map(|_| ())
@@ -258,10 +255,26 @@ impl ParsedRequest {
         body: &[u8],
         prev: Option<&PrevRequest>,
     ) -> Result<Self, RequestError> {
-        if let Some(resumed) = prev.and_then(|p| Self::resume(api, body, p)) {
-            return Ok(resumed);
+        let parsed = match prev.and_then(|p| Self::resume(api, body, p)) {
+            Some(resumed) => resumed,
+            None => Self::parse(api, body)?,
+        };
+        parsed.check_skipped_fields(body)?;
+        Ok(parsed)
+    }
+
+    /// serde checks the strings it reads or keeps raw (the conversation's elements, the system
+    /// prompt, the tools), but not those of fields it skips (a top-level field the gateway does
+    /// not know), and JSON is UTF-8: a body with invalid bytes there is malformed, answered 400
+    /// rather than passed on. Only the bytes around the conversation array are read again.
+    pub fn check_skipped_fields(&self, body: &[u8]) -> Result<(), RequestError> {
+        match &self.array {
+            Some(a) => {
+                check_utf8(&body[..a.start], 0)?;
+                check_utf8(&body[a.end..], a.end)
+            }
+            None => check_utf8(body, 0),
         }
-        Self::parse(api, body)
     }
 
     fn resume(api: Api, body: &[u8], prev: &PrevRequest) -> Option<Self> {
@@ -311,8 +324,6 @@ impl ParsedRequest {
         outline.extend_from_slice(b"[]");
         outline.extend_from_slice(tail);
         let top: FastTop<'_> = serde_json::from_slice(&outline).ok()?;
-        // Fields serde skips are not checked by it (see `check_utf8`); `parse` names the error.
-        std::str::from_utf8(&outline).ok()?;
         let conversation = match api {
             Api::Anthropic | Api::Chat => &top.messages,
             Api::Responses => &top.input,
@@ -398,15 +409,6 @@ impl ParsedRequest {
             Api::Chat => None,
         };
         let tools_raw = located(top.tools);
-        // The conversation's elements were checked as raw values; the rest may hold skipped
-        // fields.
-        match &array {
-            Some(a) => {
-                check_utf8(&body[..a.start], 0)?;
-                check_utf8(&body[a.end..], a.end)?;
-            }
-            None => check_utf8(body, 0)?,
-        }
         Ok(ParsedRequest {
             api,
             array,
@@ -596,7 +598,7 @@ mod tests {
         bad[at] = 0xd9; // in "x"'s value, a field the gateway skips
         for api in [Api::Anthropic, Api::Chat] {
             assert!(matches!(
-                ParsedRequest::parse(api, &bad).unwrap_err(),
+                ParsedRequest::parse_after(api, &bad, None).unwrap_err(),
                 RequestError::Utf8(n) if n == at
             ));
             // Resumed from a previous request, the same error.
@@ -612,7 +614,7 @@ mod tests {
             let mut before = br#"{"x":"ok","messages":[]}"#.to_vec();
             before[6] = 0xff;
             assert!(matches!(
-                ParsedRequest::parse(api, &before).unwrap_err(),
+                ParsedRequest::parse_after(api, &before, None).unwrap_err(),
                 RequestError::Utf8(6)
             ));
         }
@@ -620,6 +622,6 @@ mod tests {
         let mut s = br#"{"input":"hi","x":"ok"}"#.to_vec();
         let at = s.len() - 3;
         s[at] = 0xc3;
-        assert!(ParsedRequest::parse(Api::Responses, &s).is_err());
+        assert!(ParsedRequest::parse_after(Api::Responses, &s, None).is_err());
     }
 }

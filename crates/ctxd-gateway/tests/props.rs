@@ -197,7 +197,7 @@ proptest! {
             return Ok(()); // duplicate fields in the generated prefix: not a previous request
         };
         let prev = PrevRequest { body: prev_body.clone().into(), parsed: prev };
-        let fresh = ParsedRequest::parse(api, &next_body);
+        let fresh = ParsedRequest::parse_after(api, &next_body, None);
         let resumed = ParsedRequest::parse_after(api, &next_body, Some(&prev));
         match (fresh, resumed) {
             (Ok(f), Ok(r)) => prop_assert_eq!(f, r),
