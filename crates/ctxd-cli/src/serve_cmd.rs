@@ -37,9 +37,39 @@ pub struct ServeArgs {
     /// latency lowest; raise it for many busy agents at once.
     #[arg(long, env = "CTXD_WORKERS", value_name = "N")]
     pub workers: Option<usize>,
+    /// Record only: every request goes upstream as the client sent it; conversations are still
+    /// stored and reported, nothing is injected, no window is reset.
+    #[arg(long, env = "CTXD_RECORD_ONLY")]
+    pub record_only: bool,
+    /// Tokens kept free in a window: at this many left it resets [default: 16384, scaled down
+    /// with the other two lines when they do not fit in half of a small model's window].
+    #[arg(long, env = "CTXD_RESERVE", value_name = "TOKENS")]
+    pub reserve: Option<u64>,
+    /// The early reminder fires at reserve + this many tokens left [default: 24576].
+    #[arg(long, env = "CTXD_REMINDER_MARGIN", value_name = "TOKENS")]
+    pub reminder_margin: Option<u64>,
+    /// The final warning fires at reserve + this many tokens left [default: 12288].
+    #[arg(long, env = "CTXD_WARNING_RUNWAY", value_name = "TOKENS")]
+    pub warning_runway: Option<u64>,
+    /// No budget reminders for any agent (config: `reminders = false`, or per agent in
+    /// `[agents.NAME]`).
+    #[arg(long, env = "CTXD_NO_REMINDERS")]
+    pub no_reminders: bool,
+    /// No threshold resets or overflow recovery for any agent (config: `resets = false`, or per
+    /// agent in `[agents.NAME]`).
+    #[arg(long, env = "CTXD_NO_RESETS")]
+    pub no_resets: bool,
+    /// The context window of models whose name starts with MODEL, over ctxd's table
+    /// (repeatable; config: a `[model-windows]` table).
+    #[arg(long = "model-window", value_name = "MODEL=TOKENS", value_parser = parse_model_window)]
+    pub model_windows: Vec<(String, u64)>,
     /// Log lines as JSON objects instead of text.
     #[arg(long)]
     pub log_json: bool,
+}
+
+fn parse_model_window(spec: &str) -> Result<(String, u64), String> {
+    ctxd_gateway::config::parse_model_window(spec)
 }
 
 pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
@@ -72,6 +102,24 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if let Some(n) = args.workers {
         settings.workers = n;
     }
+    let m = &mut settings.management;
+    m.record_only |= args.record_only;
+    if let Some(n) = args.reserve {
+        m.thresholds.reserve = n;
+    }
+    if let Some(n) = args.reminder_margin {
+        m.thresholds.reminder_margin = n;
+    }
+    if let Some(n) = args.warning_runway {
+        m.thresholds.warning_runway = n;
+    }
+    if args.no_reminders {
+        m.mechanisms.reminders = false;
+    }
+    if args.no_resets {
+        m.mechanisms.resets = false;
+    }
+    m.model_windows.extend(args.model_windows.iter().cloned());
     settings.validate().map_err(anyhow::Error::msg)?;
     init_logging(args.log_json);
 

@@ -7,6 +7,7 @@
 //! the read of "already written" stops at the window's marker, so nothing carries over.
 
 use crate::model::{EntryKind, Message, Role, Session};
+use crate::offered::{ModelTools, RESET_TOOL};
 use crate::tokens::{blocks_tokens, tool_def_tokens, TokenCounter};
 use crate::view::{project_checked, ItemKind};
 use crate::windows::latest_marker;
@@ -23,10 +24,15 @@ pub const GUIDANCE_KIND: &str = "ctxd/guidance";
 /// `injected` kind of the final warning.
 pub const WARNING_KIND: &str = "ctxd/warning";
 
+/// The three lines of a window's budget, in tokens left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Thresholds {
+    /// At this many tokens left the window resets.
     pub reserve: u64,
+    /// The early reminder fires at `reserve + reminder_margin` left.
     pub reminder_margin: u64,
+    /// The final warning fires at `reserve + warning_runway` left.
+    pub warning_runway: u64,
 }
 
 impl Default for Thresholds {
@@ -34,18 +40,37 @@ impl Default for Thresholds {
         Self {
             reserve: DEFAULT_RESERVE_TOKENS,
             reminder_margin: DEFAULT_REMINDER_MARGIN_TOKENS,
+            warning_runway: WARNING_RUNWAY_TOKENS,
         }
     }
 }
 
 impl Thresholds {
+    /// These thresholds for a window of `window` tokens: unchanged when the highest line (the
+    /// reminder's, by default) lies within the upper half of the window; otherwise all three
+    /// scaled down in proportion until it does. The seed's 16,384-token reserve is made for
+    /// 200k windows: applied as is to an 8,192-token model it would reset every turn.
+    pub fn fitted(self, window: u64) -> Self {
+        let highest = self.reminder_line().max(self.warning_line());
+        let room = window / 2;
+        if highest <= room || highest == 0 {
+            return self;
+        }
+        let scale = |v: u64| (u128::from(v) * u128::from(room) / u128::from(highest)) as u64;
+        Self {
+            reserve: scale(self.reserve),
+            reminder_margin: scale(self.reminder_margin),
+            warning_runway: scale(self.warning_runway),
+        }
+    }
+
     /// Tokens left at which the early reminder fires.
     pub fn reminder_line(&self) -> u64 {
         self.reserve + self.reminder_margin
     }
     /// Tokens left at which the final warning fires.
     pub fn warning_line(&self) -> u64 {
-        self.reserve + WARNING_RUNWAY_TOKENS
+        self.reserve + self.warning_runway
     }
     /// Whether the window is due for a threshold reset.
     pub fn reset_due(&self, remaining: u64) -> bool {
@@ -131,28 +156,71 @@ impl Reminder {
         }
     }
 
-    pub fn text(&self) -> String {
-        let body = match self {
-            Reminder::Guidance { left } => format!(
+    /// The reminder's text, naming only the tools in `tools`; `resets`: whether ctxd resets
+    /// the window when it is full (else the text does not promise it).
+    pub fn text(&self, tools: ModelTools, resets: bool) -> String {
+        let checkpoint = "the goal, decisions, progress, what you learned, next steps";
+        let body = match (self, tools.notes) {
+            (Reminder::Guidance { left }, false) if !resets => format!(
                 "This context window is nearly full: about {left} tokens left before the final \
-                 warning, and then the window resets with no last turn. Update your checkpoint \
-                 note now: the goal, decisions, progress, what you learned, next steps, and the \
-                 window and item ids of the user requests still open. Mark replaced notes stale. \
-                 Then call new_context yourself: whatever you do after the checkpoint is not in it."
+                 warning. Keep your remaining steps small, and keep what must outlast this \
+                 conversation in the workspace (files, commits)."
             ),
-            Reminder::Warning => "This context window is about to reset. Stop the current task \
-                 and write (or revise) your checkpoint note now: the goal, decisions, progress, \
-                 what you learned, next steps, and the window and item ids of the user requests \
-                 still open. Take the note and tool turns you need; when it is written, call \
-                 new_context. Anything not in a note is lost with this window."
+            (Reminder::Warning, false) if !resets => "This context window is almost full. \
+                 Bring the current step to a point where it can be picked up again, and keep \
+                 what must outlast this conversation in the workspace (files, commits)."
+                .to_owned(),
+            (Reminder::Guidance { left }, true) => {
+                let ids = if tools.history {
+                    ", and the window and item ids of the user requests still open"
+                } else {
+                    ""
+                };
+                let reset = if tools.reset {
+                    format!(
+                        " Then call {RESET_TOOL} yourself: whatever you do after the checkpoint \
+                         is not in it."
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "This context window is nearly full: about {left} tokens left before the \
+                     final warning, and then the window resets with no last turn. Update your \
+                     checkpoint note now: {checkpoint}{ids}. Mark replaced notes stale.{reset}"
+                )
+            }
+            (Reminder::Warning, true) => {
+                let reset = if tools.reset {
+                    format!(" When it is written, call {RESET_TOOL}.")
+                } else {
+                    String::new()
+                };
+                format!(
+                    "This context window is about to reset. Stop the current task and write (or \
+                     revise) your checkpoint note now: {checkpoint}. Take the note and tool turns \
+                     you need.{reset} Anything not in a note is lost with this window."
+                )
+            }
+            (Reminder::Guidance { left }, false) => format!(
+                "This context window is nearly full: about {left} tokens left before the final \
+                 warning. When it is full, ctxd starts a new window: the conversation so far is \
+                 replaced by a checkpoint of your recent user requests, and earlier tool output \
+                 is no longer in front of you. Keep what must outlast this window in the \
+                 workspace (files, commits), not only in this conversation."
+            ),
+            (Reminder::Warning, false) => "This context window is about to reset: the \
+                 conversation so far will be replaced by a checkpoint of your recent user \
+                 requests. Bring the current step to a point where it can be picked up again, \
+                 and keep what must outlast this window in the workspace (files, commits)."
                 .to_owned(),
         };
         format!("<context_window_guidance>\n{body}\n</context_window_guidance>")
     }
 
     /// The message to append.
-    pub fn message(&self) -> Message {
-        Message::text(Role::User, self.text()).injected(self.kind())
+    pub fn message(&self, tools: ModelTools, resets: bool) -> Message {
+        Message::text(Role::User, self.text(tools, resets)).injected(self.kind())
     }
 }
 
@@ -219,6 +287,19 @@ mod tests {
     }
 
     #[test]
+    fn small_windows_get_scaled_lines() {
+        let t = Thresholds::default();
+        assert_eq!(t.fitted(200_000), t);
+        assert_eq!(t.fitted(128_000), t);
+        let small = t.fitted(8_192);
+        assert_eq!(small.reminder_line(), 4_096 - 1, "{small:?}");
+        assert!(small.reserve > 1_000 && small.reserve < small.warning_line());
+        assert!(small.warning_line() < small.reminder_line());
+        // A turn's worth of context fits before the reset.
+        assert!(!small.reset_due(4_000));
+    }
+
+    #[test]
     fn reminders_fire_once_per_window_and_not_across_windows() {
         let t = Thresholds::default();
         let mut s = Session::default();
@@ -234,13 +315,13 @@ mod tests {
         // Committed: not again in this window.
         push(
             &mut s,
-            EntryKind::Message(Reminder::Guidance { left: 1 }.message()),
+            EntryKind::Message(Reminder::Guidance { left: 1 }.message(ModelTools::ALL, true)),
         );
         let b = active_branch(&s);
         assert_eq!(due_reminder(&s, &b, 39_000, &t), None);
         // The warning still comes, once.
         assert_eq!(due_reminder(&s, &b, 20_000, &t), Some(Reminder::Warning));
-        push(&mut s, EntryKind::Message(Reminder::Warning.message()));
+        push(&mut s, EntryKind::Message(Reminder::Warning.message(ModelTools::ALL, true)));
         let b = active_branch(&s);
         assert_eq!(due_reminder(&s, &b, 10_000, &t), None);
         // A new window: both may fire again.

@@ -25,6 +25,7 @@ pub mod history;
 pub mod model;
 pub mod models;
 pub mod notes;
+pub mod offered;
 pub mod recall;
 pub mod report;
 pub mod text;

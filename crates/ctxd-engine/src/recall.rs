@@ -43,10 +43,19 @@ impl<S: Store> Engine<S> {
         self.store
             .history_owned(&caller.tenant, id)?
             .ok_or_else(|| EngineError::invalid(format!("no session {id} for this caller")))?;
-        let entry = self
-            .store
-            .entry(id, &EntryId::new(entry_id))?
-            .ok_or_else(|| EngineError::invalid(r::unknown_entry(entry_id)))?;
+        // An item id of the history tools (`i_…`, what boots and checkpoints show) names the
+        // same entry as its own id: one id scheme for everything the model reads.
+        let by_item = match ctxd_core::history::parse_item_id(entry_id) {
+            Ok(key) => self.store.history_item(id, key)?.into_iter().next(),
+            Err(_) => None,
+        };
+        let entry = match by_item {
+            Some(row) => row.entry,
+            None => self
+                .store
+                .entry(id, &EntryId::new(entry_id))?
+                .ok_or_else(|| EngineError::invalid(r::unknown_entry(entry_id)))?,
+        };
         let text = if r::is_prompt(&entry.kind) {
             // A prompt may head an omitted exchange: that needs the branch and its edits.
             let session = self.store.load(id)?;

@@ -8,6 +8,7 @@
 use ctxd_core::budget::{self, Thresholds};
 use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Session, ToolDef};
 use ctxd_core::notes::NotesSnapshot;
+use ctxd_core::offered::ModelTools;
 use ctxd_core::tokens::{CharEstimate, TokenCounter};
 use ctxd_core::tree::active_branch;
 use ctxd_core::view::{project_checked, ItemKind, ProjectionError, SummaryKind};
@@ -96,23 +97,42 @@ fn context_remaining_tool<S: Store>(
     ))
 }
 
-/// The budget policy of a session.
+/// The budget policy of a session: its window, the lines in it, and which mechanisms act.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowPolicy {
+    /// Already fitted to the window ([`Thresholds::fitted`]).
     pub thresholds: Thresholds,
     /// The model's context window; `None`: unknown (no threshold reset, no reminders).
     pub context_window: Option<u64>,
-    /// Threshold and overflow resets (explicit `new_context` requests work regardless).
+    /// Budget reminders (the early reminder and the final warning).
+    pub reminders: bool,
+    /// Threshold and overflow resets.
     pub automatic: bool,
+    /// Resets the model asks for with `new_context` / `wipe_memory`: only where ctxd offers
+    /// those tools (a client's own tool of that name is not a request to ctxd).
+    pub requested: bool,
+    /// The ctxd tools the model has: reminders and boots name no other.
+    pub tools: ModelTools,
 }
 
 impl WindowPolicy {
     /// Default thresholds, the context window of `model` when ctxd knows it.
     pub fn for_model(model: Option<&str>) -> Self {
+        Self::new(
+            Thresholds::default(),
+            model.and_then(ctxd_core::models::context_window),
+        )
+    }
+
+    /// `thresholds` fitted to a window of `context_window` tokens, every mechanism on.
+    pub fn new(thresholds: Thresholds, context_window: Option<u64>) -> Self {
         Self {
-            thresholds: Thresholds::default(),
-            context_window: model.and_then(ctxd_core::models::context_window),
+            thresholds: context_window.map_or(thresholds, |w| thresholds.fitted(w)),
+            context_window,
+            reminders: true,
             automatic: true,
+            requested: true,
+            tools: ModelTools::ALL,
         }
     }
 }
@@ -151,6 +171,8 @@ pub struct TurnEndPlan {
     reset: Option<ResetCause>,
     leaf: Option<EntryId>,
     now_ms: i64,
+    /// The ctxd tools the model has (the boot names no other).
+    tools: ModelTools,
 }
 
 impl TurnEndPlan {
@@ -176,17 +198,32 @@ impl TurnEndPlan {
             reset,
             leaf,
             now_ms,
+            tools,
         } = self;
-        if let (Some(cause), Some(notes)) = (reset, notes) {
-            let window_id = windows::new_window_id(&record.key, leaf.as_ref());
-            let boot = render_boot_of(caller, record, session, branch, &window_id, notes);
-            drafts.extend(windows::reset_drafts(&window_id, cause, boot));
-            outcome.reset = Some((window_id, cause.as_str()));
-        }
+        let opening = match (reset, notes) {
+            (Some(cause), Some(notes)) => {
+                // The marker's own id pairs it with its boot; the model is shown the history id
+                // of the window, which needs the marker's entry id: the boot is rendered once
+                // the chain is laid.
+                let marker_id = windows::new_window_id(&record.key, leaf.as_ref());
+                drafts.extend(windows::reset_drafts(&marker_id, cause, String::new()));
+                Some((cause, notes))
+            }
+            _ => None,
+        };
         if drafts.is_empty() {
             return (outcome, Vec::new());
         }
-        let entries = windows::chain(leaf.as_ref(), drafts, Some(windows::iso8601(now_ms)));
+        let mut entries = windows::chain(leaf.as_ref(), drafts, Some(windows::iso8601(now_ms)));
+        if let Some((cause, notes)) = opening {
+            let n = entries.len();
+            let window_id = windows::history_window_id(record.id, &entries[n - 2].id);
+            let boot = render_boot_of(caller, record, session, branch, &window_id, notes, tools);
+            if let EntryKind::WindowBoot { message, .. } = &mut entries[n - 1].kind {
+                message.content = vec![ContentBlock::text(boot)];
+            }
+            outcome.reset = Some((window_id, cause.as_str()));
+        }
         outcome.appended = entries.iter().map(|e| e.id.clone()).collect();
         (outcome, entries)
     }
@@ -302,7 +339,8 @@ impl<S: Store> Engine<S> {
                 .map(|(_, t)| t.to_vec())
                 .unwrap_or_default(),
             messages,
-            window_id: windows::current_window_id(&session, &branch, &record.key),
+            window_id: windows::current_history_window_id(&session, &branch, record.id)
+                .unwrap_or_default(),
         }))
     }
 
@@ -379,7 +417,15 @@ impl<S: Store> Engine<S> {
         counter: &dyn TokenCounter,
         now_ms: i64,
     ) -> Result<(TurnEndOutcome, Vec<Entry>), EngineError> {
-        let plan = Self::decide_turn_end(caller, session, branch, end, policy, counter, now_ms);
+        let policy = Self::policy(caller, session, policy);
+        let plan = decide_turn_end(&TurnEndInput {
+            session,
+            branch,
+            end,
+            policy: &policy,
+            counter,
+            now_ms,
+        });
         let notes = if plan.needs_notes() {
             Some(self.notes_snapshot(caller, now_ms)?)
         } else {
@@ -388,78 +434,12 @@ impl<S: Store> Engine<S> {
         Ok(plan.finish(caller, record, session, branch, notes.as_ref()))
     }
 
-    /// The turn boundary's decision, without any I/O: the reminder due and whether a window
-    /// opens. A caller on an async thread decides here and reads the notes snapshot (the only
-    /// I/O, needed only when a window opens: [`TurnEndPlan::needs_notes`]) off that thread.
-    #[allow(clippy::too_many_arguments)]
-    pub fn decide_turn_end(
-        caller: &Caller,
-        session: &Session,
-        branch: &[usize],
-        end: TurnEnd,
-        policy: Option<WindowPolicy>,
-        counter: &dyn TokenCounter,
-        now_ms: i64,
-    ) -> TurnEndPlan {
-        let policy = Self::policy(caller, session, policy);
-        let leaf = branch
-            .last()
-            .and_then(|&p| session.entries.get(p))
-            .map(|e| e.id.clone());
-        let mut plan = TurnEndPlan {
-            outcome: TurnEndOutcome::default(),
-            drafts: Vec::new(),
-            reset: None,
-            leaf,
-            now_ms,
-        };
-        if end == TurnEnd::Aborted {
-            plan.drafts.push(EntryKind::Event {
-                name: windows::ABORT_EVENT.to_owned(),
-                detail: None,
-            });
-            return plan;
-        }
-
-        let remaining = policy
-            .context_window
-            .zip(budget::window_tokens(session, branch, counter))
-            .map(|(w, t)| budget::remaining(w, t));
-        plan.outcome.remaining = remaining;
-        if let Some(reminder) =
-            remaining.and_then(|r| budget::due_reminder(session, branch, r, &policy.thresholds))
-        {
-            plan.outcome.reminder = Some(reminder.kind());
-            plan.drafts.push(EntryKind::Message(reminder.message()));
-        }
-
-        let complete = windows::batch_complete(session, branch);
-        plan.reset = match end {
-            TurnEnd::Overflow
-                if policy.automatic && windows::overflow_recovery_allowed(session, branch) =>
-            {
-                Some(ResetCause::Overflow)
-            }
-            TurnEnd::Completed if complete && windows::reset_requests(session, branch) > 0 => {
-                Some(ResetCause::Requested)
-            }
-            TurnEnd::Completed
-                if complete
-                    && policy.automatic
-                    && remaining.is_some_and(|r| policy.thresholds.reset_due(r)) =>
-            {
-                Some(ResetCause::Threshold)
-            }
-            _ => None,
-        };
-        plan
-    }
-
     /// The seed's narrow repair: append the boot of a marker whose boot is missing when only
     /// metadata follows it; refuse when later work does.
     pub fn repair_window(
         &self,
         caller: &Caller,
+        tools: ModelTools,
         now_ms: i64,
     ) -> Result<RepairOutcome, EngineError> {
         let (record, session) = self.caller_session(caller, "repair_window")?;
@@ -476,7 +456,15 @@ impl<S: Store> Engine<S> {
                     .position(|&p| p == marker)
                     .unwrap_or(branch.len());
                 let before = &branch[..upto];
-                let boot = self.boot_text(caller, &record, &session, before, &window_id, now_ms)?;
+                let shown_id = session
+                    .entries
+                    .get(marker)
+                    .map(|e| windows::history_window_id(record.id, &e.id))
+                    .unwrap_or_default();
+                let notes = self.notes_snapshot(caller, now_ms)?;
+                let boot = render_boot_of(
+                    caller, &record, &session, before, &shown_id, &notes, tools,
+                );
                 let leaf = branch
                     .last()
                     .and_then(|&p| session.entries.get(p))
@@ -498,22 +486,6 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// The boot text of window `window_id`, opened at the end of `branch`.
-    fn boot_text(
-        &self,
-        caller: &Caller,
-        record: &SessionRecord,
-        session: &Session,
-        branch: &[usize],
-        window_id: &str,
-        now_ms: i64,
-    ) -> Result<String, EngineError> {
-        let notes = self.notes_snapshot(caller, now_ms)?;
-        Ok(render_boot_of(
-            caller, record, session, branch, window_id, &notes,
-        ))
-    }
-
     fn commit(
         &self,
         record: &SessionRecord,
@@ -532,6 +504,91 @@ impl<S: Store> Engine<S> {
     }
 }
 
+/// What a turn boundary is decided from: the session's log as the caller has it (the gateway's
+/// copy includes writes still queued) and its active branch, how the turn ended, the policy.
+pub struct TurnEndInput<'a> {
+    pub session: &'a Session,
+    /// The active branch (positions, root first).
+    pub branch: &'a [usize],
+    pub end: TurnEnd,
+    pub policy: &'a WindowPolicy,
+    pub counter: &'a dyn TokenCounter,
+    pub now_ms: i64,
+}
+
+/// The turn boundary's decision, without any I/O: the reminder due and whether a window opens.
+///
+/// As in the seed, a boundary is a model response whose tool batch has completed: an answer
+/// without tool calls (decided when it arrives), or the request that carries the last results of
+/// a batch (decided before that request is projected). A completed turn whose batch is still
+/// open decides nothing: a reminder there would sit between the calls and their results, which
+/// no provider accepts. A caller on an async thread decides here and reads the notes snapshot
+/// (needed only when a window opens: [`TurnEndPlan::needs_notes`]) off that thread.
+pub fn decide_turn_end(input: &TurnEndInput<'_>) -> TurnEndPlan {
+    let TurnEndInput {
+        session,
+        branch,
+        end,
+        policy,
+        counter,
+        now_ms,
+    } = *input;
+    let leaf = branch
+        .last()
+        .and_then(|&p| session.entries.get(p))
+        .map(|e| e.id.clone());
+    let mut plan = TurnEndPlan {
+        outcome: TurnEndOutcome::default(),
+        drafts: Vec::new(),
+        reset: None,
+        leaf,
+        now_ms,
+        tools: policy.tools,
+    };
+    if end == TurnEnd::Aborted {
+        plan.drafts.push(EntryKind::Event {
+            name: windows::ABORT_EVENT.to_owned(),
+            detail: None,
+        });
+        return plan;
+    }
+    let complete = windows::batch_complete(session, branch);
+    if end == TurnEnd::Completed && !complete {
+        return plan;
+    }
+
+    let remaining = policy
+        .context_window
+        .zip(budget::window_tokens(session, branch, counter))
+        .map(|(w, t)| budget::remaining(w, t));
+    plan.outcome.remaining = remaining;
+    if let Some(reminder) = remaining
+        .filter(|_| policy.reminders)
+        .and_then(|r| budget::due_reminder(session, branch, r, &policy.thresholds))
+    {
+        plan.outcome.reminder = Some(reminder.kind());
+        plan.drafts.push(EntryKind::Message(reminder.message(policy.tools, policy.automatic)));
+    }
+
+    plan.reset = match end {
+        TurnEnd::Overflow
+            if policy.automatic && windows::overflow_recovery_allowed(session, branch) =>
+        {
+            Some(ResetCause::Overflow)
+        }
+        TurnEnd::Completed if policy.requested && windows::reset_requests(session, branch) > 0 => {
+            Some(ResetCause::Requested)
+        }
+        TurnEnd::Completed
+            if policy.automatic && remaining.is_some_and(|r| policy.thresholds.reset_due(r)) =>
+        {
+            Some(ResetCause::Threshold)
+        }
+        _ => None,
+    };
+    plan
+}
+
 /// The boot text of window `window_id` opened at the end of `branch`, given the notes as they
 /// are now (pure).
 fn render_boot_of(
@@ -541,10 +598,11 @@ fn render_boot_of(
     branch: &[usize],
     window_id: &str,
     notes: &NotesSnapshot,
+    tools: ModelTools,
 ) -> String {
-    let root = windows::root_window_id(&record.key);
-    let previous = windows::current_window_id(session, branch, &record.key);
-    let checkpoint = windows::checkpoint(session, branch, &record.key, notes);
+    let root = windows::first_history_window_id(session, branch, record.id).unwrap_or_default();
+    let previous = windows::current_history_window_id(session, branch, record.id);
+    let checkpoint = windows::checkpoint(session, branch, record.id, notes);
     let agent = caller
         .agent
         .clone()
@@ -560,9 +618,10 @@ fn render_boot_of(
         model: &model,
         first_window_id: &root,
         current_window_id: window_id,
-        previous_window_id: Some(&previous),
+        previous_window_id: previous.as_deref(),
         reset_line: true,
         notes,
         checkpoint: Some(&checkpoint),
+        tools,
     })
 }

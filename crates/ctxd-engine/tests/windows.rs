@@ -6,6 +6,7 @@ use ctxd_core::budget::{GUIDANCE_KIND, WARNING_KIND};
 use ctxd_core::model::{
     ContentBlock, Entry, EntryId, EntryKind, Message, Role, SessionMeta, Usage,
 };
+use ctxd_core::offered::ModelTools;
 use ctxd_core::tokens::CharEstimate;
 use ctxd_core::tree::active_branch;
 use ctxd_engine::windows::{RepairOutcome, TurnEnd, WindowPolicy};
@@ -254,17 +255,18 @@ fn a_marker_without_boot_blocks_the_request_and_is_repaired_narrowly() {
     });
     let err = f.engine.project(&f.caller).unwrap().unwrap_err();
     assert!(err.to_string().contains("w-x"));
-    let RepairOutcome::Repaired { window_id, .. } = f.engine.repair_window(&f.caller, 0).unwrap()
+    let RepairOutcome::Repaired { window_id, .. } = f.engine.repair_window(&f.caller, ModelTools::ALL, 0).unwrap()
     else {
         panic!("expected a repair");
     };
     assert_eq!(window_id, "w-x");
+    // The model is shown the history id of the window (the marker is entry u2).
     assert_eq!(
         f.engine.project(&f.caller).unwrap().unwrap().window_id,
-        "w-x"
+        ctxd_core::windows::history_window_id(f.caller.session.unwrap(), &EntryId::new("u2"))
     );
     assert_eq!(
-        f.engine.repair_window(&f.caller, 0).unwrap(),
+        f.engine.repair_window(&f.caller, ModelTools::ALL, 0).unwrap(),
         RepairOutcome::NotNeeded
     );
 
@@ -282,7 +284,7 @@ fn a_marker_without_boot_blocks_the_request_and_is_repaired_narrowly() {
         .entries
         .len();
     assert!(matches!(
-        f.engine.repair_window(&f.caller, 0).unwrap(),
+        f.engine.repair_window(&f.caller, ModelTools::ALL, 0).unwrap(),
         RepairOutcome::Refused { .. }
     ));
     let after = f
@@ -329,4 +331,108 @@ fn tools_are_registered_and_check_their_caller() {
         .engine
         .call_tool(&none, "new_context", &json!({}))
         .is_err());
+}
+
+/// Every tool a text the model reads names is one the registry serves, and one the model was
+/// offered: with every tool offered, and with none (the gateway today).
+#[test]
+fn texts_name_only_offered_registry_tools() {
+    use ctxd_core::budget::Reminder;
+    use ctxd_core::offered::tool_like_words;
+    let registry: Vec<&str> = ctxd_engine::tools::specs().iter().map(|s| s.name).collect();
+    for name in ModelTools::ALL.names() {
+        assert!(registry.contains(&name), "{name} is not in the registry");
+    }
+    let offers = [
+        ModelTools::ALL,
+        ModelTools::NONE,
+        ModelTools {
+            notes: true,
+            ..ModelTools::NONE
+        },
+    ];
+    for tools in offers {
+        let offered = tools.names();
+        let mut texts = Vec::new();
+        for resets in [true, false] {
+            texts.push(Reminder::Guidance { left: 5_000 }.text(tools, resets));
+            texts.push(Reminder::Warning.text(tools, resets));
+        }
+        // A boot, through a window the engine opens.
+        let mut f = Fixture::new();
+        f.user("please refactor the parser");
+        f.assistant(190_000, &[]);
+        let mut policy = WindowPolicy::for_model(f.caller.model.as_deref());
+        policy.tools = tools;
+        let out = f
+            .engine
+            .turn_end_at(&f.caller, TurnEnd::Completed, Some(policy), &CharEstimate, 1)
+            .unwrap();
+        assert!(out.reset.is_some());
+        let session = f.engine.store().load(f.caller.session.unwrap()).unwrap();
+        for e in &session.entries {
+            if let EntryKind::WindowBoot { message, .. } | EntryKind::Message(message) = &e.kind {
+                if message.injected.is_some() {
+                    texts.push(ctxd_core::text::message_text(message));
+                }
+            }
+        }
+        for text in &texts {
+            for word in tool_like_words(text) {
+                assert!(
+                    offered.contains(&word) && registry.contains(&word),
+                    "{word:?} named with {tools:?} in:\n{text}"
+                );
+            }
+        }
+    }
+}
+
+/// The ids a boot shows are the ids the history tools accept.
+#[test]
+fn boot_ids_are_history_ids() {
+    let mut f = Fixture::new();
+    f.user("please refactor the parser");
+    f.assistant(190_000, &[]);
+    let out = f.turn_end(TurnEnd::Completed);
+    let (window_id, _) = out.reset.unwrap();
+    let session = f.engine.store().load(f.caller.session.unwrap()).unwrap();
+    let boot = session
+        .entries
+        .iter()
+        .find_map(|e| match &e.kind {
+            EntryKind::WindowBoot { message, .. } => Some(ctxd_core::text::message_text(message)),
+            _ => None,
+        })
+        .unwrap();
+    assert!(boot.contains(&format!("Current context window id: {window_id}")), "{boot}");
+    let windows = f
+        .engine
+        .call_tool(&f.caller, "history_list_windows", &json!({}))
+        .unwrap();
+    assert!(!windows.is_error, "{}", windows.text);
+    assert!(windows.text.contains(&window_id), "{}", windows.text);
+    // The checkpoint's request item id reads back through history_read_item.
+    let item = boot
+        .split("item ")
+        .nth(1)
+        .and_then(|s| s.split(':').next())
+        .unwrap()
+        .to_owned();
+    let first_window = boot
+        .split("- window ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .unwrap()
+        .to_owned();
+    let read = f
+        .engine
+        .call_tool(
+            &f.caller,
+            "history_read_item",
+            &json!({"window_id": first_window, "item_id": item}),
+        )
+        .unwrap();
+    assert!(!read.is_error, "{}", read.text);
+    assert!(read.text.contains("please refactor the parser"), "{}", read.text);
 }

@@ -1,10 +1,12 @@
 //! Gateway settings: defaults, overridden by an optional TOML file, overridden by flags and
 //! environment variables (the CLI applies those). No file is needed to start.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ctxd_core::budget::Thresholds;
 use serde::Deserialize;
 
 /// Everything `ctxd serve` needs.
@@ -29,6 +31,92 @@ pub struct Settings {
     /// (measured: docs/benchmarks.md). Raise it for a gateway serving many busy agents at once.
     /// The store's writer and blocking reads have threads of their own.
     pub workers: usize,
+    /// What ctxd changes in what the model sees.
+    pub management: Management,
+}
+
+/// What ctxd changes in the requests it forwards, and with which budget.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Management {
+    /// Record only: every request goes upstream as the client's own bytes; conversations are
+    /// still stored and reported, but nothing is injected and no window is reset.
+    pub record_only: bool,
+    /// The budget's lines before they are fitted to a model's window (the seed's defaults).
+    pub thresholds: Thresholds,
+    /// The mechanisms for every agent, unless `agents` says otherwise.
+    pub mechanisms: Mechanisms,
+    /// Per agent name (`claude-code`, `codex`, `pi`, `sdk`, or an `x-ctxd-agent` name).
+    pub agents: BTreeMap<String, MechanismOverrides>,
+    /// Context windows by model-name prefix, checked before ctxd's own table (longest prefix
+    /// wins).
+    pub model_windows: Vec<(String, u64)>,
+}
+
+/// Which management mechanisms act. Both on by default: they are what keeps a long session
+/// inside its window (reminders warn the model; resets fold the old window away).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mechanisms {
+    /// The budget's early reminder and final warning.
+    pub reminders: bool,
+    /// Threshold resets and overflow recovery.
+    pub resets: bool,
+}
+
+impl Default for Mechanisms {
+    fn default() -> Self {
+        Mechanisms {
+            reminders: true,
+            resets: true,
+        }
+    }
+}
+
+/// An agent's departures from the default [`Mechanisms`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MechanismOverrides {
+    pub reminders: Option<bool>,
+    pub resets: Option<bool>,
+}
+
+impl Management {
+    /// The mechanisms for agent `agent`.
+    pub fn mechanisms_for(&self, agent: &str) -> Mechanisms {
+        let mut m = self.mechanisms;
+        if let Some(o) = self.agents.get(agent) {
+            m.reminders = o.reminders.unwrap_or(m.reminders);
+            m.resets = o.resets.unwrap_or(m.resets);
+        }
+        m
+    }
+
+    /// The configured window of `model` (longest matching prefix, case-insensitive).
+    pub fn configured_window(&self, model: &str) -> Option<u64> {
+        let m = model.to_ascii_lowercase();
+        self.model_windows
+            .iter()
+            .filter(|(prefix, _)| m.starts_with(&prefix.to_ascii_lowercase()))
+            .max_by_key(|(prefix, _)| prefix.len())
+            .map(|&(_, w)| w)
+    }
+}
+
+/// `MODEL=TOKENS` (a `--model-window` value).
+pub fn parse_model_window(spec: &str) -> Result<(String, u64), String> {
+    let (model, tokens) = spec
+        .rsplit_once('=')
+        .ok_or_else(|| format!("--model-window {spec:?}: expected MODEL=TOKENS"))?;
+    let tokens: u64 = tokens
+        .trim()
+        .replace('_', "")
+        .parse()
+        .map_err(|e| format!("--model-window {spec:?}: {e}"))?;
+    if model.trim().is_empty() || tokens == 0 {
+        return Err(format!(
+            "--model-window {spec:?}: expected a model name and a window above 0"
+        ));
+    }
+    Ok((model.trim().to_owned(), tokens))
 }
 
 impl Settings {
@@ -43,6 +131,7 @@ impl Settings {
             read_timeout: Duration::from_secs(600),
             cached_sessions: 256,
             workers: 1,
+            management: Management::default(),
         }
     }
 
@@ -81,6 +170,29 @@ impl Settings {
         if let Some(n) = file.workers {
             self.workers = n;
         }
+        let m = &mut self.management;
+        if let Some(b) = file.record_only {
+            m.record_only = b;
+        }
+        if let Some(n) = file.reserve {
+            m.thresholds.reserve = n;
+        }
+        if let Some(n) = file.reminder_margin {
+            m.thresholds.reminder_margin = n;
+        }
+        if let Some(n) = file.warning_runway {
+            m.thresholds.warning_runway = n;
+        }
+        if let Some(b) = file.reminders {
+            m.mechanisms.reminders = b;
+        }
+        if let Some(b) = file.resets {
+            m.mechanisms.resets = b;
+        }
+        m.agents.extend(file.agents);
+        // Flags given later are pushed after these and win (see `configured_window`: the
+        // longest prefix wins, and among equal prefixes the last).
+        m.model_windows.extend(file.model_windows);
         Ok(())
     }
 
@@ -120,6 +232,18 @@ struct FileSettings {
     read_timeout_secs: Option<u64>,
     cached_sessions: Option<usize>,
     workers: Option<usize>,
+    record_only: Option<bool>,
+    reserve: Option<u64>,
+    reminder_margin: Option<u64>,
+    warning_runway: Option<u64>,
+    reminders: Option<bool>,
+    resets: Option<bool>,
+    /// `[agents.NAME]` tables: `reminders`, `resets`.
+    #[serde(default)]
+    agents: BTreeMap<String, MechanismOverrides>,
+    /// `[model-windows]` table: `"MODEL_PREFIX" = TOKENS`.
+    #[serde(default)]
+    model_windows: BTreeMap<String, u64>,
 }
 
 #[cfg(test)]

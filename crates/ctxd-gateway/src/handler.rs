@@ -13,6 +13,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use ctxd_core::model::{Role, SessionMeta};
 use ctxd_core::view::ProjectionError;
+use ctxd_engine::windows::{TurnEnd, WindowPolicy};
 use ctxd_engine::{now_ms, Caller};
 use futures_util::StreamExt;
 use tracing::Instrument;
@@ -22,11 +23,13 @@ use crate::hash;
 use crate::identity;
 use crate::log::SessionLog;
 use crate::plan::{plan_request, upstream_parts};
+use crate::policy;
 use crate::relay::{Completion, Outcome, Relay};
 use crate::request::{ParsedRequest, PrevRequest};
 use crate::rewrite::splice;
 use crate::server::Gateway;
 use crate::sessions::{Loaded, Slot};
+use crate::turn;
 use crate::writer::Job;
 
 /// An error answered in the API's own shape.
@@ -132,6 +135,17 @@ struct Planned {
     encoded: bool,
     rewritten: bool,
     completion: Completion,
+    /// What re-planning the request needs after an overflow (`None`: record-only).
+    replan: Option<Replan>,
+}
+
+/// The request as parsed, to project it again once a recovery window has opened.
+struct Replan {
+    req: ParsedRequest,
+    decoded: Bytes,
+    /// The log entry of each of the request's elements.
+    element_entries: Vec<usize>,
+    policy: WindowPolicy,
 }
 
 pub(crate) async fn conversation(
@@ -243,11 +257,26 @@ async fn prepare(
     };
     let now = ctxd_core::windows::iso8601(now_ms());
     let mut plan = plan_request(&mut loaded.log, &req, &decoded, &now);
-    let appended = plan.appended.len();
-    if appended > 0 {
+    let management = &app.settings.management;
+    let policy = policy::window_policy(
+        management,
+        caller.agent.as_deref().unwrap_or("sdk"),
+        req.model.as_deref(),
+        policy::wants_1m_context(headers),
+        loaded.log.accepted_tokens(),
+    );
+    let mut appended = std::mem::take(&mut plan.appended);
+    // The results that complete a tool batch end the turn that called the tools (the seed's
+    // `turn_end`): its reminder and a due reset are committed after them, before projecting.
+    if !management.record_only && turn::completes_batch(&loaded.log, &plan.element_entries[plan.matched..]) {
+        let (_, drafts) = turn::end_turn(app, loaded, &caller, &policy, TurnEnd::Completed).await;
+        appended.extend(drafts);
+    }
+    let appended_count = appended.len();
+    if appended_count > 0 {
         app.writer.send(Job::Append {
             session: loaded.record.id,
-            entries: std::mem::take(&mut plan.appended),
+            entries: appended,
             stale: slot.stale.clone(),
         });
     } else if let Some(leaf) = plan.moved_leaf.clone() {
@@ -257,22 +286,22 @@ async fn prepare(
             stale: slot.stale.clone(),
         });
     }
-    let parts = match upstream_parts(&loaded.log, &plan) {
-        Ok(parts) => parts,
-        Err(ProjectionError::MissingBoot { .. }) => {
-            drop(state);
-            return Err(repair_and_retry_hint(app, api, &slot, &caller).await);
+    let parts = if management.record_only {
+        None
+    } else {
+        match upstream_parts(&loaded.log, &plan.element_entries) {
+            Ok(parts) => parts,
+            Err(ProjectionError::MissingBoot { .. }) => {
+                drop(state);
+                return Err(repair_and_retry_hint(app, api, &slot, &caller).await);
+            }
         }
     };
-    let attach = loaded
-        .log
-        .leaf()
-        .and_then(|p| loaded.log.entry(p))
-        .map(|e| e.id.clone());
+    let attach = leaf_id(&loaded.log);
     tracing::debug!(
         session = loaded.record.id,
         matched = plan.matched,
-        appended,
+        appended = appended_count,
         rewritten = parts.is_some(),
         "planned"
     );
@@ -285,10 +314,17 @@ async fn prepare(
     if rewritten {
         metrics::counter!("ctxd_rewritten_total", "route" => api.route()).increment(1);
     }
+    let replan = (!management.record_only).then(|| Replan {
+        req,
+        decoded,
+        element_entries: std::mem::take(&mut plan.element_entries),
+        policy,
+    });
     let completion = Completion::new(
         app.clone(),
         slot,
         caller,
+        policy,
         attach,
         api,
         started,
@@ -299,7 +335,48 @@ async fn prepare(
         encoded,
         rewritten,
         completion,
+        replan,
     })
+}
+
+/// The id of the log's leaf: where a response attaches.
+fn leaf_id(log: &SessionLog) -> Option<ctxd_core::model::EntryId> {
+    log.leaf().and_then(|p| log.entry(p)).map(|e| e.id.clone())
+}
+
+/// The provider refused the request as too long: open the recovery window (once per failure
+/// chain, as the seed) and project the same request again. `None` when no window opened (the
+/// chain already had its recovery, or resets are off): the refusal stands.
+async fn recover_overflow(
+    app: &Arc<Gateway>,
+    api: Api,
+    completion: &mut Completion,
+    replan: &Replan,
+) -> Option<Bytes> {
+    let slot = completion.slot().clone();
+    let mut state = slot.state.lock().await;
+    if slot.stale.load(std::sync::atomic::Ordering::Acquire) {
+        return None;
+    }
+    let loaded = state.as_mut()?;
+    let caller = completion.caller().clone();
+    let (outcome, drafts) =
+        turn::end_turn(app, loaded, &caller, &replan.policy, TurnEnd::Overflow).await;
+    if !drafts.is_empty() {
+        app.writer.send(Job::Append {
+            session: loaded.record.id,
+            entries: drafts,
+            stale: slot.stale.clone(),
+        });
+    }
+    outcome.reset.as_ref()?;
+    let parts = match upstream_parts(&loaded.log, &replan.element_entries) {
+        Ok(Some(parts)) => parts,
+        Ok(None) | Err(_) => return None,
+    };
+    completion.reattach(leaf_id(&loaded.log));
+    metrics::counter!("ctxd_rewritten_total", "route" => api.route()).increment(1);
+    Some(Bytes::from(splice(&replan.req, &replan.decoded, &parts)))
 }
 
 /// A window marker without its boot: the seed's narrow repair, then the client retries.
@@ -312,7 +389,7 @@ async fn repair_and_retry_hint(
     app.writer.flush().await;
     let engine = app.engine.clone();
     let c = caller.clone();
-    let outcome = tokio::task::spawn_blocking(move || engine.repair_window(&c, now_ms())).await;
+    let outcome = tokio::task::spawn_blocking(move || engine.repair_window(&c, ctxd_core::offered::ModelTools::NONE, now_ms())).await;
     // Whatever happened, the next request reads the session back from the store.
     slot.stale.store(true, std::sync::atomic::Ordering::Release);
     let message = match outcome {
@@ -392,89 +469,118 @@ async fn forward(
     let Planned {
         upstream_body,
         encoded,
-        rewritten,
-        completion,
+        mut rewritten,
+        mut completion,
+        mut replan,
     } = planned;
-    let sent = Instant::now();
-    let upstream = app
-        .upstream
-        .send(api, method, path, headers, upstream_body, encoded)
-        .await;
-    let resp = match upstream {
-        Ok(r) => r,
-        Err(e) => {
-            completion.finish(Outcome::Failed, Duration::ZERO);
-            let (status, what) = if e.is_timeout() {
-                (StatusCode::GATEWAY_TIMEOUT, "timed out")
-            } else {
-                (StatusCode::BAD_GATEWAY, "failed")
-            };
-            tracing::warn!(error = %e, "upstream {what}");
-            return api_error(api, status, &format!("ctxd: upstream request {what}: {e}"));
-        }
-    };
-    let waited = sent.elapsed();
-    let status = StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-    let mut out_headers = crate::upstream::response_headers(resp.headers());
-    if rewritten {
-        out_headers.insert("x-ctxd-rewritten", HeaderValue::from_static("1"));
-    }
-    let is_sse = resp
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    tracing::info!(
-        status = status.as_u16(),
-        stream = is_sse,
-        upstream_ms = waited.as_millis() as u64,
-        "upstream answered"
-    );
-
-    if status.is_success() && is_sse {
-        out_headers.remove(header::CONTENT_LENGTH);
-        let mut relay = Relay::new(api, resp.bytes_stream(), completion, waited);
-        // The headers go out with the first events when those follow at once (one write, one
-        // wake-up of the client instead of two); a provider slow to its first event gets its
-        // headers relayed alone after a moment.
-        let first = match tokio::time::timeout(FIRST_EVENT_WAIT, relay.next()).await {
-            Ok(Some(item)) => Some(item),
-            Ok(None) | Err(_) => None,
+    let mut body = upstream_body;
+    let mut encoded = encoded;
+    loop {
+        let sent = Instant::now();
+        let upstream = app
+            .upstream
+            .send(api, method.clone(), path, headers, body, encoded)
+            .await;
+        let resp = match upstream {
+            Ok(r) => r,
+            Err(e) => {
+                completion.finish(Outcome::Failed, Duration::ZERO);
+                let (status, what) = if e.is_timeout() {
+                    (StatusCode::GATEWAY_TIMEOUT, "timed out")
+                } else {
+                    (StatusCode::BAD_GATEWAY, "failed")
+                };
+                tracing::warn!(error = %e, "upstream {what}");
+                return api_error(api, status, &format!("ctxd: upstream request {what}: {e}"));
+            }
         };
-        let body = futures_util::stream::iter(first).chain(relay);
-        let mut response = Response::new(Body::from_stream(body));
+        let waited = sent.elapsed();
+        let status =
+            StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let mut out_headers = crate::upstream::response_headers(resp.headers());
+        if rewritten {
+            out_headers.insert("x-ctxd-rewritten", HeaderValue::from_static("1"));
+        }
+        let is_sse = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        tracing::info!(
+            status = status.as_u16(),
+            stream = is_sse,
+            upstream_ms = waited.as_millis() as u64,
+            "upstream answered"
+        );
+
+        if status.is_success() && is_sse {
+            return relay_stream(api, status, out_headers, resp, completion, waited).await;
+        }
+
+        let answer = match resp.bytes().await {
+            Ok(b) => b,
+            Err(e) => {
+                completion.finish(Outcome::Failed, sent.elapsed());
+                return api_error(
+                    api,
+                    StatusCode::BAD_GATEWAY,
+                    &format!("ctxd: upstream response failed: {e}"),
+                );
+            }
+        };
+        let waited = sent.elapsed();
+        if is_overflow(status, &answer) {
+            // Retried here, once: the client sees an ordinary answer, or the provider's own
+            // refusal when no recovery window could open or the retry failed as well.
+            if let Some(r) = replan.take() {
+                if let Some(retry) = recover_overflow(app, api, &mut completion, &r).await {
+                    tracing::info!("prompt too long upstream: retried in a recovery window");
+                    body = retry;
+                    encoded = false;
+                    rewritten = true;
+                    continue;
+                }
+            }
+        }
+        let outcome = if status.is_success() {
+            match ctxd_formats::wire::stream::assemble_json(api.stream_api(), &answer) {
+                Ok(a) => Outcome::Response(a),
+                Err(e) => {
+                    tracing::warn!(error = %e, "response not recorded");
+                    Outcome::Failed
+                }
+            }
+        } else {
+            Outcome::Failed
+        };
+        completion.finish(outcome, waited);
+        let mut response = Response::new(Body::from(answer));
         *response.status_mut() = status;
         *response.headers_mut() = out_headers;
         return response;
     }
+}
 
-    let body = match resp.bytes().await {
-        Ok(b) => b,
-        Err(e) => {
-            completion.finish(Outcome::Failed, sent.elapsed());
-            return api_error(
-                api,
-                StatusCode::BAD_GATEWAY,
-                &format!("ctxd: upstream response failed: {e}"),
-            );
-        }
+/// A successful streamed response, relayed as it arrives (see [`Relay`]).
+async fn relay_stream(
+    api: Api,
+    status: StatusCode,
+    mut out_headers: HeaderMap,
+    resp: reqwest::Response,
+    completion: Completion,
+    waited: Duration,
+) -> Response {
+    out_headers.remove(header::CONTENT_LENGTH);
+    let mut relay = Relay::new(api, resp.bytes_stream(), completion, waited);
+    // The headers go out with the first events when those follow at once (one write, one
+    // wake-up of the client instead of two); a provider slow to its first event gets its
+    // headers relayed alone after a moment.
+    let first = match tokio::time::timeout(FIRST_EVENT_WAIT, relay.next()).await {
+        Ok(Some(item)) => Some(item),
+        Ok(None) | Err(_) => None,
     };
-    let waited = sent.elapsed();
-    let outcome = if status.is_success() {
-        match ctxd_formats::wire::stream::assemble_json(api.stream_api(), &body) {
-            Ok(a) => Outcome::Response(a),
-            Err(e) => {
-                tracing::warn!(error = %e, "response not recorded");
-                Outcome::Failed
-            }
-        }
-    } else if is_overflow(status, &body) {
-        Outcome::Overflow
-    } else {
-        Outcome::Failed
-    };
-    completion.finish(outcome, waited);
-    let mut response = Response::new(Body::from(body));
+    let body = futures_util::stream::iter(first).chain(relay);
+    let mut response = Response::new(Body::from_stream(body));
     *response.status_mut() = status;
     *response.headers_mut() = out_headers;
     response

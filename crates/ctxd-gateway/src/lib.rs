@@ -14,12 +14,14 @@ pub mod hash;
 pub mod identity;
 pub mod log;
 pub mod plan;
+pub mod policy;
 mod relay;
 pub mod render;
 pub mod request;
 pub mod rewrite;
 mod server;
 mod sessions;
+mod turn;
 mod upstream;
 mod writer;
 

@@ -28,6 +28,9 @@ pub struct SessionLog {
     /// Element bytes already seen → message hash (skips parsing resent elements).
     raw_index: HashMap<Hash, Hash>,
     leaf: Option<usize>,
+    /// The largest prompt (tokens) a provider reported for this session: the model's window is
+    /// at least that.
+    accepted_tokens: u64,
 }
 
 /// Hashes of the system prompt and tool definitions in force at an entry.
@@ -120,6 +123,14 @@ impl SessionLog {
         }
         self.parents.push(parent);
         self.in_force.push(in_force);
+        let usage = match &entry.kind {
+            EntryKind::Message(m) => m.usage.as_ref(),
+            EntryKind::Usage { usage } => Some(usage),
+            _ => None,
+        };
+        if let Some(u) = usage {
+            self.accepted_tokens = self.accepted_tokens.max(u.prompt_tokens());
+        }
         self.hashes.push(match &entry.kind {
             EntryKind::Message(m) if is_conversation(&entry) => Some(hash::message(m)),
             _ => None,
@@ -128,6 +139,11 @@ impl SessionLog {
         self.session.entries.push(entry);
         self.leaf = Some(pos);
         pos
+    }
+
+    /// The largest prompt a provider reported accepting in this session, in tokens.
+    pub fn accepted_tokens(&self) -> u64 {
+        self.accepted_tokens
     }
 
     pub fn set_leaf(&mut self, pos: usize) {

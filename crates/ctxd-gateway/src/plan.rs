@@ -138,16 +138,17 @@ pub enum Part {
 }
 
 /// The projection of `log`'s branch as parts; `Ok(None)` when it is exactly the client's
-/// elements in order (nothing to rewrite).
+/// elements in order (nothing to rewrite). `element_entries` is the log entry of each of the
+/// request's elements ([`RequestPlan::element_entries`]).
 pub fn upstream_parts(
     log: &SessionLog,
-    plan: &RequestPlan,
+    element_entries: &[usize],
 ) -> Result<Option<Vec<Part>>, ProjectionError> {
     let branch = log.branch();
     let projection = project_checked(&log.session, &branch)?;
     // Entry position → the request's element showing it.
     let mut element_of: Vec<Option<usize>> = vec![None; log.len()];
-    for (i, &pos) in plan.element_entries.iter().enumerate() {
+    for (i, &pos) in element_entries.iter().enumerate() {
         if let Some(slot) = element_of.get_mut(pos) {
             *slot = Some(i);
         }
@@ -172,7 +173,7 @@ pub fn upstream_parts(
             }
         })
         .collect();
-    let unchanged = parts.len() == plan.element_entries.len()
+    let unchanged = parts.len() == element_entries.len()
         && parts
             .iter()
             .enumerate()
@@ -205,7 +206,7 @@ mod tests {
     fn run(log: &mut SessionLog, b: &[u8]) -> (RequestPlan, Option<Vec<Part>>) {
         let req = ParsedRequest::parse(Api::Anthropic, b).unwrap();
         let plan = plan_request(log, &req, b, "2026-12-01T00:00:00Z");
-        let parts = upstream_parts(log, &plan).unwrap();
+        let parts = upstream_parts(log, &plan.element_entries).unwrap();
         (plan, parts)
     }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use ctxd_core::model::{Entry, EntryId, EntryKind};
-use ctxd_engine::windows::TurnEnd;
+use ctxd_engine::windows::{TurnEnd, WindowPolicy};
 use ctxd_engine::{now_ms, Caller};
 use ctxd_formats::wire::stream::{Assembled, Assembler, SseParser, StreamError};
 use ctxd_store::NewEntry;
@@ -25,10 +25,9 @@ use crate::writer::Job;
 
 /// How a turn ended, as far as the log is concerned.
 pub enum Outcome {
-    /// A complete response: its elements are appended, then the turn boundary runs.
+    /// A complete response: its elements are appended, then the turn boundary runs when the
+    /// answer called no tools (else the request carrying their results is the boundary).
     Response(Assembled),
-    /// The provider refused the prompt as too long (a window may open).
-    Overflow,
     /// The client went away before the response completed.
     Aborted,
     /// Anything else: nothing of the response is recorded.
@@ -41,6 +40,8 @@ pub struct Completion {
     app: Arc<Gateway>,
     slot: Arc<Slot>,
     caller: Caller,
+    /// The request's budget policy (the turn boundary's, when the response ends the turn).
+    policy: WindowPolicy,
     /// The request's last entry: the response attaches under it.
     attach: Option<EntryId>,
     api: Api,
@@ -53,10 +54,12 @@ pub struct Completion {
 }
 
 impl Completion {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         app: Arc<Gateway>,
         slot: Arc<Slot>,
         caller: Caller,
+        policy: WindowPolicy,
         attach: Option<EntryId>,
         api: Api,
         started: Instant,
@@ -66,6 +69,7 @@ impl Completion {
             app,
             slot,
             caller,
+            policy,
             attach,
             api,
             started,
@@ -73,6 +77,20 @@ impl Completion {
             relaying: Duration::ZERO,
             done: false,
         }
+    }
+
+    pub fn slot(&self) -> &Arc<Slot> {
+        &self.slot
+    }
+
+    pub fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
+    /// The response now attaches under `attach` (the request was re-planned: a window opened
+    /// after it).
+    pub fn reattach(&mut self, attach: Option<EntryId>) {
+        self.attach = attach;
     }
 
     /// Record `outcome`; `upstream` is the time spent waiting on the provider.
@@ -96,7 +114,6 @@ impl Completion {
         let total = self.started.elapsed();
         let label = match &outcome {
             Outcome::Response(_) => "completed",
-            Outcome::Overflow => "overflow",
             Outcome::Aborted => "aborted",
             Outcome::Failed => "failed",
         };
@@ -123,6 +140,7 @@ impl Completion {
             app: self.app.clone(),
             slot: self.slot.clone(),
             caller: self.caller.clone(),
+            policy: self.policy,
             attach: self.attach.clone(),
             outcome,
         })
@@ -136,6 +154,7 @@ struct TurnRecord {
     app: Arc<Gateway>,
     slot: Arc<Slot>,
     caller: Caller,
+    policy: WindowPolicy,
     attach: Option<EntryId>,
     outcome: Outcome,
 }
@@ -150,6 +169,7 @@ impl TurnRecord {
             app,
             slot,
             caller,
+            policy,
             attach,
             outcome,
         } = self;
@@ -167,59 +187,12 @@ impl TurnRecord {
                     batch = append_response(&app, &slot, loaded, attach.as_ref(), assembled);
                     TurnEnd::Completed
                 }
-                Outcome::Overflow => TurnEnd::Overflow,
                 Outcome::Aborted => TurnEnd::Aborted,
                 Outcome::Failed => return,
             };
-            let counter = ctxd_tokens::CachingCounter::new(ctxd_tokens::Tokenizer::for_model(
-                caller.model.as_deref(),
-            ));
-            let now = now_ms();
-            let branch = loaded.log.branch();
-            let plan = ctxd_engine::Engine::<ctxd_store::SqliteStore>::decide_turn_end(
-                &caller,
-                &loaded.log.session,
-                &branch,
-                end,
-                None,
-                &counter,
-                now,
-            );
-            let notes = if plan.needs_notes() {
-                let engine = app.engine.clone();
-                let c = caller.clone();
-                match tokio::task::spawn_blocking(move || engine.notes_snapshot(&c, now)).await {
-                    Ok(Ok(notes)) => Some(notes),
-                    Ok(Err(e)) => {
-                        tracing::error!(error = %e, "turn end: notes unreadable; no new window");
-                        None
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "turn end: notes task failed; no new window");
-                        None
-                    }
-                }
-            } else {
-                None
-            };
-            let (outcome, entries) = plan.finish(
-                &caller,
-                &loaded.record,
-                &loaded.log.session,
-                &branch,
-                notes.as_ref(),
-            );
-            if let Some(kind) = outcome.reminder {
-                metrics::counter!("ctxd_reminders_total", "kind" => kind).increment(1);
-            }
-            if let Some((window, cause)) = &outcome.reset {
-                metrics::counter!("ctxd_windows_opened_total", "cause" => *cause).increment(1);
-                tracing::info!(window = %window, cause, "new context window");
-            }
-            for entry in entries {
-                loaded.log.push(entry.clone());
-                batch.push(NewEntry::new(entry));
-            }
+            // An answer that called tools ends no turn: the boundary comes with their results.
+            let (_, entries) = crate::turn::end_turn(&app, loaded, &caller, &policy, end).await;
+            batch.extend(entries);
             if !batch.is_empty() {
                 app.writer.send(Job::Append {
                     session: loaded.record.id,

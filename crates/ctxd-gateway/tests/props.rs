@@ -70,7 +70,7 @@ proptest! {
             let req = ParsedRequest::parse(api, &b).unwrap();
             let plan = plan_request(&mut log, &req, &b, "t");
             prop_assert!(plan.appended.len() <= 1, "turn {n}: {}", plan.appended.len());
-            prop_assert!(upstream_parts(&log, &plan).unwrap().is_none());
+            prop_assert!(upstream_parts(&log, &plan.element_entries).unwrap().is_none());
         }
         let messages = log.branch().len();
         prop_assert_eq!(messages, texts.len());

@@ -3,6 +3,7 @@
 //! read once by the caller into a [`NotesSnapshot`].
 
 use crate::notes::{HomeScope, NoteRow, NotesSnapshot};
+use crate::offered::ModelTools;
 
 /// Pocket seats per home, in pocket order: session, project, human, agent, model.
 pub const POCKET_LIMITS: [(HomeScope, usize); 5] = [
@@ -27,6 +28,10 @@ const MAP_PATH: &str = "MAP.md";
 const RESET_LINE: &str = "Your context was reset: this is a new context window. What you did \
 before is not in front of you any more; your notes and the session history are.";
 
+/// The reset line when the model has neither notes nor history tools.
+const RESET_LINE_PLAIN: &str = "Your context was reset: this is a new context window. What you \
+did before is not in front of you any more; the checkpoint below carries your recent requests.";
+
 const HOMES_TEXT: &str = "Notes live in five homes. A bare <vpath> is this session's; \
 @project/<vpath> is this project's; @human/<vpath> belongs to the human, across projects; \
 @self/<vpath> is your own agent home and @agents/<name>/<vpath> another agent's; @model/<vpath> \
@@ -40,7 +45,7 @@ Your working memory is this context window, and it does not last: when it fills 
 call new_context, a new window starts and only what was written down carries over. Two records \
 outlive every window of this session: your notes (notes_write, notes_append, notes_read, \
 notes_list, notes_search) and the session history, read-only (history_list_windows, \
-history_list_items, history_read_item, history_search).
+history_list_items, history_read_item, history_search_contents).
 
 Keep a checkpoint note up to date while you work, not at the last moment: the goal, the decisions \
 taken and why, progress, what you learned, next steps, and the window id and item id of each user \
@@ -50,6 +55,14 @@ get_context_remaining tells you how much room is left before the window closes. 
 zero the window ends without a last turn. Once your checkpoint is written you may call \
 new_context yourself; it takes effect after the current batch of tool calls. Mark notes that are \
 no longer true as stale, or they will mislead the next window.
+</context_window_protocol>";
+
+/// The protocol when the model has no ctxd tools: what happens, and nothing to call.
+const PROTOCOL_PLAIN: &str = "<context_window_protocol>
+Your working memory is this context window, and it does not last: when it fills up, ctxd starts \
+a new window that begins with a checkpoint of your recent requests, and everything else of the \
+old window is gone from view. Keep what must outlast a window in the workspace (files, commits), \
+and pick up the work from there.
 </context_window_protocol>";
 
 /// Everything the boot shows, gathered by the caller.
@@ -65,6 +78,8 @@ pub struct BootData<'a> {
     pub notes: &'a NotesSnapshot,
     /// The recovery checkpoint ([`super::checkpoint`]), when there is one.
     pub checkpoint: Option<&'a str>,
+    /// The ctxd tools the model has: the boot names no other.
+    pub tools: ModelTools,
 }
 
 fn identity(d: &BootData<'_>) -> String {
@@ -98,8 +113,9 @@ fn rows(snapshot: &NotesSnapshot, scope: HomeScope) -> &[NoteRow] {
     snapshot.homes.get(&scope).map_or(&[], Vec::as_slice)
 }
 
-/// The notes index: resident maps broadest first, then the pocket (metadata lines only).
-fn notes_index(snapshot: &NotesSnapshot) -> Option<String> {
+/// The notes index: resident maps broadest first, then the pocket (metadata lines only, and
+/// only when the model can read notes).
+fn notes_index(snapshot: &NotesSnapshot, can_read: bool) -> Option<String> {
     let mut sections: Vec<String> = Vec::new();
     for scope in MAP_HOMES {
         if let Some(map) = rows(snapshot, scope).iter().find(|r| r.path == MAP_PATH) {
@@ -117,7 +133,7 @@ fn notes_index(snapshot: &NotesSnapshot) -> Option<String> {
                 .take(limit)
         })
         .collect();
-    if !pocket.is_empty() {
+    if !pocket.is_empty() && can_read {
         let n = pocket.len();
         let quotas = POCKET_LIMITS
             .iter()
@@ -146,13 +162,21 @@ fn notes_index(snapshot: &NotesSnapshot) -> Option<String> {
 
 /// The boot's text.
 pub fn render_boot(d: &BootData<'_>) -> String {
+    let notes = d.tools.notes;
     let mut parts: Vec<String> = Vec::new();
     if d.reset_line {
-        parts.push(RESET_LINE.to_owned());
+        let line = if notes || d.tools.history {
+            RESET_LINE
+        } else {
+            RESET_LINE_PLAIN
+        };
+        parts.push(line.to_owned());
     }
     parts.push(identity(d));
-    parts.push(HOMES_TEXT.to_owned());
-    if !d.notes.unavailable.is_empty() {
+    if notes {
+        parts.push(HOMES_TEXT.to_owned());
+    }
+    if !d.notes.unavailable.is_empty() && notes {
         let homes = d
             .notes
             .unavailable
@@ -165,12 +189,13 @@ pub fn render_boot(d: &BootData<'_>) -> String {
              started; notes_list can try again."
         ));
     }
-    if let Some(index) = notes_index(d.notes) {
+    if let Some(index) = notes_index(d.notes, notes) {
         parts.push(index);
     }
     if let Some(checkpoint) = d.checkpoint.filter(|c| !c.is_empty()) {
         parts.push(format!("<checkpoint>\n{checkpoint}\n</checkpoint>"));
     }
-    parts.push(PROTOCOL.to_owned());
+    let full = notes && d.tools.history && d.tools.reset && d.tools.remaining;
+    parts.push(if full { PROTOCOL } else { PROTOCOL_PLAIN }.to_owned());
     parts.join("\n\n")
 }

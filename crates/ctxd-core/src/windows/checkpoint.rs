@@ -5,7 +5,7 @@
 use crate::model::{ContentBlock, EntryKind, Role, Session};
 use crate::notes::{HomeScope, NotesSnapshot};
 
-use super::root_window_id;
+use super::history_window_id;
 
 /// The most characters a checkpoint has, its truncation notice included.
 pub const CHECKPOINT_MAX_CHARS: usize = 36_000;
@@ -22,8 +22,7 @@ const NOTE_CHARS: usize = 4_000;
 const REQUESTS_HEADING: &str = "Recent user requests (oldest first):";
 const PRIOR_HEADING: &str = "Recovery context of the previous window:";
 const NOTES_HEADING: &str = "Excerpts of this session's notes (newest first):";
-const TRUNCATED: &str =
-    "\n[checkpoint cut at 36,000 characters: read the notes and the history for the rest]";
+const TRUNCATED: &str = "\n[checkpoint cut at 36,000 characters]";
 
 /// The first `max` characters of `text`, with `…` when cut.
 fn excerpt(text: &str, max: usize) -> String {
@@ -63,15 +62,22 @@ fn prior_context(boot: &str) -> Option<String> {
     (!body.is_empty()).then(|| body.to_owned())
 }
 
-/// The checkpoint for a window opening at the end of `branch`.
+/// The checkpoint for a window opening at the end of `branch` of store session
+/// `store_session`. Requests are named by their history ids (`w_…`, `i_…`).
 pub fn checkpoint(
     session: &Session,
     branch: &[usize],
-    session_key: &str,
+    store_session: i64,
     notes: &NotesSnapshot,
 ) -> String {
-    let mut window = root_window_id(session_key);
-    let mut requests: Vec<(String, &str, String)> = Vec::new();
+    let mut window = branch
+        .first()
+        .and_then(|&p| session.entries.get(p))
+        .map(|e| history_window_id(store_session, &e.id))
+        .unwrap_or_default();
+    // The marker's own id of the current window, to find its boot.
+    let mut marker = "";
+    let mut requests: Vec<(String, String, String)> = Vec::new();
     let mut prior: Option<String> = None;
     for &pos in branch {
         let Some(entry) = session.entries.get(pos) else {
@@ -79,10 +85,11 @@ pub fn checkpoint(
         };
         match &entry.kind {
             EntryKind::WindowMarker { window_id, .. } => {
-                window = window_id.clone();
+                window = history_window_id(store_session, &entry.id);
+                marker = window_id.as_str();
                 prior = None;
             }
-            EntryKind::WindowBoot { window_id, message } if *window_id == window => {
+            EntryKind::WindowBoot { window_id, message } if window_id == marker => {
                 prior = message.content.iter().find_map(|b| match b {
                     ContentBlock::Text { text } => prior_context(text),
                     _ => None,
@@ -90,7 +97,11 @@ pub fn checkpoint(
             }
             EntryKind::Message(m) if m.role == Role::User && m.injected.is_none() => {
                 if let Some(text) = request_text(&m.content) {
-                    requests.push((window.clone(), entry.id.as_str(), text));
+                    let item = crate::history::item_id(crate::history::item_key(
+                        store_session,
+                        entry.id.as_str(),
+                    ));
+                    requests.push((window.clone(), item, text));
                 }
             }
             _ => {}

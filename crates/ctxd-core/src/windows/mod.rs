@@ -139,6 +139,37 @@ pub fn current_window_id(session: &Session, branch: &[usize], session_key: &str)
         .unwrap_or_else(|| root_window_id(session_key))
 }
 
+/// The id the history tools know the window by that opens at entry `start` (a root or a
+/// marker) of store session `store_session`: the one id scheme of every text the model reads.
+pub fn history_window_id(store_session: i64, start: &EntryId) -> String {
+    crate::history::window_id(crate::history::window_key(store_session, start.as_str()))
+}
+
+/// The history id of the window current at the end of `branch` (opened by its latest marker,
+/// else by the branch's root). `None` for an empty branch.
+pub fn current_history_window_id(
+    session: &Session,
+    branch: &[usize],
+    store_session: i64,
+) -> Option<String> {
+    let start = match latest_marker(session, branch) {
+        Some((i, _, _)) => branch[i],
+        None => *branch.first()?,
+    };
+    let entry = session.entries.get(start)?;
+    Some(history_window_id(store_session, &entry.id))
+}
+
+/// The history id of the first window on `branch` (opened by its root).
+pub fn first_history_window_id(
+    session: &Session,
+    branch: &[usize],
+    store_session: i64,
+) -> Option<String> {
+    let entry = session.entries.get(*branch.first()?)?;
+    Some(history_window_id(store_session, &entry.id))
+}
+
 /// Index in `branch` of the latest marker, with its window id and reason.
 pub fn latest_marker<'a>(
     session: &'a Session,

@@ -5,6 +5,7 @@ use expect_test::expect;
 use super::boot::relative_time;
 use super::checkpoint::cap;
 use super::*;
+use crate::offered::ModelTools;
 use crate::notes::{HomeScope, NoteRow, NotesSnapshot};
 use crate::tree::active_branch;
 use crate::view::project_checked;
@@ -157,6 +158,7 @@ fn boot_text() {
         checkpoint: Some(
             "Recent user requests (oldest first):\n- window cw-1-root, item e0:\nfix it",
         ),
+        tools: ModelTools::ALL,
     });
     expect![[r#"
         Your context was reset: this is a new context window. What you did before is not in front of you any more; your notes and the session history are.
@@ -188,7 +190,7 @@ fn boot_text() {
         </checkpoint>
 
         <context_window_protocol>
-        Your working memory is this context window, and it does not last: when it fills up, or when you call new_context, a new window starts and only what was written down carries over. Two records outlive every window of this session: your notes (notes_write, notes_append, notes_read, notes_list, notes_search) and the session history, read-only (history_list_windows, history_list_items, history_read_item, history_search).
+        Your working memory is this context window, and it does not last: when it fills up, or when you call new_context, a new window starts and only what was written down carries over. Two records outlive every window of this session: your notes (notes_write, notes_append, notes_read, notes_list, notes_search) and the session history, read-only (history_list_windows, history_list_items, history_read_item, history_search_contents).
 
         Keep a checkpoint note up to date while you work, not at the last moment: the goal, the decisions taken and why, progress, what you learned, next steps, and the window id and item id of each user request still open. History ids let you pull an exact item back instead of redoing the work.
 
@@ -200,6 +202,27 @@ fn boot_text() {
     assert!(!text.contains("short answers"));
     assert!(!text.contains("session map is not resident"));
     assert!(!text.contains("stale model map"));
+}
+
+#[test]
+fn a_boot_without_tools_names_none() {
+    let notes = snapshot();
+    let text = render_boot(&BootData {
+        agent: "pi",
+        model: "claude-sonnet-4",
+        first_window_id: "w_1",
+        current_window_id: "w_2",
+        previous_window_id: Some("w_1"),
+        reset_line: true,
+        notes: &notes,
+        checkpoint: Some("Recent user requests (oldest first):\n- window w_1, item i_1:\nfix it"),
+        tools: ModelTools::NONE,
+    });
+    assert_eq!(crate::offered::tool_like_words(&text), Vec::<&str>::new(), "{text}");
+    assert!(text.contains("checkpoint below carries your recent requests"));
+    // Resident maps are content, shown; the pocket lists names only a notes tool could open.
+    assert!(text.contains("- build: cargo"));
+    assert!(!text.contains("Your pocket holds"));
 }
 
 #[test]
@@ -234,6 +257,7 @@ fn root_boot_has_no_reset_line_and_pocket_quotas_hold() {
         reset_line: false,
         notes: &notes,
         checkpoint: None,
+        tools: ModelTools::ALL,
     });
     assert!(!text.contains("was reset"));
     assert!(!text.contains("Previous context window id"));
@@ -277,12 +301,13 @@ fn checkpoint_is_capped_at_36000_chars() {
             .collect(),
     );
     let b = active_branch(&s);
-    let c = checkpoint(&s, &b, "k", &notes);
+    let c = checkpoint(&s, &b, 7, &notes);
     assert_eq!(c.chars().count(), CHECKPOINT_MAX_CHARS);
-    assert!(c.ends_with("read the notes and the history for the rest]"));
+    assert!(c.ends_with("[checkpoint cut at 36,000 characters]"));
     // Only the 8 most recent requests, each cut at 2,000 characters.
-    assert!(!c.contains("- window cw-") || c.contains("item e12:"));
-    assert!(!c.contains("item e11:"));
+    let item = |id: &str| crate::history::item_id(crate::history::item_key(7, id));
+    assert!(c.contains(&format!("item {}:", item("e12"))));
+    assert!(!c.contains(&format!("item {}:", item("e11"))));
     // Under the cap: unchanged.
     assert_eq!(cap("short".into()), "short");
     let exact = "x".repeat(CHECKPOINT_MAX_CHARS);
@@ -316,12 +341,12 @@ fn checkpoint_carries_requests_prior_context_and_notes() {
     );
     push(&mut s, user("second request"));
     let b = active_branch(&s);
-    let c = checkpoint(&s, &b, "k", &snapshot());
+    let c = checkpoint(&s, &b, 7, &snapshot());
     expect![[r#"
         Recent user requests (oldest first):
-        - window cw-08bdde07-root, item e0:
+        - window w_4f0314a99fa1cf9d, item i_f93acaf70c7f707a:
         first request
-        - window w2, item e4:
+        - window w_0218e0ee7b7001e4, item i_3f133a34e0f7ae40:
         second request
 
         Recovery context of the previous window:

@@ -6,6 +6,7 @@
 
 mod conversation;
 mod errors;
+mod loops;
 mod passthrough;
 mod support;
 mod window;

@@ -1,0 +1,332 @@
+//! Long tool loops through the gateway against the strict mock (which refuses what the real
+//! APIs refuse, and prompts over the model's window): a coding agent's session of 60 turns,
+//! every answer a tool call answered with ~20 KB of shell output. Each API, JSON and SSE.
+//!
+//! What must hold: every request the client sends is answered; nothing upstream is refused;
+//! no upstream request is over the window; the window resets inside the loop (the boot goes
+//! upstream, the old outputs do not); reminders sit after the batch's results.
+
+use std::fmt::Write as _;
+
+use ctxd_core::model::EntryKind;
+use ctxd_formats::wire::stream::{assemble_json, Api as WireApi, Assembler, SseParser};
+use ctxd_mock::{Config, Reply};
+use serde_json::{json, Value};
+
+use crate::support::Rig;
+
+const TURNS: usize = 60;
+const OUTPUT_BYTES: usize = 20_000;
+/// The mock's and ctxd's window for the models below.
+const WINDOW: u64 = 200_000;
+
+#[derive(Clone, Copy, Debug)]
+enum Api {
+    Anthropic,
+    Chat,
+    Responses,
+}
+
+impl Api {
+    fn path(self) -> &'static str {
+        match self {
+            Api::Anthropic => "/v1/messages",
+            Api::Chat => "/v1/chat/completions",
+            Api::Responses => "/v1/responses",
+        }
+    }
+
+    fn wire(self) -> WireApi {
+        match self {
+            Api::Anthropic => WireApi::Anthropic,
+            Api::Chat => WireApi::OpenAiChat,
+            Api::Responses => WireApi::OpenAiResponses,
+        }
+    }
+
+    fn model(self) -> &'static str {
+        match self {
+            Api::Anthropic => "claude-sonnet-4-5",
+            // 200k in ctxd's table and in the mock's.
+            Api::Chat | Api::Responses => "o3",
+        }
+    }
+
+    fn headers(self) -> [(&'static str, &'static str); 2] {
+        match self {
+            Api::Anthropic => [("x-api-key", "sk-loop"), ("x-ctxd-session", "loop")],
+            _ => [("authorization", "Bearer sk-loop"), ("x-ctxd-session", "loop")],
+        }
+    }
+
+    fn first_messages(self) -> Vec<Value> {
+        let task = "Find why the test suite fails and fix it.";
+        match self {
+            Api::Anthropic => vec![json!({"role": "user", "content": task})],
+            Api::Chat => vec![
+                json!({"role": "system", "content": "You are a coding agent."}),
+                json!({"role": "user", "content": task}),
+            ],
+            Api::Responses => vec![json!({"type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": task}]})],
+        }
+    }
+
+    fn body(self, conversation: &[Value], stream: bool) -> Value {
+        match self {
+            Api::Anthropic => json!({"model": self.model(), "max_tokens": 1024,
+                "system": "You are a coding agent.", "stream": stream,
+                "tools": [{"name": "bash", "description": "Run a shell command",
+                    "input_schema": {"type": "object",
+                        "properties": {"command": {"type": "string"}}, "required": ["command"]}}],
+                "messages": conversation}),
+            Api::Chat => {
+                let mut b = json!({"model": self.model(), "stream": stream,
+                    "tools": [{"type": "function", "function": {"name": "bash",
+                        "description": "Run a shell command", "parameters": {"type": "object",
+                        "properties": {"command": {"type": "string"}}}}}],
+                    "messages": conversation});
+                if stream {
+                    b["stream_options"] = json!({"include_usage": true});
+                }
+                b
+            }
+            Api::Responses => json!({"model": self.model(), "stream": stream,
+                "instructions": "You are a coding agent.",
+                "tools": [{"type": "function", "name": "bash", "description": "Run a shell command",
+                    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}],
+                "input": conversation}),
+        }
+    }
+
+    /// The client's answer to each call of the response's elements.
+    fn results(self, elements: &[Value], output: &str) -> Vec<Value> {
+        let mut calls = Vec::new();
+        for el in elements {
+            match self {
+                Api::Anthropic => {
+                    for b in el["content"].as_array().into_iter().flatten() {
+                        if b["type"] == "tool_use" {
+                            calls.push(b["id"].as_str().unwrap().to_owned());
+                        }
+                    }
+                }
+                Api::Chat => {
+                    for c in el["tool_calls"].as_array().into_iter().flatten() {
+                        calls.push(c["id"].as_str().unwrap().to_owned());
+                    }
+                }
+                Api::Responses => {
+                    if el["type"] == "function_call" {
+                        calls.push(el["call_id"].as_str().unwrap().to_owned());
+                    }
+                }
+            }
+        }
+        assert!(!calls.is_empty(), "the model called no tool: {elements:?}");
+        match self {
+            Api::Anthropic => vec![json!({"role": "user", "content": calls.iter().map(|id| json!(
+                {"type": "tool_result", "tool_use_id": id, "content": output})).collect::<Vec<_>>()})],
+            Api::Chat => calls
+                .iter()
+                .map(|id| json!({"role": "tool", "tool_call_id": id, "content": output}))
+                .collect(),
+            Api::Responses => calls
+                .iter()
+                .map(|id| json!({"type": "function_call_output", "call_id": id, "output": output}))
+                .collect(),
+        }
+    }
+}
+
+/// ~`bytes` of plausible shell output, distinct per turn (so nothing dedups by accident).
+fn shell_output(turn: usize, bytes: usize) -> String {
+    let mut out = format!("$ cargo test --workspace  # run {turn}\n");
+    let mut n = 0;
+    while out.len() < bytes {
+        let _ = writeln!(
+            out,
+            "test parser::tests::case_{turn}_{n:04} ... ok (src/parser/mod.rs:{}: {} ms)",
+            100 + n % 700,
+            n % 97
+        );
+        n += 1;
+    }
+    out
+}
+
+/// What one loop saw.
+struct LoopReport {
+    turns_per_window: Vec<usize>,
+    largest_upstream_bytes: usize,
+    largest_upstream_mock_tokens: u64,
+    largest_upstream_ctxd_tokens: u64,
+    upstream_chars: usize,
+    client_chars: usize,
+}
+
+async fn run_loop(api: Api, stream: bool) -> LoopReport {
+    // Every answer is a tool call: the loop never ends by itself.
+    let config = Config {
+        script: (0..TURNS)
+            .map(|i| Reply::tool_call("bash", json!({"command": format!("cargo test # {i}")})))
+            .collect(),
+        ..Config::default()
+    };
+    let mut rig = Rig::with(config, |_| {}).await;
+    let headers = api.headers();
+    let mut conversation = api.first_messages();
+    let mut client_chars = 0usize;
+    for turn in 0..TURNS {
+        let body = serde_json::to_vec(&api.body(&conversation, stream)).unwrap();
+        client_chars += body.len();
+        let resp = rig.post(api.path(), &headers, body).await;
+        let status = resp.status();
+        let text = resp.bytes().await.unwrap();
+        assert!(
+            status.is_success(),
+            "{api:?} stream={stream} turn {turn}: {status} {}",
+            String::from_utf8_lossy(&text[..text.len().min(600)])
+        );
+        let assembled = if stream {
+            let mut parser = SseParser::new();
+            let mut asm = Assembler::new(api.wire());
+            for ev in parser.feed(&text) {
+                asm.push(&ev);
+            }
+            if let Some(ev) = parser.finish() {
+                asm.push(&ev);
+            }
+            asm.finish().unwrap()
+        } else {
+            assemble_json(api.wire(), &text).unwrap()
+        };
+        let elements: Vec<Value> = assembled
+            .elements
+            .iter()
+            .map(|e| serde_json::from_slice(&e.wire).unwrap())
+            .collect();
+        let results = api.results(&elements, &shell_output(turn, OUTPUT_BYTES));
+        conversation.extend(elements);
+        conversation.extend(results);
+    }
+
+    let sent = rig.mock.requests();
+    assert_eq!(
+        sent.len(),
+        TURNS,
+        "one upstream request per client request: nothing refused, nothing retried"
+    );
+    let counter = ctxd_tokens::Tokenizer::for_model(Some(api.model()));
+    let mut largest = (0usize, 0u64, 0u64);
+    let mut upstream_chars = 0usize;
+    let mut saw_boot_after_reset = false;
+    for (i, r) in sent.iter().enumerate() {
+        let body: &[u8] = &r.body;
+        upstream_chars += body.len();
+        let mock_tokens = (body.len() / 4) as u64;
+        assert!(
+            mock_tokens <= WINDOW,
+            "{api:?} request {i}: {mock_tokens} tokens upstream"
+        );
+        if body.len() > largest.0 {
+            let text = String::from_utf8_lossy(body);
+            largest = (
+                body.len(),
+                mock_tokens,
+                ctxd_core::tokens::TokenCounter::count(&counter, &text),
+            );
+        }
+        let text = String::from_utf8_lossy(body);
+        if text.contains("Your context was reset") {
+            saw_boot_after_reset = true;
+            assert!(
+                !text.contains("case_0_0000"),
+                "{api:?} request {i}: the first window's outputs went upstream after the reset"
+            );
+        }
+    }
+    assert!(saw_boot_after_reset, "{api:?}: no reset reached upstream");
+
+    // The store: the windows, and where reminders sit.
+    let stored = rig.stored().await;
+    let record = stored.sessions().remove(0);
+    let session = stored.load(&record);
+    let branch = ctxd_core::tree::active_branch(&session);
+    let mut turns_per_window = vec![0usize];
+    let mut reminders = 0;
+    for (i, &pos) in branch.iter().enumerate() {
+        match &session.entries[pos].kind {
+            EntryKind::WindowMarker { .. } => turns_per_window.push(0),
+            EntryKind::Message(m) if m.role == ctxd_core::model::Role::Assistant => {
+                *turns_per_window.last_mut().unwrap() += 1;
+            }
+            EntryKind::Message(m) if m.injected.as_deref().is_some_and(|k| k.starts_with("ctxd/")) => {
+                reminders += 1;
+                // After the results of the batch: the entry before it answers every call.
+                let prev = &session.entries[branch[i - 1]].kind;
+                assert!(
+                    matches!(prev, EntryKind::Message(p) if p.content.iter().any(|b|
+                        matches!(b, ctxd_core::model::ContentBlock::ToolResult { .. }))),
+                    "{api:?}: reminder not after tool results: {prev:?}"
+                );
+            }
+            _ => {}
+        }
+    }
+    assert!(turns_per_window.len() >= 2, "{api:?}: no window opened");
+    assert!(reminders >= 1, "{api:?}: no reminder");
+    LoopReport {
+        turns_per_window,
+        largest_upstream_bytes: largest.0,
+        largest_upstream_mock_tokens: largest.1,
+        largest_upstream_ctxd_tokens: largest.2,
+        upstream_chars,
+        client_chars,
+    }
+}
+
+async fn check(api: Api, stream: bool) {
+    let r = run_loop(api, stream).await;
+    eprintln!(
+        "loop {api:?} stream={stream}: turns per window {:?}; largest upstream request {} bytes, \
+         {} tokens by the mock's estimate, {} by ctxd's; upstream/client bytes {}/{} ({:.2})",
+        r.turns_per_window,
+        r.largest_upstream_bytes,
+        r.largest_upstream_mock_tokens,
+        r.largest_upstream_ctxd_tokens,
+        r.upstream_chars,
+        r.client_chars,
+        r.upstream_chars as f64 / r.client_chars as f64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_json_tool_loop_stays_inside_the_window() {
+    check(Api::Anthropic, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_sse_tool_loop_stays_inside_the_window() {
+    check(Api::Anthropic, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_json_tool_loop_stays_inside_the_window() {
+    check(Api::Chat, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_sse_tool_loop_stays_inside_the_window() {
+    check(Api::Chat, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_json_tool_loop_stays_inside_the_window() {
+    check(Api::Responses, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_sse_tool_loop_stays_inside_the_window() {
+    check(Api::Responses, true).await;
+}
