@@ -38,8 +38,10 @@ mod request;
 mod router;
 mod script;
 mod server;
+mod signature;
 mod sse;
 mod turn;
+mod validate;
 
 pub use body::DecodeError;
 pub use config::{Config, Reasoning, Recording};
@@ -47,6 +49,7 @@ pub use error::MockError;
 pub use record::Recorded;
 pub use script::{Action, Part, Reply, ReplySpecError, Script, Shape, Truncate};
 pub use server::MockServer;
+pub use validate::REFUSED_HEADER;
 
 /// The wire API a request speaks (chosen by its route).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
