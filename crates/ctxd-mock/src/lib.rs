@@ -28,7 +28,8 @@
 //!   `tool_result` at the start of the next (user) turn, each `tool_result` answering a
 //!   `tool_use` of the turn before; with `thinking.type: enabled`, an ongoing tool loop's
 //!   assistant turn starts with a `thinking`/`redacted_thinking` block (not with `adaptive`,
-//!   where the model may skip thinking); a thinking block with a mock-issued signature must
+//!   where the model may skip thinking, nor when [`Config::reasoning`] is `Off`: a mock that
+//!   gives no thinking blocks cannot demand them back); a thinking block with a mock-issued signature must
 //!   carry the text it was signed for. The mock's signatures encode a hash of the text
 //!   (`Reasoning::WhenAsked`/`Always` replies carry them, JSON and `signature_delta`);
 //!   signatures it did not issue (captured from the real provider) are accepted unchecked.

@@ -166,3 +166,37 @@ async fn wait_for_signal() -> anyhow::Result<()> {
         .context("waiting for ctrl-c")?;
     Ok(())
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strictness_flags() {
+        let args = Args::try_parse_from([
+            "ctxd-mock",
+            "--window",
+            "gpt-4o=1000",
+            "--window",
+            "claude-x=2000",
+            "--default-window",
+            "300",
+        ])
+        .unwrap();
+        let config = args.config();
+        assert!(config.strict);
+        assert_eq!(
+            config.windows,
+            [("gpt-4o".to_owned(), 1000), ("claude-x".to_owned(), 2000)]
+        );
+        assert_eq!(config.default_window, 300);
+        let lax = Args::try_parse_from(["ctxd-mock", "--lax"])
+            .unwrap()
+            .config();
+        assert!(!lax.strict);
+        assert_eq!(lax.default_window, 200_000);
+        assert!(Args::try_parse_from(["ctxd-mock", "--window", "gpt-4o"]).is_err());
+        assert!(Args::try_parse_from(["ctxd-mock", "--window", "gpt-4o=x"]).is_err());
+    }
+}

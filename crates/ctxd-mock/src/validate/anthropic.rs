@@ -14,7 +14,9 @@
 //! - With `thinking.type: enabled`, when the last user turn starts with `tool_result` blocks (a
 //!   tool loop is under way) the assistant turn before it starts with a `thinking` or
 //!   `redacted_thinking` block. Not with `adaptive`: there the model may skip thinking at any
-//!   step, so an assistant turn without a thinking block is a normal thing to send back.
+//!   step, so an assistant turn without a thinking block is a normal thing to send back. And
+//!   only when the mock itself gives thinking blocks ([`crate::Reasoning`] not `Off`): a mock
+//!   that answered without one cannot demand it back.
 //! - A `thinking` block carrying a mock-issued signature ([`crate::signature`]) must carry the
 //!   text it was issued for; foreign signatures (real ones, in captured requests) pass.
 
@@ -137,7 +139,12 @@ impl Turn<'_, '_> {
     }
 }
 
-pub(super) fn check(head: &Head, headers: &HeaderMap) -> Result<(), Refusal> {
+/// `thinking_replies`: the mock gives thinking blocks (the thinking-loop rule applies).
+pub(super) fn check(
+    head: &Head,
+    headers: &HeaderMap,
+    thinking_replies: bool,
+) -> Result<(), Refusal> {
     let Some(raw) = head.messages.as_deref() else {
         return Err(Refusal::new(
             "anthropic.messages",
@@ -265,7 +272,7 @@ pub(super) fn check(head: &Head, headers: &HeaderMap) -> Result<(), Refusal> {
             ));
         }
     }
-    if thinking_enabled(head) {
+    if thinking_replies && thinking_enabled(head) {
         check_thinking_loop(&turns)?;
     }
     Ok(())
@@ -329,7 +336,7 @@ mod tests {
     fn run_with(body: Value, headers: &HeaderMap) -> Result<(), Refusal> {
         let text = body.to_string();
         let head: Head = serde_json::from_str(&text).unwrap();
-        check(&head, headers)
+        check(&head, headers, true)
     }
 
     fn run(messages: Value) -> Result<(), Refusal> {
@@ -469,6 +476,11 @@ mod tests {
              `text`. When `thinking` is enabled, a final `assistant` message must start with a \
              thinking block"
         ));
+        // A mock that gives no thinking blocks cannot demand them.
+        let text_body = json!({"thinking": {"type": "enabled"}, "messages": call(text.clone())});
+        let text_body = text_body.to_string();
+        let head: Head = serde_json::from_str(&text_body).unwrap();
+        assert!(check(&head, &HeaderMap::new(), false).is_ok());
         // Without thinking, or adaptive (the model may skip thinking), the same is fine.
         assert!(run(call(text.clone())).is_ok());
         let adaptive = json!({"thinking": {"type": "adaptive"}, "messages": call(text.clone())});

@@ -15,7 +15,7 @@ mod responses;
 
 use axum::http::HeaderMap;
 
-use crate::config::Config;
+use crate::config::{Config, Reasoning};
 use crate::request::Head;
 use crate::Api;
 
@@ -70,7 +70,7 @@ pub(crate) fn check(
     config: &Config,
 ) -> Result<(), Refusal> {
     match api {
-        Api::Anthropic => anthropic::check(head, headers)?,
+        Api::Anthropic => anthropic::check(head, headers, config.reasoning != Reasoning::Off)?,
         Api::OpenAiChat => chat::check(head)?,
         Api::OpenAiResponses => responses::check(head)?,
     }
@@ -242,5 +242,53 @@ mod tests {
             "This model's maximum context length is 10 tokens. However, your messages \
              resulted in 100 tokens."
         ));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod perf {
+    use super::*;
+    use serde_json::json;
+
+    /// The benchmark's shape: a ~1 MiB Claude conversation of tool exchanges. Run with
+    /// `cargo test --release -p ctxd-mock --lib -- --ignored validation_cost --nocapture`.
+    #[test]
+    #[ignore = "timing, release builds only"]
+    fn validation_cost() {
+        let words = "fn let match self config request session store ".repeat(40);
+        let mut messages = Vec::new();
+        let mut turn = 0;
+        while serde_json::to_vec(&messages).unwrap().len() < 1 << 20 {
+            let id = format!("toolu_bench_{turn:04}");
+            messages.push(json!({"role": "user", "content": [{"type": "text", "text": words}]}));
+            messages.push(json!({"role": "assistant", "content": [
+                {"type": "text", "text": &words[..400]},
+                {"type": "tool_use", "id": id, "name": "Bash", "input": {"command": "ls"}}]}));
+            messages.push(json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": id, "content": words}]}));
+            turn += 1;
+        }
+        let body = json!({"model": "claude-sonnet-4-5[1m]", "messages": messages}).to_string();
+        let config = Config::default();
+        let h = HeaderMap::new();
+        let n = 100;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            let head: Head = serde_json::from_str(&body).unwrap();
+            std::hint::black_box(&head);
+        }
+        let parse = t.elapsed() / n;
+        let head: Head = serde_json::from_str(&body).unwrap();
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            check(Api::Anthropic, &head, body.len(), &h, &config).unwrap();
+        }
+        let check_time = t.elapsed() / n;
+        eprintln!(
+            "{} bytes, {} messages: head parse {parse:?}, rules {check_time:?}",
+            body.len(),
+            messages.len()
+        );
     }
 }

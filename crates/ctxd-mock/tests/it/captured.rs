@@ -1,20 +1,22 @@
 //! Real client requests (`shared/clients/captured/*.jsonl`, recorded against the Python mock
-//! with the reply it chose) replayed here with their headers: the same decision for every one,
-//! and strict mode accepts them, except the one the real API refuses too (see [`REFUSED`]).
+//! with the reply it chose) replayed here with their headers: strict mode accepts every one
+//! and gives the same decision; a mock that gives thinking blocks refuses the one the real API
+//! refuses too (see [`REFUSED`]).
 
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use ctxd_mock::Config;
+use ctxd_mock::{Config, Reasoning};
 
 use crate::support::{post_raw, start, start_with};
 
 /// Captures the real API would refuse, by (file, POST number in the file, rule). Claude Code's
 /// second Sonnet request has `thinking: {type: enabled}` and answers a `tool_use` turn without a
-/// thinking block: the Python mock it was recorded against sent none, the real API always
-/// does with thinking enabled and refuses the turn sent back without it ("Expected `thinking`
-/// or `redacted_thinking`, but found `tool_use`").
+/// thinking block: the Python mock it was recorded against sent none. The real API always
+/// sends one with thinking enabled and refuses the turn sent back without it ("Expected
+/// `thinking` or `redacted_thinking`, but found `tool_use`"); so does this mock when it gives
+/// thinking blocks itself (`Reasoning::WhenAsked`), not by default (`Reasoning::Off`).
 const REFUSED: [(&str, usize, &str); 1] = [(
     "requests_claude_sonnet.jsonl",
     1,
@@ -124,9 +126,8 @@ fn decision(path: &str, reply: &Value) -> Value {
 #[tokio::test]
 async fn every_captured_request_gets_the_python_mocks_reply() {
     let mock = start().await;
-    // For the captures strict mode refuses: the decision, all rules off.
-    let lax = start_with(Config {
-        strict: false,
+    let thinking = start_with(Config {
+        reasoning: Reasoning::WhenAsked,
         ..Config::default()
     })
     .await;
@@ -147,18 +148,6 @@ async fn every_captured_request_gets_the_python_mocks_reply() {
         let mut json_body = c.body.clone();
         json_body["stream"] = json!(false);
         let r = send(&mock, &json_body).await;
-        let known = REFUSED
-            .iter()
-            .find(|(f, n, _)| f == file && *n == c.nth)
-            .map(|(_, _, rule)| *rule);
-        if let Some(rule) = known {
-            assert_eq!(r.status, 400, "{file} {path}");
-            assert_eq!(r.headers["x-mock-refused"], rule, "{file} {path}");
-            assert_eq!(r.json()["error"]["type"], "invalid_request_error");
-            refused += 1;
-        }
-        let target = if known.is_some() { &lax } else { &mock };
-        let r = send(target, &json_body).await;
         assert_eq!(
             r.status,
             200,
@@ -168,7 +157,7 @@ async fn every_captured_request_gets_the_python_mocks_reply() {
         assert_eq!(decision(path, &r.json()), *expected, "{file} {path}");
 
         // As sent (streaming): a complete stream ending in the API's terminal event.
-        let r = send(target, &c.body).await;
+        let r = send(&mock, &c.body).await;
         assert_eq!(r.status, 200, "{file} {path}");
         let events = r.events();
         let last = events.last().unwrap();
@@ -180,6 +169,22 @@ async fn every_captured_request_gets_the_python_mocks_reply() {
             last.name.as_deref() == Some("response.completed")
         };
         assert!(terminal, "{file} {path}: ends with {last:?}");
+
+        // A mock giving thinking blocks refuses what the real API refuses, only that.
+        let known = REFUSED
+            .iter()
+            .find(|(f, n, _)| f == file && *n == c.nth)
+            .map(|(_, _, rule)| *rule);
+        let r = send(&thinking, &json_body).await;
+        match known {
+            Some(rule) => {
+                assert_eq!(r.status, 400, "{file} {path}");
+                assert_eq!(r.headers["x-mock-refused"], rule, "{file} {path}");
+                assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+                refused += 1;
+            }
+            None => assert_eq!(r.status, 200, "{file} {path}"),
+        }
     }
     assert_eq!(refused, REFUSED.len(), "a known refusal was not seen");
     // The record holds each body exactly as sent.
