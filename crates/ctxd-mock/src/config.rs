@@ -25,6 +25,14 @@ pub struct Config {
     pub head_status: u16,
     /// Largest request body accepted (413 above it).
     pub body_limit: usize,
+    /// Refuse, with the provider's own 400 error, the request shapes the real APIs refuse
+    /// (see the crate doc). `false` is the old lax mode: any shape gets a reply.
+    pub strict: bool,
+    /// Context windows in tokens by model-name prefix (the longest matching prefix wins),
+    /// checked before the built-in table.
+    pub windows: Vec<(String, u64)>,
+    /// The window of a model neither [`Config::windows`] nor the built-in table knows.
+    pub default_window: u64,
 }
 
 impl Default for Config {
@@ -39,6 +47,9 @@ impl Default for Config {
             script: Vec::new(),
             head_status: 200,
             body_limit: 256 << 20,
+            strict: true,
+            windows: Vec::new(),
+            default_window: 200_000,
         }
     }
 }

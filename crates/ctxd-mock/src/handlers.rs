@@ -1,5 +1,6 @@
-//! The generation routes: take the next scripted reply (or the turn logic's), read the few
-//! body fields that matter, render, and deliver with the reply's [`Shape`].
+//! The generation routes: read the few body fields that matter, refuse what the real API
+//! refuses (strict mode; before the script, so a refusal consumes no scripted reply), take the
+//! next scripted reply (or the turn logic's), render, and deliver with the reply's [`Shape`].
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use crate::router::{error, json_response};
 use crate::script::{Action, Shape};
 use crate::server::Shared;
 use crate::sse::Frames;
+use crate::validate::{self, Refusal, REFUSED_HEADER};
 use crate::Api;
 
 pub(crate) async fn anthropic(s: State<Arc<Shared>>, h: HeaderMap, body: Bytes) -> Response {
@@ -36,7 +38,7 @@ pub(crate) async fn responses(s: State<Arc<Shared>>, h: HeaderMap, body: Bytes) 
 pub(crate) async fn count_tokens(s: State<Arc<Shared>>, h: HeaderMap, raw: Bytes) -> Response {
     match body::decode(&h, &raw, s.config.body_limit) {
         Ok(decoded) => {
-            let tokens = (decoded.len() / 4).max(1);
+            let tokens = validate::estimate_tokens(decoded.len());
             let id = s.ids.next("req_");
             json_response(
                 StatusCode::OK,
@@ -49,6 +51,26 @@ pub(crate) async fn count_tokens(s: State<Arc<Shared>>, h: HeaderMap, raw: Bytes
 }
 
 async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Response {
+    let decoded = match body::decode(headers, raw, s.config.body_limit) {
+        Ok(decoded) => decoded,
+        Err(e) => return error(api, StatusCode::BAD_REQUEST, &e.to_string(), s),
+    };
+    let head: Head = match serde_json::from_slice(&decoded) {
+        Ok(head) => head,
+        Err(e) => {
+            return error(
+                api,
+                StatusCode::BAD_REQUEST,
+                &format!("invalid JSON body: {e}"),
+                s,
+            );
+        }
+    };
+    if s.config.strict {
+        if let Err(refusal) = validate::check(api, &head, decoded.len(), headers, &s.config) {
+            return refused(api, &refusal, s);
+        }
+    }
     let (action, shape) = match s.script.pop() {
         Some(reply) => (reply.action, reply.shape),
         None => (Action::Default, s.config.shape.clone()),
@@ -64,21 +86,6 @@ async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Res
         Action::Parts(parts) => (Some(parts), None),
         Action::Default => (None, None),
         Action::FailMidStream { message } => (None, Some(message)),
-    };
-    let decoded = match body::decode(headers, raw, s.config.body_limit) {
-        Ok(decoded) => decoded,
-        Err(e) => return error(api, StatusCode::BAD_REQUEST, &e.to_string(), s),
-    };
-    let head: Head = match serde_json::from_slice(&decoded) {
-        Ok(head) => head,
-        Err(e) => {
-            return error(
-                api,
-                StatusCode::BAD_REQUEST,
-                &format!("invalid JSON body: {e}"),
-                s,
-            );
-        }
     };
     let reasoning = match (s.config.reasoning, api) {
         (Reasoning::Off, _) | (_, Api::OpenAiChat) => false,
@@ -112,6 +119,16 @@ async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Res
         None => plan.render(stream),
     };
     deliver(rendered, &shape, &request_id)
+}
+
+/// A strict-mode refusal: 400 with the API's error body and the rule in [`REFUSED_HEADER`].
+fn refused(api: Api, refusal: &Refusal, s: &Shared) -> Response {
+    let request_id = s.ids.next("req_");
+    let body = reply::refusal_body(api, refusal, &request_id);
+    let mut res = json_response(StatusCode::BAD_REQUEST, body, &request_id);
+    res.headers_mut()
+        .insert(REFUSED_HEADER, HeaderValue::from_static(refusal.rule));
+    res
 }
 
 /// The response for a rendered body: JSON with its length, or SSE chunked; paced and cut per

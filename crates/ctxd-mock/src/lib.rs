@@ -12,6 +12,47 @@
 //!   calls, HTTP errors, errors mid-stream, delays, truncated streams, padding.
 //! - [`Recorded`]: one request as received.
 //!
+//! # Strict by default
+//!
+//! Like the real providers, the mock refuses malformed conversations, with each API's own
+//! status (400) and error body, before a scripted reply is taken (a refusal consumes none;
+//! scripted errors come after the check). Every refusal is recorded like any request, names
+//! its rule in the [`REFUSED_HEADER`] response header (`x-mock-refused`) and in
+//! [`Recorded::refused`] (`"refused"` in `/_mock/requests`). The rules, with the real APIs'
+//! messages:
+//!
+//! - Anthropic Messages (`invalid_request_error`): `messages` present and non-empty; roles
+//!   `user`/`assistant` (`system` entries only with the `mid-conversation-system` beta); the
+//!   first turn the user's; consecutive same-role messages form one turn; no empty content
+//!   (but a final assistant message) and no empty text block; each `tool_use` answered by a
+//!   `tool_result` at the start of the next (user) turn, each `tool_result` answering a
+//!   `tool_use` of the turn before; with `thinking.type: enabled`, an ongoing tool loop's
+//!   assistant turn starts with a `thinking`/`redacted_thinking` block (not with `adaptive`,
+//!   where the model may skip thinking, nor when [`Config::reasoning`] is `Off`: a mock that
+//!   gives no thinking blocks cannot demand them back); a thinking block with a mock-issued signature must
+//!   carry the text it was signed for. The mock's signatures encode a hash of the text
+//!   (`Reasoning::WhenAsked`/`Always` replies carry them, JSON and `signature_delta`);
+//!   signatures it did not issue (captured from the real provider) are accepted unchecked.
+//! - OpenAI Chat (`invalid_request_error`, `param` `messages.[N].role`): `messages` present
+//!   and non-empty; an assistant message with `tool_calls` followed by a `tool` message per
+//!   call id before any other user/assistant message; a `tool` message answering a call of
+//!   the assistant message before it; system/developer messages anywhere.
+//! - OpenAI Responses (`param: "input"`): every `function_call`/`custom_tool_call` in an
+//!   `input` array has its output item, every output item answers an earlier call; not
+//!   checked with `previous_response_id` (the mock keeps no server state).
+//! - Context window, all three APIs: the request's token estimate (a quarter of its decoded
+//!   bytes, the `input_tokens` replies report) against the model's window, from
+//!   [`Config::windows`] (model-name prefix, longest wins), else a built-in table (claude 200k,
+//!   1M for `[1m]`/`-1m` names or the `context-1m` beta; gpt-5/codex 400k; gpt-4.1 1,047,576;
+//!   gpt-4o/gpt-4-turbo 128k; gpt-4 8,192; gpt-3.5 16,385; o1/o3/o4 200k), else
+//!   [`Config::default_window`]; over it, each API's overflow error
+//!   (`prompt is too long: N tokens > M maximum`; `context_length_exceeded`).
+//!
+//! Messages whose shape the rules cannot read (a field of an unexpected type) are left alone:
+//! the rules judge conversation structure, not the schema. [`Config::strict`] `= false` (the
+//! binary's `--lax`) restores the old behaviour, any shape getting a reply; tests opting into
+//! it should say why.
+//!
 //! Built-in turn logic (the same as `shared/clients/mock_llm.py`): when tools are offered and the
 //! last non-system message is user text, call the shell-like tool (`Bash`, `bash`, `shell`,
 //! `exec_command`, ...) with `ls`, arguments shaped after its schema; when a tool result follows
@@ -38,8 +79,10 @@ mod request;
 mod router;
 mod script;
 mod server;
+mod signature;
 mod sse;
 mod turn;
+mod validate;
 
 pub use body::DecodeError;
 pub use config::{Config, Reasoning, Recording};
@@ -47,6 +90,7 @@ pub use error::MockError;
 pub use record::Recorded;
 pub use script::{Action, Part, Reply, ReplySpecError, Script, Shape, Truncate};
 pub use server::MockServer;
+pub use validate::REFUSED_HEADER;
 
 /// The wire API a request speaks (chosen by its route).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! `ctxd-mock`: the mock upstream as a process, for real clients and benchmarks.
 //!
-//! `ctxd-mock --port 18080 [--log requests.jsonl] [--reply text:hi --reply error:529 ...]`
+//! `ctxd-mock --port 18080 [--log requests.jsonl] [--reply text:hi --reply error:529 ...]
+//! [--lax] [--window gpt-4o=128000 ...] [--default-window 200000]`
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -47,6 +48,17 @@ struct Args {
     /// Close every reply's connection after this many SSE events.
     #[arg(long)]
     truncate_after_events: Option<usize>,
+    /// Accept any request shape (by default the mock refuses, with the provider's own 400
+    /// error, what the real APIs refuse).
+    #[arg(long)]
+    lax: bool,
+    /// The context window of models whose name starts with MODEL_PREFIX, in tokens
+    /// (repeatable; the longest matching prefix wins over the built-in table).
+    #[arg(long = "window", value_name = "MODEL_PREFIX=TOKENS", value_parser = parse_window)]
+    windows: Vec<(String, u64)>,
+    /// The window of models no --window and no built-in entry knows.
+    #[arg(long, value_name = "TOKENS", default_value_t = 200_000)]
+    default_window: u64,
     /// Runtime worker threads (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -96,9 +108,24 @@ impl Args {
                 .collect(),
             shape,
             head_status: self.head_status,
+            strict: !self.lax,
+            windows: self.windows,
+            default_window: self.default_window,
             ..Config::default()
         }
     }
+}
+
+/// `MODEL_PREFIX=TOKENS`.
+fn parse_window(s: &str) -> Result<(String, u64), String> {
+    let (prefix, tokens) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s:?}: expected MODEL_PREFIX=TOKENS"))?;
+    let tokens = tokens
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?}: tokens: {e}"))?;
+    Ok((prefix.trim().to_owned(), tokens))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -138,4 +165,38 @@ async fn wait_for_signal() -> anyhow::Result<()> {
         .await
         .context("waiting for ctrl-c")?;
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strictness_flags() {
+        let args = Args::try_parse_from([
+            "ctxd-mock",
+            "--window",
+            "gpt-4o=1000",
+            "--window",
+            "claude-x=2000",
+            "--default-window",
+            "300",
+        ])
+        .unwrap();
+        let config = args.config();
+        assert!(config.strict);
+        assert_eq!(
+            config.windows,
+            [("gpt-4o".to_owned(), 1000), ("claude-x".to_owned(), 2000)]
+        );
+        assert_eq!(config.default_window, 300);
+        let lax = Args::try_parse_from(["ctxd-mock", "--lax"])
+            .unwrap()
+            .config();
+        assert!(!lax.strict);
+        assert_eq!(lax.default_window, 200_000);
+        assert!(Args::try_parse_from(["ctxd-mock", "--window", "gpt-4o"]).is_err());
+        assert!(Args::try_parse_from(["ctxd-mock", "--window", "gpt-4o=x"]).is_err());
+    }
 }

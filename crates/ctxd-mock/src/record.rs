@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -31,6 +32,11 @@ pub struct Recorded {
     pub body_len: usize,
     /// Seconds since the epoch when the body had arrived.
     pub received_at: f64,
+    /// The strict-mode rule that refused the request (the reply's `x-mock-refused` header), if
+    /// one did. Set once the reply is ready, so not in the `--log` file (written on arrival).
+    pub refused: Option<String>,
+    /// Arrival number: finds the entry again to note a refusal.
+    seq: u64,
 }
 
 impl Recorded {
@@ -85,6 +91,7 @@ impl Recorded {
             "body_len": self.body_len,
             "body": body,
             "body_encoding": encoding,
+            "refused": self.refused,
         })
     }
 }
@@ -95,6 +102,7 @@ pub(crate) struct Recorder {
     mode: Recording,
     kept: Mutex<Vec<Recorded>>,
     log: Option<Sender<Vec<u8>>>,
+    next_seq: AtomicU64,
 }
 
 impl Recorder {
@@ -107,12 +115,15 @@ impl Recorder {
             mode,
             kept: Mutex::new(Vec::new()),
             log,
+            next_seq: AtomicU64::new(0),
         })
     }
 
-    pub(crate) fn push(&self, parts: &Parts, body: &Bytes) {
+    /// Records a request; returns its arrival number for [`Recorder::note_refused`].
+    pub(crate) fn push(&self, parts: &Parts, body: &Bytes) -> u64 {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         if self.mode == Recording::Off && self.log.is_none() {
-            return;
+            return seq;
         }
         let rec = Recorded {
             method: parts.method.as_str().to_owned(),
@@ -127,6 +138,8 @@ impl Recorder {
             received_at: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
+            refused: None,
+            seq,
         };
         if let Some(log) = &self.log {
             let mut line = rec.to_json().to_string().into_bytes();
@@ -141,6 +154,15 @@ impl Recorder {
                 ..rec
             }),
             Recording::Off => {}
+        }
+        seq
+    }
+
+    /// Notes on request `seq` (if still kept) the rule that refused it.
+    pub(crate) fn note_refused(&self, seq: u64, rule: &str) {
+        let mut kept = lock(&self.kept);
+        if let Some(rec) = kept.iter_mut().rev().find(|r| r.seq == seq) {
+            rec.refused = Some(rule.to_owned());
         }
     }
 

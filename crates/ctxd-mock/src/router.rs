@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 
 use crate::reply::error_body;
 use crate::server::Shared;
+use crate::validate::REFUSED_HEADER;
 use crate::{handlers, Api};
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
@@ -45,9 +46,15 @@ async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respo
     let (parts, body) = req.into_parts();
     match axum::body::to_bytes(body, s.config.body_limit).await {
         Ok(bytes) => {
-            s.recorder.push(&parts, &bytes);
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
+            let seq = s.recorder.push(&parts, &bytes);
+            let res = next
+                .run(Request::from_parts(parts, Body::from(bytes)))
+                .await;
+            if let Some(rule) = res.headers().get(REFUSED_HEADER) {
+                s.recorder
+                    .note_refused(seq, &String::from_utf8_lossy(rule.as_bytes()));
+            }
+            res
         }
         Err(_) => {
             s.recorder.push(&parts, &Bytes::new());

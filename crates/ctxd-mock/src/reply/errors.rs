@@ -2,6 +2,7 @@
 
 use serde_json::json;
 
+use crate::validate::Refusal;
 use crate::Api;
 
 /// Anthropic: `{"type":"error","error":{"type","message"},"request_id"}`;
@@ -17,6 +18,25 @@ pub(crate) fn error_body(api: Api, status: u16, message: &str, request_id: &str)
             let (kind, code) = openai_type(status);
             json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
         }
+    };
+    body.to_string().into_bytes()
+}
+
+/// A strict-mode refusal (400): Anthropic's `invalid_request_error`, or OpenAI's with the
+/// refusal's `param` and `code`.
+pub(crate) fn refusal_body(api: Api, refusal: &Refusal, request_id: &str) -> Vec<u8> {
+    let body = match api {
+        Api::Anthropic => json!({
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": refusal.message},
+            "request_id": request_id,
+        }),
+        Api::OpenAiChat | Api::OpenAiResponses => json!({"error": {
+            "message": refusal.message,
+            "type": "invalid_request_error",
+            "param": refusal.param,
+            "code": refusal.code,
+        }}),
     };
     body.to_string().into_bytes()
 }

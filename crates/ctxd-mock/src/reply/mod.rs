@@ -19,7 +19,7 @@ use crate::script::Part;
 use crate::turn::{self, Call, ToolKind, Turn};
 use crate::Api;
 
-pub(crate) use errors::error_body;
+pub(crate) use errors::{error_body, refusal_body};
 pub(crate) use pad::pad_to;
 
 /// Text deltas are cut at this many bytes (a 1 MB text streams as 64 deltas).
@@ -155,7 +155,7 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
         model: head.model().to_owned(),
         reasoning,
         pieces,
-        input_tokens: (body_len / 4).max(1) as u64,
+        input_tokens: crate::validate::estimate_tokens(body_len),
         include_usage: head.include_usage(),
         tool_choice: head
             .tool_choice
@@ -176,16 +176,18 @@ enum Planned {
 fn reasoned(api: Api, ids: &Ids) -> Reasoned {
     let id = ids.next("rs_");
     let b64 = base64::engine::general_purpose::STANDARD;
+    let text = "The user asked for something; I will answer it.";
     let opaque = match api {
         Api::OpenAiResponses => format!(
             "gAAAAAB{}",
             b64.encode(format!("ctxd-mock encrypted reasoning {id}"))
         ),
-        _ => b64.encode(format!("ctxd-mock thinking signature {id}")),
+        // Verifiable: strict mode refuses it sent back with another text.
+        _ => crate::signature::sign(&id, text),
     };
     Reasoned {
         id,
-        text: "The user asked for something; I will answer it.".into(),
+        text: text.into(),
         opaque,
     }
 }

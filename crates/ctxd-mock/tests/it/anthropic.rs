@@ -3,7 +3,7 @@
 use ctxd_mock::{Config, Reasoning};
 use serde_json::{json, Value};
 
-use crate::support::{names, post, start, start_with};
+use crate::support::{names, post, post_raw, start, start_with};
 
 fn bash_tool() -> Value {
     json!({"name": "Bash", "description": "Run a command",
@@ -125,8 +125,16 @@ async fn system_entries_inside_messages_are_skipped() {
         .as_array_mut()
         .unwrap()
         .push(json!({"role": "system", "content": "reminder"}));
-    let msg = post(&mock, "/v1/messages", &body).await.json();
+    // The real API takes `system` entries in `messages` only with this beta (Claude Code's).
+    let beta = [("anthropic-beta", "mid-conversation-system-2026-04-07")];
+    let bytes = body.to_string().into_bytes();
+    let msg = post_raw(&mock, "/v1/messages", bytes.clone(), &beta)
+        .await
+        .json();
     assert_eq!(msg["content"][0]["type"], "tool_use");
+    let r = post_raw(&mock, "/v1/messages", bytes, &[]).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.headers["x-mock-refused"], "anthropic.role");
 }
 
 #[tokio::test]
@@ -141,6 +149,12 @@ async fn thinking_block_when_asked() {
     assert_eq!(plain["content"].as_array().unwrap().len(), 1);
 
     body["thinking"] = json!({"type": "enabled", "budget_tokens": 2048});
+    // With thinking enabled, the real API wants the tool loop's assistant turn to start with
+    // its thinking block.
+    body["messages"][1]["content"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, json!({"type": "redacted_thinking", "data": "opaque"}));
     let msg = post(&mock, "/v1/messages", &body).await.json();
     let thinking = &msg["content"][0];
     assert_eq!(thinking["type"], "thinking");

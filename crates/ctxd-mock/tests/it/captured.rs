@@ -1,11 +1,60 @@
 //! Real client requests (`shared/clients/captured/*.jsonl`, recorded against the Python mock
-//! with the reply it chose) replayed here: the same decision for every one.
+//! with the reply it chose) replayed here with their headers: strict mode accepts every one
+//! and gives the same decision; a mock that gives thinking blocks refuses the one the real API
+//! refuses too (see [`REFUSED`]).
 
 use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-use crate::support::{post, start};
+use ctxd_mock::{Config, Reasoning};
+
+use crate::support::{post_raw, start, start_with};
+
+/// Captures the real API would refuse, by (file, POST number in the file, rule). Claude Code's
+/// second Sonnet request has `thinking: {type: enabled}` and answers a `tool_use` turn without a
+/// thinking block: the Python mock it was recorded against sent none. The real API always
+/// sends one with thinking enabled and refuses the turn sent back without it ("Expected
+/// `thinking` or `redacted_thinking`, but found `tool_use`"); so does this mock when it gives
+/// thinking blocks itself (`Reasoning::WhenAsked`), not by default (`Reasoning::Off`).
+const REFUSED: [(&str, usize, &str); 1] = [(
+    "requests_claude_sonnet.jsonl",
+    1,
+    "anthropic.thinking_missing",
+)];
+
+/// The captured headers worth replaying (`anthropic-beta` decides rules), without transport
+/// ones: the body is re-sent as plain JSON.
+fn replayed(headers: &Value) -> Vec<(String, String)> {
+    let skip = [
+        "host",
+        "content-length",
+        "content-type",
+        "content-encoding",
+        "transfer-encoding",
+        "accept-encoding",
+        "connection",
+    ];
+    headers
+        .as_object()
+        .map(|h| {
+            h.iter()
+                .filter(|(k, _)| !skip.contains(&k.to_ascii_lowercase().as_str()))
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+struct Capture {
+    file: String,
+    /// Its number among the file's POSTs.
+    nth: usize,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Value,
+    reply: Value,
+}
 
 fn shared() -> PathBuf {
     std::env::var("CTXD_SHARED")
@@ -13,8 +62,8 @@ fn shared() -> PathBuf {
         .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
 }
 
-/// (file, path, body, the Python mock's reply) of every captured POST.
-fn captured() -> Vec<(String, String, Value, Value)> {
+/// Every captured POST with the Python mock's reply.
+fn captured() -> Vec<Capture> {
     let dir = shared().join("clients/captured");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -25,16 +74,19 @@ fn captured() -> Vec<(String, String, Value, Value)> {
     let mut out = Vec::new();
     for file in files {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        let mut nth = 0;
         for line in std::fs::read_to_string(&file).unwrap().lines() {
             let rec: Value = serde_json::from_str(line).unwrap();
             if rec["method"] == "POST" {
-                let path = rec["path"].as_str().unwrap().to_owned();
-                out.push((
-                    name.clone(),
-                    path,
-                    rec["body"].clone(),
-                    rec["reply"].clone(),
-                ));
+                out.push(Capture {
+                    file: name.clone(),
+                    nth,
+                    path: rec["path"].as_str().unwrap().to_owned(),
+                    headers: replayed(&rec["headers"]),
+                    body: rec["body"].clone(),
+                    reply: rec["reply"].clone(),
+                });
+                nth += 1;
             }
         }
     }
@@ -74,17 +126,38 @@ fn decision(path: &str, reply: &Value) -> Value {
 #[tokio::test]
 async fn every_captured_request_gets_the_python_mocks_reply() {
     let mock = start().await;
+    let thinking = start_with(Config {
+        reasoning: Reasoning::WhenAsked,
+        ..Config::default()
+    })
+    .await;
     let all = captured();
     assert!(all.len() >= 12, "captures missing: {}", all.len());
-    for (file, path, body, expected) in all {
-        let mut json_body = body.clone();
+    let mut refused = 0;
+    for c in all {
+        let (file, path, expected) = (&c.file, &c.path, &c.reply);
+        let headers: Vec<(&str, &str)> = c
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let send = |mock, body: &Value| {
+            let body = body.to_string().into_bytes();
+            post_raw(mock, path, body, &headers)
+        };
+        let mut json_body = c.body.clone();
         json_body["stream"] = json!(false);
-        let r = post(&mock, &path, &json_body).await;
-        assert_eq!(r.status, 200, "{file} {path}");
-        assert_eq!(decision(&path, &r.json()), expected, "{file} {path}");
+        let r = send(&mock, &json_body).await;
+        assert_eq!(
+            r.status,
+            200,
+            "{file} {path}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        assert_eq!(decision(path, &r.json()), *expected, "{file} {path}");
 
         // As sent (streaming): a complete stream ending in the API's terminal event.
-        let r = post(&mock, &path, &body).await;
+        let r = send(&mock, &c.body).await;
         assert_eq!(r.status, 200, "{file} {path}");
         let events = r.events();
         let last = events.last().unwrap();
@@ -96,7 +169,24 @@ async fn every_captured_request_gets_the_python_mocks_reply() {
             last.name.as_deref() == Some("response.completed")
         };
         assert!(terminal, "{file} {path}: ends with {last:?}");
+
+        // A mock giving thinking blocks refuses what the real API refuses, only that.
+        let known = REFUSED
+            .iter()
+            .find(|(f, n, _)| f == file && *n == c.nth)
+            .map(|(_, _, rule)| *rule);
+        let r = send(&thinking, &json_body).await;
+        match known {
+            Some(rule) => {
+                assert_eq!(r.status, 400, "{file} {path}");
+                assert_eq!(r.headers["x-mock-refused"], rule, "{file} {path}");
+                assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+                refused += 1;
+            }
+            None => assert_eq!(r.status, 200, "{file} {path}"),
+        }
     }
+    assert_eq!(refused, REFUSED.len(), "a known refusal was not seen");
     // The record holds each body exactly as sent.
     let recs = mock.requests();
     assert!(recs.iter().all(|r| r.json().is_some()));

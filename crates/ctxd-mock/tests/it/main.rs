@@ -10,4 +10,5 @@ mod lifecycle;
 mod record;
 mod responses;
 mod script;
+mod strict;
 mod support;

@@ -120,7 +120,10 @@ async fn large_bodies_pass_and_the_limit_answers_413() {
     })
     .await;
     let filler = "x".repeat(3 << 20); // over axum's default 2 MB extractor limit
-    let body = json!({"model": "m", "messages": [{"role": "user", "content": filler}]}).to_string();
+                                      // ~786k tokens: a model with a 1M window.
+    let body = json!({"model": "claude-sonnet-4-5[1m]",
+                      "messages": [{"role": "user", "content": filler}]})
+    .to_string();
     let r = post_raw(&mock, "/v1/messages", body.clone().into_bytes(), &[]).await;
     assert_eq!(r.status, 200);
     assert_eq!(mock.requests()[0].body.len(), body.len());
