@@ -139,16 +139,25 @@ impl Api {
     }
 }
 
-/// ~`bytes` of plausible shell output, distinct per turn (so nothing dedups by accident).
+/// ~`bytes` of plausible shell output (test names, paths, a few numbers), distinct per turn
+/// (so nothing dedups by accident).
 fn shell_output(turn: usize, bytes: usize) -> String {
-    let mut out = format!("$ cargo test --workspace  # run {turn}\n");
-    let mut n = 0;
+    const WORDS: [&str; 16] = [
+        "parser", "handles", "empty", "input", "returns", "error", "when", "token", "stream",
+        "closes", "early", "nested", "block", "comment", "keeps", "position",
+    ];
+    let mut out = format!("$ cargo test --workspace  # run-{turn}-start\n");
+    let mut n = turn * 7919;
     while out.len() < bytes {
+        let w = |k: usize| WORDS[(n / k) % WORDS.len()];
         let _ = writeln!(
             out,
-            "test parser::tests::case_{turn}_{n:04} ... ok (src/parser/mod.rs:{}: {} ms)",
-            100 + n % 700,
-            n % 97
+            "test {}::tests::{}_{}_{}_{} ... ok",
+            w(1),
+            w(3),
+            w(5),
+            w(7),
+            w(11)
         );
         n += 1;
     }
@@ -230,18 +239,13 @@ async fn run_loop(api: Api, stream: bool) -> LoopReport {
             "{api:?} request {i}: {mock_tokens} tokens upstream"
         );
         if body.len() > largest.0 {
-            let text = String::from_utf8_lossy(body);
-            largest = (
-                body.len(),
-                mock_tokens,
-                ctxd_core::tokens::TokenCounter::count(&counter, &text),
-            );
+            largest = (body.len(), mock_tokens, ctxd_estimate(body, &counter));
         }
         let text = String::from_utf8_lossy(body);
         if text.contains("Your context was reset") {
             saw_boot_after_reset = true;
             assert!(
-                !text.contains("case_0_0000"),
+                !text.contains("run-0-start"),
                 "{api:?} request {i}: the first window's outputs went upstream after the reset"
             );
         }
@@ -284,6 +288,20 @@ async fn run_loop(api: Api, stream: bool) -> LoopReport {
         upstream_chars,
         client_chars,
     }
+}
+
+/// ctxd's estimate of a request body: what its report counts (content, not JSON syntax).
+fn ctxd_estimate(body: &[u8], counter: &dyn ctxd_core::tokens::TokenCounter) -> u64 {
+    let import = ctxd_formats::import_reader(std::io::Cursor::new(body)).unwrap();
+    let options = ctxd_core::report::Options {
+        at_turn: None,
+        largest: 0,
+        window: Some(WINDOW),
+    };
+    ctxd_core::report::build(&import.session, counter, &options)
+        .headline
+        .tokens
+        .unwrap_or_default()
 }
 
 async fn check(api: Api, stream: bool) {
