@@ -321,7 +321,10 @@ mod tests {
         assert_eq!(due_reminder(&s, &b, 39_000, &t), None);
         // The warning still comes, once.
         assert_eq!(due_reminder(&s, &b, 20_000, &t), Some(Reminder::Warning));
-        push(&mut s, EntryKind::Message(Reminder::Warning.message(ModelTools::ALL, true)));
+        push(
+            &mut s,
+            EntryKind::Message(Reminder::Warning.message(ModelTools::ALL, true)),
+        );
         let b = active_branch(&s);
         assert_eq!(due_reminder(&s, &b, 10_000, &t), None);
         // A new window: both may fire again.

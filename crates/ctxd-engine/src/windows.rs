@@ -173,6 +173,8 @@ pub struct TurnEndPlan {
     now_ms: i64,
     /// The ctxd tools the model has (the boot names no other).
     tools: ModelTools,
+    /// The checkpoint's size limit in this window.
+    checkpoint_chars: usize,
 }
 
 impl TurnEndPlan {
@@ -199,6 +201,7 @@ impl TurnEndPlan {
             leaf,
             now_ms,
             tools,
+            checkpoint_chars,
         } = self;
         let opening = match (reset, notes) {
             (Some(cause), Some(notes)) => {
@@ -218,7 +221,16 @@ impl TurnEndPlan {
         if let Some((cause, notes)) = opening {
             let n = entries.len();
             let window_id = windows::history_window_id(record.id, &entries[n - 2].id);
-            let boot = render_boot_of(caller, record, session, branch, &window_id, notes, tools);
+            let boot = render_boot_of(
+                caller,
+                record,
+                session,
+                branch,
+                &window_id,
+                notes,
+                tools,
+                checkpoint_chars,
+            );
             if let EntryKind::WindowBoot { message, .. } = &mut entries[n - 1].kind {
                 message.content = vec![ContentBlock::text(boot)];
             }
@@ -390,37 +402,10 @@ impl<S: Store> Engine<S> {
     ) -> Result<TurnEndOutcome, EngineError> {
         let (record, session) = self.caller_session(caller, "turn_end")?;
         let branch = active_branch(&session);
-        let (outcome, entries) = self.plan_turn_end(
-            caller, &record, &session, &branch, end, policy, counter, now_ms,
-        )?;
-        if !entries.is_empty() {
-            let batch: Vec<NewEntry> = entries.into_iter().map(NewEntry::new).collect();
-            self.store.append(record.id, &batch, None)?;
-        }
-        Ok(outcome)
-    }
-
-    /// The entries [`Engine::turn_end_at`] would append to `session` (already loaded, e.g. the
-    /// gateway's copy of the log including writes still queued), chained from its leaf, without
-    /// appending them. The caller appends them as one batch. Reads notes only when a window
-    /// opens (for its boot). `branch` is the session's active branch (positions, root first):
-    /// a caller that keeps it indexed saves rebuilding it from the entries every turn.
-    #[allow(clippy::too_many_arguments)]
-    pub fn plan_turn_end(
-        &self,
-        caller: &Caller,
-        record: &SessionRecord,
-        session: &Session,
-        branch: &[usize],
-        end: TurnEnd,
-        policy: Option<WindowPolicy>,
-        counter: &dyn TokenCounter,
-        now_ms: i64,
-    ) -> Result<(TurnEndOutcome, Vec<Entry>), EngineError> {
-        let policy = Self::policy(caller, session, policy);
+        let policy = Self::policy(caller, &session, policy);
         let plan = decide_turn_end(&TurnEndInput {
-            session,
-            branch,
+            session: &session,
+            branch: &branch,
             end,
             policy: &policy,
             counter,
@@ -431,7 +416,12 @@ impl<S: Store> Engine<S> {
         } else {
             None
         };
-        Ok(plan.finish(caller, record, session, branch, notes.as_ref()))
+        let (outcome, entries) = plan.finish(caller, &record, &session, &branch, notes.as_ref());
+        if !entries.is_empty() {
+            let batch: Vec<NewEntry> = entries.into_iter().map(NewEntry::new).collect();
+            self.store.append(record.id, &batch, None)?;
+        }
+        Ok(outcome)
     }
 
     /// The seed's narrow repair: append the boot of a marker whose boot is missing when only
@@ -462,8 +452,16 @@ impl<S: Store> Engine<S> {
                     .map(|e| windows::history_window_id(record.id, &e.id))
                     .unwrap_or_default();
                 let notes = self.notes_snapshot(caller, now_ms)?;
+                let policy = Self::policy(caller, &session, None);
                 let boot = render_boot_of(
-                    caller, &record, &session, before, &shown_id, &notes, tools,
+                    caller,
+                    &record,
+                    &session,
+                    before,
+                    &shown_id,
+                    &notes,
+                    tools,
+                    windows::checkpoint_limit(policy.context_window),
                 );
                 let leaf = branch
                     .last()
@@ -544,6 +542,7 @@ pub fn decide_turn_end(input: &TurnEndInput<'_>) -> TurnEndPlan {
         leaf,
         now_ms,
         tools: policy.tools,
+        checkpoint_chars: windows::checkpoint_limit(policy.context_window),
     };
     if end == TurnEnd::Aborted {
         plan.drafts.push(EntryKind::Event {
@@ -567,7 +566,9 @@ pub fn decide_turn_end(input: &TurnEndInput<'_>) -> TurnEndPlan {
         .and_then(|r| budget::due_reminder(session, branch, r, &policy.thresholds))
     {
         plan.outcome.reminder = Some(reminder.kind());
-        plan.drafts.push(EntryKind::Message(reminder.message(policy.tools, policy.automatic)));
+        plan.drafts.push(EntryKind::Message(
+            reminder.message(policy.tools, policy.automatic),
+        ));
     }
 
     plan.reset = match end {
@@ -591,6 +592,7 @@ pub fn decide_turn_end(input: &TurnEndInput<'_>) -> TurnEndPlan {
 
 /// The boot text of window `window_id` opened at the end of `branch`, given the notes as they
 /// are now (pure).
+#[allow(clippy::too_many_arguments)]
 fn render_boot_of(
     caller: &Caller,
     record: &SessionRecord,
@@ -599,10 +601,11 @@ fn render_boot_of(
     window_id: &str,
     notes: &NotesSnapshot,
     tools: ModelTools,
+    checkpoint_chars: usize,
 ) -> String {
     let root = windows::first_history_window_id(session, branch, record.id).unwrap_or_default();
     let previous = windows::current_history_window_id(session, branch, record.id);
-    let checkpoint = windows::checkpoint(session, branch, record.id, notes);
+    let checkpoint = windows::checkpoint(session, branch, record.id, notes, checkpoint_chars);
     let agent = caller
         .agent
         .clone()

@@ -255,7 +255,10 @@ fn a_marker_without_boot_blocks_the_request_and_is_repaired_narrowly() {
     });
     let err = f.engine.project(&f.caller).unwrap().unwrap_err();
     assert!(err.to_string().contains("w-x"));
-    let RepairOutcome::Repaired { window_id, .. } = f.engine.repair_window(&f.caller, ModelTools::ALL, 0).unwrap()
+    let RepairOutcome::Repaired { window_id, .. } = f
+        .engine
+        .repair_window(&f.caller, ModelTools::ALL, 0)
+        .unwrap()
     else {
         panic!("expected a repair");
     };
@@ -266,7 +269,9 @@ fn a_marker_without_boot_blocks_the_request_and_is_repaired_narrowly() {
         ctxd_core::windows::history_window_id(f.caller.session.unwrap(), &EntryId::new("u2"))
     );
     assert_eq!(
-        f.engine.repair_window(&f.caller, ModelTools::ALL, 0).unwrap(),
+        f.engine
+            .repair_window(&f.caller, ModelTools::ALL, 0)
+            .unwrap(),
         RepairOutcome::NotNeeded
     );
 
@@ -284,7 +289,9 @@ fn a_marker_without_boot_blocks_the_request_and_is_repaired_narrowly() {
         .entries
         .len();
     assert!(matches!(
-        f.engine.repair_window(&f.caller, ModelTools::ALL, 0).unwrap(),
+        f.engine
+            .repair_window(&f.caller, ModelTools::ALL, 0)
+            .unwrap(),
         RepairOutcome::Refused { .. }
     ));
     let after = f
@@ -366,7 +373,13 @@ fn texts_name_only_offered_registry_tools() {
         policy.tools = tools;
         let out = f
             .engine
-            .turn_end_at(&f.caller, TurnEnd::Completed, Some(policy), &CharEstimate, 1)
+            .turn_end_at(
+                &f.caller,
+                TurnEnd::Completed,
+                Some(policy),
+                &CharEstimate,
+                1,
+            )
             .unwrap();
         assert!(out.reset.is_some());
         let session = f.engine.store().load(f.caller.session.unwrap()).unwrap();
@@ -405,7 +418,10 @@ fn boot_ids_are_history_ids() {
             _ => None,
         })
         .unwrap();
-    assert!(boot.contains(&format!("Current context window id: {window_id}")), "{boot}");
+    assert!(
+        boot.contains(&format!("Current context window id: {window_id}")),
+        "{boot}"
+    );
     let windows = f
         .engine
         .call_tool(&f.caller, "history_list_windows", &json!({}))
@@ -434,5 +450,9 @@ fn boot_ids_are_history_ids() {
         )
         .unwrap();
     assert!(!read.is_error, "{}", read.text);
-    assert!(read.text.contains("please refactor the parser"), "{}", read.text);
+    assert!(
+        read.text.contains("please refactor the parser"),
+        "{}",
+        read.text
+    );
 }

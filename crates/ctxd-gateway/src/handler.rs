@@ -268,7 +268,9 @@ async fn prepare(
     let mut appended = std::mem::take(&mut plan.appended);
     // The results that complete a tool batch end the turn that called the tools (the seed's
     // `turn_end`): its reminder and a due reset are committed after them, before projecting.
-    if !management.record_only && turn::completes_batch(&loaded.log, &plan.element_entries[plan.matched..]) {
+    if !management.record_only
+        && turn::completes_batch(&loaded.log, &plan.element_entries[plan.matched..])
+    {
         let (_, drafts) = turn::end_turn(app, loaded, &caller, &policy, TurnEnd::Completed).await;
         appended.extend(drafts);
     }
@@ -389,7 +391,10 @@ async fn repair_and_retry_hint(
     app.writer.flush().await;
     let engine = app.engine.clone();
     let c = caller.clone();
-    let outcome = tokio::task::spawn_blocking(move || engine.repair_window(&c, ctxd_core::offered::ModelTools::NONE, now_ms())).await;
+    let outcome = tokio::task::spawn_blocking(move || {
+        engine.repair_window(&c, ctxd_core::offered::ModelTools::NONE, now_ms())
+    })
+    .await;
     // Whatever happened, the next request reads the session back from the store.
     slot.stale.store(true, std::sync::atomic::Ordering::Release);
     let message = match outcome {

@@ -24,8 +24,9 @@ pub(crate) async fn end_turn(
     policy: &WindowPolicy,
     end: TurnEnd,
 ) -> (TurnEndOutcome, Vec<NewEntry>) {
-    let counter =
-        ctxd_tokens::CachingCounter::new(ctxd_tokens::Tokenizer::for_model(caller.model.as_deref()));
+    let counter = ctxd_tokens::CachingCounter::new(ctxd_tokens::Tokenizer::for_model(
+        caller.model.as_deref(),
+    ));
     let now = now_ms();
     let branch = loaded.log.branch();
     let plan = decide_turn_end(&TurnEndInput {

@@ -22,7 +22,17 @@ const NOTE_CHARS: usize = 4_000;
 const REQUESTS_HEADING: &str = "Recent user requests (oldest first):";
 const PRIOR_HEADING: &str = "Recovery context of the previous window:";
 const NOTES_HEADING: &str = "Excerpts of this session's notes (newest first):";
-const TRUNCATED: &str = "\n[checkpoint cut at 36,000 characters]";
+const TRUNCATED: &str = "\n[checkpoint cut here: it has a size limit]";
+
+/// The checkpoint's limit in a window of `window` tokens: [`CHECKPOINT_MAX_CHARS`], or about a
+/// quarter of a smaller window (at ~3 characters a token), so that a boot fits a small model
+/// with room to work.
+pub fn checkpoint_limit(window: Option<u64>) -> usize {
+    let quarter = window.map_or(usize::MAX, |w| {
+        usize::try_from(w.saturating_mul(3) / 4).unwrap_or(usize::MAX)
+    });
+    CHECKPOINT_MAX_CHARS.min(quarter).max(1_000)
+}
 
 /// The first `max` characters of `text`, with `…` when cut.
 fn excerpt(text: &str, max: usize) -> String {
@@ -69,6 +79,7 @@ pub fn checkpoint(
     branch: &[usize],
     store_session: i64,
     notes: &NotesSnapshot,
+    max_chars: usize,
 ) -> String {
     let mut window = branch
         .first()
@@ -139,15 +150,15 @@ pub fn checkpoint(
         }
         sections.push(s);
     }
-    cap(sections.join("\n\n"))
+    cap(sections.join("\n\n"), max_chars)
 }
 
-/// At most [`CHECKPOINT_MAX_CHARS`] characters, the notice included when cut.
-pub(crate) fn cap(text: String) -> String {
-    if text.chars().count() <= CHECKPOINT_MAX_CHARS {
+/// At most `max` characters, the notice included when cut.
+pub(crate) fn cap(text: String, max: usize) -> String {
+    if text.chars().count() <= max {
         return text;
     }
-    let keep = CHECKPOINT_MAX_CHARS - TRUNCATED.chars().count();
+    let keep = max.saturating_sub(TRUNCATED.chars().count());
     let cut = text.char_indices().nth(keep).map_or(text.len(), |(i, _)| i);
     format!("{}{TRUNCATED}", &text[..cut])
 }

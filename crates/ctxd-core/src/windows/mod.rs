@@ -18,7 +18,7 @@ mod boot;
 mod checkpoint;
 
 pub use boot::{render_boot, BootData, POCKET_LIMITS};
-pub use checkpoint::{checkpoint, CHECKPOINT_MAX_CHARS};
+pub use checkpoint::{checkpoint, checkpoint_limit, CHECKPOINT_MAX_CHARS};
 
 use crate::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, Session};
 

@@ -5,8 +5,8 @@ use expect_test::expect;
 use super::boot::relative_time;
 use super::checkpoint::cap;
 use super::*;
-use crate::offered::ModelTools;
 use crate::notes::{HomeScope, NoteRow, NotesSnapshot};
+use crate::offered::ModelTools;
 use crate::tree::active_branch;
 use crate::view::project_checked;
 
@@ -218,7 +218,11 @@ fn a_boot_without_tools_names_none() {
         checkpoint: Some("Recent user requests (oldest first):\n- window w_1, item i_1:\nfix it"),
         tools: ModelTools::NONE,
     });
-    assert_eq!(crate::offered::tool_like_words(&text), Vec::<&str>::new(), "{text}");
+    assert_eq!(
+        crate::offered::tool_like_words(&text),
+        Vec::<&str>::new(),
+        "{text}"
+    );
     assert!(text.contains("checkpoint below carries your recent requests"));
     // Resident maps are content, shown; the pocket lists names only a notes tool could open.
     assert!(text.contains("- build: cargo"));
@@ -301,17 +305,23 @@ fn checkpoint_is_capped_at_36000_chars() {
             .collect(),
     );
     let b = active_branch(&s);
-    let c = checkpoint(&s, &b, 7, &notes);
+    let c = checkpoint(&s, &b, 7, &notes, CHECKPOINT_MAX_CHARS);
     assert_eq!(c.chars().count(), CHECKPOINT_MAX_CHARS);
-    assert!(c.ends_with("[checkpoint cut at 36,000 characters]"));
+    assert!(c.ends_with("[checkpoint cut here: it has a size limit]"));
+    // A small model's window gets a smaller checkpoint.
+    assert_eq!(checkpoint_limit(Some(200_000)), CHECKPOINT_MAX_CHARS);
+    assert_eq!(checkpoint_limit(None), CHECKPOINT_MAX_CHARS);
+    assert_eq!(checkpoint_limit(Some(8_192)), 6_144);
+    let small = checkpoint(&s, &b, 7, &notes, checkpoint_limit(Some(8_192)));
+    assert_eq!(small.chars().count(), 6_144);
     // Only the 8 most recent requests, each cut at 2,000 characters.
     let item = |id: &str| crate::history::item_id(crate::history::item_key(7, id));
     assert!(c.contains(&format!("item {}:", item("e12"))));
     assert!(!c.contains(&format!("item {}:", item("e11"))));
     // Under the cap: unchanged.
-    assert_eq!(cap("short".into()), "short");
+    assert_eq!(cap("short".into(), CHECKPOINT_MAX_CHARS), "short");
     let exact = "x".repeat(CHECKPOINT_MAX_CHARS);
-    assert_eq!(cap(exact.clone()), exact);
+    assert_eq!(cap(exact.clone(), CHECKPOINT_MAX_CHARS), exact);
 }
 
 #[test]
@@ -341,7 +351,7 @@ fn checkpoint_carries_requests_prior_context_and_notes() {
     );
     push(&mut s, user("second request"));
     let b = active_branch(&s);
-    let c = checkpoint(&s, &b, 7, &snapshot());
+    let c = checkpoint(&s, &b, 7, &snapshot(), CHECKPOINT_MAX_CHARS);
     expect![[r#"
         Recent user requests (oldest first):
         - window w_4f0314a99fa1cf9d, item i_f93acaf70c7f707a:

@@ -55,7 +55,10 @@ impl Api {
     fn headers(self) -> [(&'static str, &'static str); 2] {
         match self {
             Api::Anthropic => [("x-api-key", "sk-loop"), ("x-ctxd-session", "loop")],
-            _ => [("authorization", "Bearer sk-loop"), ("x-ctxd-session", "loop")],
+            _ => [
+                ("authorization", "Bearer sk-loop"),
+                ("x-ctxd-session", "loop"),
+            ],
         }
     }
 
@@ -125,8 +128,10 @@ impl Api {
         }
         assert!(!calls.is_empty(), "the model called no tool: {elements:?}");
         match self {
-            Api::Anthropic => vec![json!({"role": "user", "content": calls.iter().map(|id| json!(
-                {"type": "tool_result", "tool_use_id": id, "content": output})).collect::<Vec<_>>()})],
+            Api::Anthropic => vec![
+                json!({"role": "user", "content": calls.iter().map(|id| json!(
+                {"type": "tool_result", "tool_use_id": id, "content": output})).collect::<Vec<_>>()}),
+            ],
             Api::Chat => calls
                 .iter()
                 .map(|id| json!({"role": "tool", "tool_call_id": id, "content": output}))
@@ -265,7 +270,11 @@ async fn run_loop(api: Api, stream: bool) -> LoopReport {
             EntryKind::Message(m) if m.role == ctxd_core::model::Role::Assistant => {
                 *turns_per_window.last_mut().unwrap() += 1;
             }
-            EntryKind::Message(m) if m.injected.as_deref().is_some_and(|k| k.starts_with("ctxd/")) => {
+            EntryKind::Message(m)
+                if m.injected
+                    .as_deref()
+                    .is_some_and(|k| k.starts_with("ctxd/")) =>
+            {
                 reminders += 1;
                 // After the results of the batch: the entry before it answers every call.
                 let prev = &session.entries[branch[i - 1]].kind;

@@ -110,15 +110,25 @@ async fn overflowing_rig(refusals: usize, api: &str) -> (Rig, Vec<u8>) {
     (rig, second)
 }
 
-fn overflow_bodies(api: &str) -> (&'static str, [(&'static str, &'static str); 2], Vec<u8>, Vec<u8>) {
+/// Route, headers, the first request and the one that overflows.
+type OverflowBodies = (
+    &'static str,
+    [(&'static str, &'static str); 2],
+    Vec<u8>,
+    Vec<u8>,
+);
+
+fn overflow_bodies(api: &str) -> OverflowBodies {
     if api == "anthropic" {
         let m1 = json!([{"role": "user", "content": "old question with old context"}]);
         let m2 = json!([{"role": "user", "content": "old question with old context"},
             {"role": "assistant", "content": [{"type": "text", "text": "first answer"}]},
             {"role": "user", "content": "a new question"}]);
         let b = |m: &Value| {
-            serde_json::to_vec(&json!({"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": m}))
-                .unwrap()
+            serde_json::to_vec(
+                &json!({"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": m}),
+            )
+            .unwrap()
         };
         (
             "/v1/messages",
@@ -132,11 +142,15 @@ fn overflow_bodies(api: &str) -> (&'static str, [(&'static str, &'static str); 2
             {"role": "assistant", "content": "first answer"},
             {"role": "user", "content": "a new question"}]);
         let b = |m: &Value, stream: bool| {
-            serde_json::to_vec(&json!({"model": "gpt-4o", "stream": stream, "messages": m})).unwrap()
+            serde_json::to_vec(&json!({"model": "gpt-4o", "stream": stream, "messages": m}))
+                .unwrap()
         };
         (
             "/v1/chat/completions",
-            [("authorization", "Bearer sk-o"), ("x-ctxd-session", "overflow")],
+            [
+                ("authorization", "Bearer sk-o"),
+                ("x-ctxd-session", "overflow"),
+            ],
             b(&m1, false),
             b(&m2, true),
         )
@@ -151,16 +165,28 @@ async fn an_overflow_is_recovered_inside_the_request() {
         let r = rig.post(path, &h, second).await;
         assert!(r.status().is_success(), "{api}: {}", r.status());
         assert_eq!(
-            r.headers().get("x-ctxd-rewritten").map(|v| v.to_str().unwrap()),
+            r.headers()
+                .get("x-ctxd-rewritten")
+                .map(|v| v.to_str().unwrap()),
             Some("1")
         );
         let text = r.text().await.unwrap();
-        assert!(!text.contains("too long") && !text.contains("maximum context"), "{text}");
+        assert!(
+            !text.contains("too long") && !text.contains("maximum context"),
+            "{text}"
+        );
         let sent = rig.mock.requests();
-        assert_eq!(sent.len(), 3, "{api}: first turn, the refused request, its retry");
+        assert_eq!(
+            sent.len(),
+            3,
+            "{api}: first turn, the refused request, its retry"
+        );
         let retry = String::from_utf8(sent[2].body.to_vec()).unwrap();
         assert!(retry.contains("Your context was reset"), "{retry}");
-        assert!(!retry.contains("first answer"), "{api}: the old window folded away");
+        assert!(
+            !retry.contains("first answer"),
+            "{api}: the old window folded away"
+        );
         let stored = rig.stored().await;
         let session = stored.load(&stored.sessions()[0]);
         let recoveries: Vec<&str> = session
@@ -173,7 +199,11 @@ async fn an_overflow_is_recovered_inside_the_request() {
             .collect();
         assert_eq!(recoveries, ["overflow"], "{api}");
         let messages = branch_messages(&session);
-        assert_eq!(messages.last().unwrap().1, "done", "{api}: the answer is recorded");
+        assert_eq!(
+            messages.last().unwrap().1,
+            "done",
+            "{api}: the answer is recorded"
+        );
     }
 }
 
@@ -257,4 +287,35 @@ async fn record_only_and_switched_off_resets_leave_the_request_alone() {
             assert!(upstream.contains("lorem ipsum"), "nothing folded away");
         }
     }
+}
+
+/// A small model (gpt-4, 8,192 tokens) is not reset every turn: its lines are scaled to fit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_window_is_not_reset_every_turn() {
+    let mut rig = Rig::start().await;
+    let h = [
+        ("authorization", "Bearer sk-s"),
+        ("x-ctxd-session", "small"),
+    ];
+    let mut messages = vec![json!({"role": "user", "content": "hello"})];
+    for turn in 0..5 {
+        let body = serde_json::to_vec(&json!({"model": "gpt-4", "messages": messages})).unwrap();
+        let r = rig.post("/v1/chat/completions", &h, body.clone()).await;
+        assert!(r.status().is_success(), "turn {turn}: {}", r.status());
+        let reply: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+        let sent = rig.mock.requests();
+        assert_eq!(
+            &sent[turn].body[..],
+            &body[..],
+            "turn {turn}: passed through"
+        );
+        messages.push(reply["choices"][0]["message"].clone());
+        messages.push(json!({"role": "user", "content": format!("question {turn}")}));
+    }
+    let stored = rig.stored().await;
+    let session = stored.load(&stored.sessions()[0]);
+    assert!(!session
+        .entries
+        .iter()
+        .any(|e| matches!(e.kind, ctxd_core::model::EntryKind::WindowMarker { .. })));
 }
