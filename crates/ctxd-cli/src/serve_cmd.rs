@@ -137,6 +137,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
             store = %settings.store.display(),
             anthropic = %settings.upstream_anthropic,
             openai = %settings.upstream_openai,
+            record_only = settings.management.record_only,
+            reminders = settings.management.mechanisms.reminders,
+            resets = settings.management.mechanisms.resets,
             "ctxd gateway listening"
         );
         // One line on stdout for people and scripts: where to point ANTHROPIC_BASE_URL.

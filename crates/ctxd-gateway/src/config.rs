@@ -275,4 +275,50 @@ mod tests {
         s.upstream_anthropic = "ftp://x".into();
         assert!(s.validate().is_err());
     }
+
+    #[test]
+    fn management_keys_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctxd.toml");
+        std::fs::write(
+            &path,
+            "record-only = true\nreserve = 8000\nreminder-margin = 9000\nwarning-runway = 4000\n\
+             reminders = false\n[agents.claude-code]\nresets = false\n\
+             [model-windows]\n\"claude-sonnet-4-5\" = 1000000\n",
+        )
+        .unwrap();
+        let mut s = Settings::new("x.db".into());
+        s.apply_file(&path).unwrap();
+        let m = &s.management;
+        assert!(m.record_only);
+        assert_eq!(
+            m.thresholds,
+            Thresholds {
+                reserve: 8_000,
+                reminder_margin: 9_000,
+                warning_runway: 4_000
+            }
+        );
+        assert!(!m.mechanisms.reminders && m.mechanisms.resets);
+        assert_eq!(
+            m.mechanisms_for("claude-code"),
+            Mechanisms {
+                reminders: false,
+                resets: false
+            }
+        );
+        assert!(m.mechanisms_for("codex").resets);
+        assert_eq!(
+            m.configured_window("claude-sonnet-4-5-20250929"),
+            Some(1_000_000)
+        );
+        std::fs::write(&path, "[agents.pi]\nreminder = true\n").unwrap();
+        assert!(s.apply_file(&path).unwrap_err().contains("reminder"));
+        assert_eq!(
+            parse_model_window("gpt-4=32_768"),
+            Ok(("gpt-4".to_owned(), 32_768))
+        );
+        assert!(parse_model_window("gpt-4").is_err());
+        assert!(parse_model_window("=5").is_err());
+    }
 }
