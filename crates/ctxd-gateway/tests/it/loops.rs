@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use ctxd_core::model::EntryKind;
 use ctxd_formats::wire::stream::{assemble_json, Api as WireApi, Assembler, SseParser};
-use ctxd_mock::{Config, Reply};
+use ctxd_mock::{Config, Reasoning, Reply};
 use serde_json::{json, Value};
 
 use crate::support::Rig;
@@ -75,7 +75,25 @@ impl Api {
         }
     }
 
-    fn body(self, conversation: &[Value], stream: bool) -> Value {
+    fn body(self, conversation: &[Value], stream: bool, thinking: bool) -> Value {
+        let mut body = self.plain_body(conversation, stream);
+        if thinking {
+            match self {
+                Api::Anthropic => {
+                    body["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
+                }
+                Api::Responses => {
+                    body["reasoning"] = json!({"effort": "medium"});
+                    body["include"] = json!(["reasoning.encrypted_content"]);
+                    body["store"] = json!(false);
+                }
+                Api::Chat => {}
+            }
+        }
+        body
+    }
+
+    fn plain_body(self, conversation: &[Value], stream: bool) -> Value {
         match self {
             Api::Anthropic => json!({"model": self.model(), "max_tokens": 1024,
                 "system": "You are a coding agent.", "stream": stream,
@@ -179,12 +197,19 @@ struct LoopReport {
     client_chars: usize,
 }
 
-async fn run_loop(api: Api, stream: bool) -> LoopReport {
-    // Every answer is a tool call: the loop never ends by itself.
+async fn run_loop(api: Api, stream: bool, thinking: bool) -> LoopReport {
+    // Every answer is a tool call: the loop never ends by itself. With thinking, every answer
+    // starts with a signed thinking block (Anthropic) or an encrypted reasoning item
+    // (Responses), which the strict mock wants back unchanged in the ongoing tool loop.
     let config = Config {
         script: (0..TURNS)
             .map(|i| Reply::tool_call("bash", json!({"command": format!("cargo test # {i}")})))
             .collect(),
+        reasoning: if thinking {
+            Reasoning::Always
+        } else {
+            Reasoning::Off
+        },
         ..Config::default()
     };
     let mut rig = Rig::with(config, |_| {}).await;
@@ -192,7 +217,7 @@ async fn run_loop(api: Api, stream: bool) -> LoopReport {
     let mut conversation = api.first_messages();
     let mut client_chars = 0usize;
     for turn in 0..TURNS {
-        let body = serde_json::to_vec(&api.body(&conversation, stream)).unwrap();
+        let body = serde_json::to_vec(&api.body(&conversation, stream, thinking)).unwrap();
         client_chars += body.len();
         let resp = rig.post(api.path(), &headers, body).await;
         let status = resp.status();
@@ -267,7 +292,13 @@ async fn run_loop(api: Api, stream: bool) -> LoopReport {
     for (i, &pos) in branch.iter().enumerate() {
         match &session.entries[pos].kind {
             EntryKind::WindowMarker { .. } => turns_per_window.push(0),
-            EntryKind::Message(m) if m.role == ctxd_core::model::Role::Assistant => {
+            // A turn is the model's call (Responses sends reasoning as an item of its own).
+            EntryKind::Message(m)
+                if m.role == ctxd_core::model::Role::Assistant
+                    && m.content
+                        .iter()
+                        .any(|b| matches!(b, ctxd_core::model::ContentBlock::ToolCall { .. })) =>
+            {
                 *turns_per_window.last_mut().unwrap() += 1;
             }
             EntryKind::Message(m)
@@ -314,9 +345,13 @@ fn ctxd_estimate(body: &[u8], counter: &dyn ctxd_core::tokens::TokenCounter) -> 
 }
 
 async fn check(api: Api, stream: bool) {
-    let r = run_loop(api, stream).await;
+    check_with(api, stream, false).await;
+}
+
+async fn check_with(api: Api, stream: bool, thinking: bool) {
+    let r = run_loop(api, stream, thinking).await;
     eprintln!(
-        "loop {api:?} stream={stream}: turns per window {:?}; largest upstream request {} bytes, \
+        "loop {api:?} stream={stream} thinking={thinking}: turns per window {:?}; largest upstream request {} bytes, \
          {} tokens by the mock's estimate, {} by ctxd's; upstream/client bytes {}/{} ({:.2})",
         r.turns_per_window,
         r.largest_upstream_bytes,
@@ -356,4 +391,16 @@ async fn responses_json_tool_loop_stays_inside_the_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_sse_tool_loop_stays_inside_the_window() {
     check(Api::Responses, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_thinking_tool_loop_keeps_signed_blocks_across_the_reset() {
+    check_with(Api::Anthropic, true, true).await;
+    check_with(Api::Anthropic, false, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_reasoning_tool_loop_keeps_encrypted_items_across_the_reset() {
+    check_with(Api::Responses, true, true).await;
+    check_with(Api::Responses, false, true).await;
 }
