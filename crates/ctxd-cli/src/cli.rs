@@ -42,6 +42,8 @@ pub enum Command {
     History(crate::history_cmd::HistoryCommand),
     /// An entry's raw content by id, whole, by --pattern or by lines (what `recall` returns).
     Recall(crate::recall_cmd::RecallArgs),
+    /// Serve ctxd's tools (notes, history, recall, windows) over MCP on stdin/stdout.
+    Mcp(crate::mcp_cmd::McpArgs),
     /// Measure import and report speed (MB/s, ms) and peak memory on session files.
     Bench(crate::bench_cmd::BenchArgs),
     /// Internal: one measured run in a child process, so each gets its own peak RSS.

@@ -7,6 +7,7 @@ mod cli;
 mod history_cmd;
 mod import_cmd;
 mod load;
+mod mcp_cmd;
 mod notes_cmd;
 mod recall_cmd;
 mod report_cmd;
@@ -44,6 +45,7 @@ fn main() -> ExitCode {
         cli::Command::Notes(cmd) => notes_cmd::run(&cmd, &store),
         cli::Command::History(cmd) => history_cmd::run(&cmd, &store),
         cli::Command::Recall(args) => recall_cmd::run(&args, &store),
+        cli::Command::Mcp(args) => mcp_cmd::run(&args, &store),
         cli::Command::Bench(args) => bench_cmd::run(&args),
         cli::Command::BenchOne(args) => bench_cmd::run_one(&args),
         cli::Command::BenchGateway(args) => bench_cmd::gateway::run(&args),

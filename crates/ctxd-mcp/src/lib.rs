@@ -1,0 +1,137 @@
+//! ctxd-mcp: ctxd's model-facing tools over the Model Context Protocol (`ctxd mcp`).
+//!
+//! The same registry and dispatcher the gateway uses ([`ctxd_engine::tools`]): `list_tools` is
+//! the registry, `tools/call` is [`Engine::call_tool`] for one [`Caller`] (the session the
+//! server was bound to). A thin adapter: no tool logic lives here. Calls run on a blocking
+//! thread (the store is SQLite); a tool's own failure (bad arguments, an unknown note) is a
+//! result with `isError`, for the model to read; an unknown tool or a store failure is a
+//! protocol error.
+
+use std::sync::Arc;
+
+use ctxd_engine::tools::{specs, ToolSpec};
+use ctxd_engine::{Caller, Engine, EngineError};
+use ctxd_store::Store;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+
+/// The MCP server: every ctxd tool, for one caller.
+pub struct ToolServer<S> {
+    engine: Arc<Engine<S>>,
+    caller: Caller,
+}
+
+impl<S> ToolServer<S> {
+    pub fn new(engine: Arc<Engine<S>>, caller: Caller) -> Self {
+        Self { engine, caller }
+    }
+}
+
+/// A registry entry as an MCP tool.
+fn tool_of(spec: &ToolSpec) -> Tool {
+    let schema = match &spec.parameters {
+        serde_json::Value::Object(map) => map.clone(),
+        _ => serde_json::Map::new(),
+    };
+    Tool::new(spec.name, spec.description, Arc::new(schema))
+}
+
+impl<S> ServerHandler for ToolServer<S>
+where
+    S: Store + Send + Sync + 'static,
+{
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions(
+                "ctxd keeps this session's notes and its whole history across context \
+                 windows: write a checkpoint note as you work, search the history, recall \
+                 what was shortened.",
+            );
+        info.server_info = Implementation::new("ctxd", env!("CARGO_PKG_VERSION"));
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(
+            specs().iter().map(tool_of).collect(),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        let args = request
+            .arguments
+            .map_or(serde_json::Value::Object(Default::default()), |a| {
+                serde_json::Value::Object(a)
+            });
+        let engine = self.engine.clone();
+        let caller = self.caller.clone();
+        let tool = name.clone();
+        let outcome = tokio::task::spawn_blocking(move || engine.call_tool(&caller, &tool, &args))
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("ctxd: tool task: {e}"), None))?;
+        match outcome {
+            Ok(out) => {
+                let content = vec![ContentBlock::text(out.text)];
+                Ok(if out.is_error {
+                    CallToolResult::error(content)
+                } else {
+                    CallToolResult::success(content)
+                }
+                .into())
+            }
+            Err(EngineError::UnknownTool(_)) => Err(ErrorData::invalid_params(
+                format!("ctxd has no tool {name:?} (tools/list names them)"),
+                None,
+            )),
+            Err(e) => {
+                tracing::error!(tool = %name, error = %e, "tool call failed");
+                Err(ErrorData::internal_error(format!("ctxd: {e}"), None))
+            }
+        }
+    }
+}
+
+/// Serve `server` on this process's stdin and stdout until the client closes them.
+pub async fn serve_stdio<S>(server: ToolServer<S>) -> Result<(), String>
+where
+    S: Store + Send + Sync + 'static,
+{
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| format!("mcp: cannot start: {e}"))?;
+    running.waiting().await.map_err(|e| format!("mcp: {e}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_registry_tool_is_listed_with_its_schema() {
+        let tools: Vec<Tool> = specs().iter().map(tool_of).collect();
+        assert_eq!(tools.len(), specs().len());
+        for (tool, spec) in tools.iter().zip(specs()) {
+            assert_eq!(tool.name, spec.name);
+            assert_eq!(
+                serde_json::Value::Object((*tool.input_schema).clone()),
+                spec.parameters
+            );
+        }
+    }
+}

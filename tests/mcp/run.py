@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""`ctxd mcp` through the official MCP Python client (the `mcp` package), over stdio.
+
+A real Pi session is imported into a fresh store; `ctxd mcp --session KEY` serves ctxd's tools
+for it. Checked: every registry tool is listed with its schema; notes are written and read back
+(and are in the store for the CLI); the history tools list the session's windows and find its
+items; `recall` returns an item's raw content by the id the history tools give; a tool's own
+failure comes back as a result with isError; an unknown tool is a protocol error.
+
+Usage: python3 tests/mcp/run.py --ctxd target/release/ctxd
+Prints 'mcp: N passed, M failed' and exits non-zero on any failure.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.environ.get("CTXD_SHARED") or os.path.join(HERE, "..", "..", "..", "shared")
+SESSION_FILE = os.path.join(SHARED, "sessions", "pi", "large-session.jsonl")
+
+EXPECTED_TOOLS = {
+    "new_context", "wipe_memory", "get_context_remaining", "notes_write", "notes_append",
+    "notes_read", "notes_list", "notes_search", "history_list_windows", "history_list_items",
+    "history_read_item", "history_search_contents", "recall",
+}
+
+results = []
+
+
+def check(name, ok, detail=""):
+    results.append((name, bool(ok)))
+    print(f"{'ok  ' if ok else 'FAIL'} {name}" + (f": {detail}" if detail and not ok else ""))
+
+
+def text_of(result):
+    return "".join(getattr(c, "text", "") for c in result.content)
+
+
+async def session_checks(ctxd, store, key, env):
+    params = StdioServerParameters(
+        command=ctxd,
+        args=["--store", store, "mcp", "--session", key, "--agent", "pi"],
+        env=env,
+    )
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            check("server names itself ctxd", init.server_info.name == "ctxd", init.server_info)
+
+            tools = (await session.list_tools()).tools
+            names = {t.name for t in tools}
+            check("every registry tool is listed", EXPECTED_TOOLS <= names, sorted(names))
+            write_tool = next(t for t in tools if t.name == "notes_write")
+            check("tools carry their JSON schema", write_tool.input_schema.get("type") == "object",
+                  write_tool.input_schema)
+
+            r = await session.call_tool("notes_write", {"path": "checkpoint.md",
+                                                         "text": "goal: ship mcp\nnext: tests"})
+            check("notes_write succeeds", not r.is_error, text_of(r))
+            r = await session.call_tool("notes_read", {"path": "checkpoint.md"})
+            check("notes_read returns what was written",
+                  not r.is_error and "goal: ship mcp" in text_of(r), text_of(r))
+
+            r = await session.call_tool("history_list_windows", {})
+            windows = text_of(r)
+            check("history_list_windows answers", not r.is_error and "w_" in windows, windows[:300])
+
+            r = await session.call_tool("history_search_contents", {"query": "README"})
+            hits = text_of(r)
+            check("history_search_contents finds the session's items",
+                  not r.is_error and "i_" in hits, hits[:300])
+
+            items = await session.call_tool("history_list_items", {"limit": 5})
+            listing = json.loads(text_of(items)) if not items.is_error else {}
+            first = (listing.get("items") or [{}])[0]
+            item_id = first.get("item_id")
+            check("history_list_items gives item ids", bool(item_id), text_of(items)[:300])
+            if item_id:
+                r = await session.call_tool("recall", {"entryId": item_id})
+                check("recall takes the history's item id", not r.is_error and text_of(r).strip(),
+                      text_of(r)[:300])
+
+            r = await session.call_tool("notes_read", {"path": "no-such-note.md"})
+            check("a tool's own failure is a result with isError", r.is_error, text_of(r))
+            r = await session.call_tool("get_context_remaining", {})
+            check("get_context_remaining answers", not r.is_error, text_of(r))
+
+            try:
+                r = await session.call_tool("no_such_tool", {})
+                check("an unknown tool is a protocol error", False, text_of(r))
+            except Exception as e:  # the client raises on a JSON-RPC error
+                check("an unknown tool is a protocol error", "no_such_tool" in str(e), e)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ctxd", required=True)
+    args = ap.parse_args()
+    ctxd = os.path.abspath(args.ctxd)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "ctxd.db")
+        env = {"PATH": os.environ.get("PATH", ""), "HOME": tmp}
+        out = subprocess.run([ctxd, "--store", store, "import", "--json", SESSION_FILE],
+                             capture_output=True, text=True, env=env, check=True)
+        key = json.loads(out.stdout)["key"]
+        asyncio.run(session_checks(ctxd, store, key, env))
+        # The note is in the store, where the CLI reads it.
+        out = subprocess.run([ctxd, "--store", store, "notes", "read", "--session", key,
+                              "checkpoint.md"], capture_output=True, text=True, env=env)
+        check("the CLI reads the note the MCP client wrote", "goal: ship mcp" in out.stdout,
+              out.stdout + out.stderr)
+    passed = sum(ok for _, ok in results)
+    failed = len(results) - passed
+    print(f"mcp: {passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
