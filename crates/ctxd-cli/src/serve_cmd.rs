@@ -21,7 +21,8 @@ pub struct ServeArgs {
     /// The OpenAI API origin Chat Completions and Responses requests go to [default: https://api.openai.com].
     #[arg(long, env = "CTXD_UPSTREAM_OPENAI", value_name = "URL")]
     pub upstream_openai: Option<String>,
-    /// A TOML settings file (keys as the long flags: listen, upstream-anthropic, ...).
+    /// A TOML settings file (keys: the long flags' names; the full help lists them, built by
+    /// `cli::with_config_help`).
     #[arg(long, env = "CTXD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Largest request body accepted, in bytes (also after decompression) [default: 67108864].
@@ -37,7 +38,8 @@ pub struct ServeArgs {
     /// latency lowest; raise it for many busy agents at once.
     #[arg(long, env = "CTXD_WORKERS", value_name = "N")]
     pub workers: Option<usize>,
-    /// Log lines as JSON objects instead of text.
+    /// Log lines (stderr) as JSON objects instead of text. Which lines: `CTXD_LOG` (or
+    /// `RUST_LOG`), a filter such as `debug` or `ctxd_gateway=debug`; default `info`.
     #[arg(long)]
     pub log_json: bool,
 }
