@@ -619,6 +619,15 @@ fn chart_title(r: &Report, width: usize) -> Vec<Line<'static>> {
     }
     let n = r.turns.len();
     let mut segments = words(&format!("{}:", plural(n, "turn", "turns")), faint());
+    // The headline's figure when it differs from the last prompt (as the text report's "now").
+    let last = r.turns.last().map(|t| t.provider.unwrap_or(t.estimate));
+    if let Some(now) = r
+        .headline
+        .tokens
+        .filter(|&h| r.session.at_turn.is_none() && Some(h) != last)
+    {
+        segments.extend(words(&format!("now {} ·", tokens(now)), faint()));
+    }
     // The legend, in words as well as colours (the chart's own legend would cover the curve).
     if r.turns.iter().any(|t| t.provider.is_some()) {
         segments.push(vec![
