@@ -10,7 +10,9 @@ and on what the store holds: read from the store file (sqlite3, read-only) and, 
 checks, through the CLI's JSON (`ctxd sessions`, `ctxd report`, `ctxd history items`). Builds
 nothing: CI builds target/release/ctxd and target/release/ctxd-mock first.
 
-    python3 tests/clients/run.py [--only NAME ...] [--no-agents] [--keep]
+    $CLIENTS_DIR/venv/bin/python tests/clients/run.py [--only NAME ...] [--no-agents] [--keep]
+
+(any Python 3 with the pinned anthropic and openai SDKs; .ci/run makes that venv.)
 
 Exit status: 0 when every check passed (or failed as expected, see EXPECTED_FAILURES), 1
 otherwise. The last line is "clients: N passed, N failed, N skipped" (skipped: the expected

@@ -1,25 +1,97 @@
 //! Command-line arguments.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-/// ctxd: a context engine for LLM coding agents.
+/// ctxd: a context engine for LLM coding agents. Reports on agents' session files, keeps
+/// sessions in a store with notes and history, and runs the gateway (`ctxd serve`).
 #[derive(Debug, Parser)]
-#[command(name = "ctxd", version, about)]
+#[command(name = "ctxd", version)]
 pub struct Cli {
-    /// The store (SQLite file). Default: `ctxd/ctxd.db` in the user's data directory.
+    /// The store (SQLite file): PATH, or `CTXD_STORE`, else `ctxd/ctxd.db` in the user's data
+    /// directory. `--store` alone (no PATH) means that store, e.g. `ctxd sessions --store`.
     #[arg(
         long,
         global = true,
         env = "CTXD_STORE",
         value_name = "PATH",
         num_args = 0..=1,
-        default_missing_value = ""
+        default_missing_value = "",
+        value_parser = clap::value_parser!(OsString)
     )]
-    pub store: Option<PathBuf>,
+    pub store: Option<OsString>,
+    /// `None` when no command is given: `main` says which there are, in one line.
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+}
+
+/// The `ctxd serve` settings file's keys: the long flags' names (and the global `store`), and
+/// `cached-sessions`, which has no flag. One source: the flags themselves.
+pub fn config_keys(serve: &clap::Command) -> Vec<String> {
+    let mut keys: Vec<String> = serve
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        // The file says these as `reminders = false`, `resets = false` and a
+        // `[model-windows]` table (see the help below).
+        .filter(|l| {
+            !matches!(
+                *l,
+                "config" | "log-json" | "help" | "no-reminders" | "no-resets" | "model-window"
+            )
+        })
+        .map(str::to_owned)
+        .collect();
+    keys.insert(1.min(keys.len()), "store".to_owned());
+    keys.push("cached-sessions".to_owned());
+    keys
+}
+
+/// `serve --config`'s help, listing every key of the file (from [`config_keys`]).
+pub fn with_config_help(cli: clap::Command) -> clap::Command {
+    cli.mut_subcommand("serve", |serve| {
+        let keys = config_keys(&serve);
+        let flags = keys[..keys.len() - 1].join(", ");
+        let help = format!(
+            "A TOML settings file. Its keys are the long flags' names with the flags' values \
+             ({flags}; e.g. `read-timeout = 60`), and `cached-sessions` (sessions kept indexed in \
+             memory, default 256; no flag). `reminders = false` / `resets = false` are \
+             --no-reminders / --no-resets; `[agents.NAME]` tables set `reminders` and `resets` \
+             for one agent (claude-code, codex, pi, sdk); a `[model-windows]` table maps model \
+             names to windows (\"claude-sonnet-4-5\" = 1000000), as --model-window. Flags and \
+             environment variables win over the file"
+        );
+        serve.mut_arg("config", |a| a.help(help))
+    })
+}
+
+/// `ctxd --store sessions ...`: the word after a bare `--store` that names a command is the
+/// command, not the store's path (a store file of that name is `--store ./sessions`).
+pub fn bare_store_before_command(args: Vec<OsString>, commands: &[String]) -> Vec<OsString> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut iter = args.into_iter().peekable();
+    let mut seen_command = false;
+    while let Some(arg) = iter.next() {
+        let next_is_command = iter
+            .peek()
+            .and_then(|a| a.to_str())
+            .is_some_and(|a| commands.iter().any(|c| c == a));
+        if !seen_command && arg == "--store" && next_is_command {
+            out.push(OsString::from("--store="));
+            continue;
+        }
+        if !seen_command
+            && !out.is_empty()
+            && arg
+                .to_str()
+                .is_some_and(|a| commands.iter().any(|c| c == a))
+        {
+            seen_command = true;
+        }
+        out.push(arg);
+    }
+    out
 }
 
 #[derive(Debug, Subcommand)]
@@ -34,8 +106,9 @@ pub enum Command {
     Sessions(SessionsArgs),
     /// Import agent session files into the store.
     Import(crate::import_cmd::ImportArgs),
-    /// Notes in five homes: write, append, read, list, search, rm, mv.
-    #[command(subcommand)]
+    /// Notes in five homes (this session, the project, the human, an agent, a model): write,
+    /// append, read, list, search, rm, mv, stale.
+    #[command(subcommand, after_help = crate::notes_cmd::EXAMPLES)]
     Notes(crate::notes_cmd::NotesCommand),
     /// A stored session's history: windows, items, read, search.
     #[command(subcommand)]
@@ -88,4 +161,77 @@ pub struct SessionsArgs {
     /// List at most this many sessions, newest first.
     #[arg(long, default_value_t = 200)]
     pub limit: usize,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use clap::CommandFactory;
+    use ctxd_gateway::Settings;
+
+    /// Each key the help names is read by the settings file and changes a setting.
+    #[test]
+    fn every_config_key_is_documented_and_read() {
+        let cli = super::with_config_help(super::Cli::command());
+        let serve = cli.find_subcommand("serve").unwrap();
+        let help = serve
+            .get_arguments()
+            .find(|a| a.get_id() == "config")
+            .and_then(|a| a.get_help())
+            .unwrap()
+            .to_string();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctxd.toml");
+        let keys = super::config_keys(serve);
+        assert!(keys.len() >= 9, "{keys:?}");
+        for key in keys {
+            let named = help
+                .split(|c: char| !(c.is_ascii_lowercase() || c == '-'))
+                .any(|word| word == key);
+            assert!(named, "{key} is not in the help: {help}");
+            let value_name = serve
+                .get_arguments()
+                .find(|a| a.get_long() == Some(key.as_str()))
+                .and_then(|a| a.get_value_names())
+                .map(|v| v[0].to_string());
+            let is_switch = serve
+                .get_arguments()
+                .find(|a| a.get_long() == Some(key.as_str()))
+                .is_some_and(|a| matches!(a.get_action(), clap::ArgAction::SetTrue));
+            let value = match value_name.as_deref() {
+                _ if is_switch => "true",
+                Some("ADDR") => "\"127.0.0.1:1\"",
+                Some("URL") => "\"http://127.0.0.1:1\"",
+                _ if key == "store" => "\"elsewhere.db\"",
+                _ => "7",
+            };
+            std::fs::write(&path, format!("{key} = {value}\n")).unwrap();
+            let mut settings = Settings::new("x.db".into());
+            let before = format!("{settings:?}");
+            settings
+                .apply_file(&path)
+                .unwrap_or_else(|e| panic!("{key}: {e}"));
+            assert_ne!(before, format!("{settings:?}"), "{key} changed nothing");
+        }
+    }
+
+    #[test]
+    fn a_bare_store_before_a_command_is_the_default_store() {
+        let commands = ["sessions".to_owned(), "report".to_owned()];
+        let args = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            super::bare_store_before_command(args(&["ctxd", "--store", "sessions"]), &commands),
+            args(&["ctxd", "--store=", "sessions"])
+        );
+        // After the command, the word is the store's path (or a report's argument).
+        for kept in [
+            &["ctxd", "--store", "x.db", "sessions"][..],
+            &["ctxd", "report", "--store", "sessions"],
+        ] {
+            assert_eq!(
+                super::bare_store_before_command(args(kept), &commands),
+                args(kept)
+            );
+        }
+    }
 }

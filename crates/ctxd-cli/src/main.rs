@@ -25,8 +25,16 @@ use clap::{CommandFactory, FromArgMatches};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let parsed = cli::Cli::command()
-        .try_get_matches()
+    let command = cli::Cli::command();
+    let names: Vec<String> = command
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    let command = cli::with_config_help(command);
+    let args = cli::bare_store_before_command(std::env::args_os().collect(), &names);
+    let parsed = command
+        .try_get_matches_from(args)
         .and_then(|m| cli::Cli::from_arg_matches(&m).map(|c| (c, m)));
     let (cli, matches) = match parsed {
         Ok(parsed) => parsed,
@@ -37,7 +45,14 @@ fn main() -> ExitCode {
         }
     };
     let store = store::StoreChoice::new(cli.store.clone(), &matches);
-    let result = match cli.command {
+    let Some(command) = cli.command else {
+        eprintln!(
+            "ctxd: no command given: one of {} (see `ctxd --help`)",
+            names.join(", ")
+        );
+        return ExitCode::from(2);
+    };
+    let result = match command {
         cli::Command::Serve(args) => serve_cmd::run(&args, &store),
         cli::Command::Report(args) => report_cmd::run(&args, &store),
         cli::Command::Sessions(args) => sessions_cmd::run(&args, &store),
@@ -55,16 +70,40 @@ fn main() -> ExitCode {
         // `ctxd ... | head`: the reader left; nothing is wrong.
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ctxd: {e:#}");
+            eprintln!("ctxd: {}", one_line(&e));
             ExitCode::from(2)
         }
     }
 }
 
+/// The error and its causes in one line, each said once: a cause whose text its parent's
+/// message already ends with (`cannot listen on ADDR: Address in use` over `Address in use`) is
+/// left out.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !line.ends_with(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line.replace('\n', " ")
+}
+
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|cause| {
-        cause
+        // serde_json keeps the I/O error inside its own (its `source` skips it).
+        let kind = cause
             .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            .map(std::io::Error::kind)
+            .or_else(|| {
+                cause
+                    .downcast_ref::<serde_json::Error>()
+                    .and_then(serde_json::Error::io_error_kind)
+            });
+        kind == Some(std::io::ErrorKind::BrokenPipe)
     })
 }

@@ -42,6 +42,9 @@ pub struct CallerArgs {
 pub enum NotesCommand {
     /// Create or replace a note.
     Write {
+        /// The note: `todo.md` (the --session's), `@project/todo.md` (--project's),
+        /// `@human/prefs.md`, `@self/...` (--agent's), `@agents/NAME/...`, `@model/...`
+        /// (--model's), `@models/NAME/...`.
         address: String,
         /// The text (default: read stdin; `-` too).
         text: Option<String>,
@@ -50,6 +53,9 @@ pub enum NotesCommand {
     },
     /// Append to a note, creating it when absent.
     Append {
+        /// The note: `todo.md` (the --session's), `@project/todo.md` (--project's),
+        /// `@human/prefs.md`, `@self/...` (--agent's), `@agents/NAME/...`, `@model/...`
+        /// (--model's), `@models/NAME/...`.
         address: String,
         /// The text (default: read stdin; `-` too).
         text: Option<String>,
@@ -58,9 +64,14 @@ pub enum NotesCommand {
     },
     /// Print a note, or an inclusive line range (negative lines count from the end).
     Read {
+        /// The note: `todo.md` (the --session's), `@project/todo.md` (--project's),
+        /// `@human/prefs.md`, `@self/...` (--agent's), `@agents/NAME/...`, `@model/...`
+        /// (--model's), `@models/NAME/...`.
         address: String,
+        /// The first line to print (1-based; negative counts from the end).
         #[arg(long, value_name = "LINE", allow_negative_numbers = true)]
         start: Option<i64>,
+        /// The last line to print (inclusive).
         #[arg(long, value_name = "LINE", allow_negative_numbers = true)]
         stop: Option<i64>,
         #[command(flatten)]
@@ -68,6 +79,8 @@ pub enum NotesCommand {
     },
     /// List notes under an address prefix (one home), or in every home given.
     List {
+        /// An address prefix, e.g. `@project/` or `@human/plans/` (default: every home the
+        /// flags name, and @human/).
         prefix: Option<String>,
         /// name, created_at or updated_at.
         #[arg(long, default_value = "name")]
@@ -75,6 +88,7 @@ pub enum NotesCommand {
         /// ascending or descending.
         #[arg(long, default_value = "ascending")]
         order: String,
+        /// At most this many notes.
         #[arg(long, value_name = "N")]
         max: Option<i64>,
         #[command(flatten)]
@@ -82,9 +96,12 @@ pub enum NotesCommand {
     },
     /// Lines containing a literal, case-sensitive query.
     Search {
+        /// The literal text to find (case-sensitive).
         query: String,
+        /// Search only under this address prefix (as for `list`).
         #[arg(long)]
         prefix: Option<String>,
+        /// At most this many matching lines.
         #[arg(long, value_name = "N")]
         max: Option<i64>,
         #[command(flatten)]
@@ -92,20 +109,29 @@ pub enum NotesCommand {
     },
     /// Delete a note (its text stays in the store's versions).
     Rm {
+        /// The note: `todo.md` (the --session's), `@project/todo.md` (--project's),
+        /// `@human/prefs.md`, `@self/...` (--agent's), `@agents/NAME/...`, `@model/...`
+        /// (--model's), `@models/NAME/...`.
         address: String,
         #[command(flatten)]
         who: CallerArgs,
     },
     /// Rename or move a note (also to another home).
     Mv {
+        /// The note's address (as for `write`).
         from: String,
+        /// Its new address, in any home.
         to: String,
         #[command(flatten)]
         who: CallerArgs,
     },
     /// Mark a note stale (out of the boot's index), or fresh with --clear.
     Stale {
+        /// The note: `todo.md` (the --session's), `@project/todo.md` (--project's),
+        /// `@human/prefs.md`, `@self/...` (--agent's), `@agents/NAME/...`, `@model/...`
+        /// (--model's), `@models/NAME/...`.
         address: String,
+        /// Mark it fresh again.
         #[arg(long)]
         clear: bool,
         #[command(flatten)]
@@ -131,6 +157,46 @@ fn text_or_stdin(text: &Option<String>) -> anyhow::Result<String> {
             })
         }
     }
+}
+
+/// Examples for `ctxd notes --help` (README shows the same).
+pub const EXAMPLES: &str = "Examples:
+  ctxd notes write @project/todo.md 'run the tests' --project ~/src/app
+  ctxd notes append todo.md 'and the docs' --session KEY     (keys: ctxd sessions --store)
+  echo 'prefer small commits' | ctxd notes write @human/prefs.md
+  ctxd notes read @project/todo.md --project ~/src/app
+  ctxd notes list --project ~/src/app --session KEY
+  ctxd notes search tests --project ~/src/app";
+
+/// An address or prefix that needs a flag the command lacks: the refusal names the flag (the
+/// engine's message is written for the model, which has no flags).
+fn needs_flag(address: &str, who: &CallerArgs, prefix: bool) -> anyhow::Result<()> {
+    use ctxd_core::notes::{resolve, resolve_prefix, NoteError, Who};
+    let names = Who {
+        session: who.session.as_deref(),
+        project: who.project.as_deref(),
+        agent: who.agent.as_deref(),
+        model: who.model.as_deref(),
+    };
+    let resolved = if prefix {
+        resolve_prefix(address, &names).map(|_| ())
+    } else {
+        resolve(address, &names).map(|_| ())
+    };
+    let Err(NoteError::UnknownCaller { what, .. }) = resolved else {
+        return Ok(());
+    };
+    let (flag, example) = match what {
+        "session" => (
+            "--session KEY (a stored session's key: `ctxd sessions --store`)",
+            "or use another home, e.g. @project/... with --project KEY, or @human/...",
+        ),
+        "project" => ("--project KEY (e.g. the repository's path)", ""),
+        "model's name" => ("--model NAME", ""),
+        _ => ("--agent NAME", ""),
+    };
+    let sep = if example.is_empty() { "" } else { "; " };
+    bail!("{address}: this address needs {flag}{sep}{example}")
 }
 
 fn caller(engine: &Engine<SqliteStore>, who: &CallerArgs) -> anyhow::Result<Caller> {
@@ -175,11 +241,13 @@ pub fn run(cmd: &NotesCommand, store: &StoreChoice) -> anyhow::Result<()> {
     let engine = store.open()?;
     match cmd {
         NotesCommand::Write { address, who, .. } => {
+            needs_flag(address, who, false)?;
             let c = caller(&engine, who)?;
             let r = engine.notes_write(&c, address, input.as_deref().unwrap_or(""))?;
             print(who.json, &r, &render::written(&r.note, r.replaced))
         }
         NotesCommand::Append { address, who, .. } => {
+            needs_flag(address, who, false)?;
             let c = caller(&engine, who)?;
             let r = engine.notes_append(&c, address, input.as_deref().unwrap_or(""))?;
             print(
@@ -194,6 +262,7 @@ pub fn run(cmd: &NotesCommand, store: &StoreChoice) -> anyhow::Result<()> {
             stop,
             who,
         } => {
+            needs_flag(address, who, false)?;
             let c = caller(&engine, who)?;
             let r = engine.notes_read(&c, address, *start, *stop)?;
             if who.json {
@@ -215,6 +284,9 @@ pub fn run(cmd: &NotesCommand, store: &StoreChoice) -> anyhow::Result<()> {
             max,
             who,
         } => {
+            if let Some(p) = prefix {
+                needs_flag(p, who, true)?;
+            }
             let c = caller(&engine, who)?;
             let order = ListOrder {
                 by: OrderBy::parse(order_by)?,
@@ -229,16 +301,22 @@ pub fn run(cmd: &NotesCommand, store: &StoreChoice) -> anyhow::Result<()> {
             max,
             who,
         } => {
+            if let Some(p) = prefix {
+                needs_flag(p, who, true)?;
+            }
             let c = caller(&engine, who)?;
             let r = engine.notes_search(&c, query, prefix.as_deref(), list::max_results(*max)?)?;
             print(who.json, &r, &r.text())
         }
         NotesCommand::Rm { address, who } => {
+            needs_flag(address, who, false)?;
             let c = caller(&engine, who)?;
             let r = engine.notes_delete(&c, address)?;
             print(who.json, &r, &render::deleted(&r))
         }
         NotesCommand::Mv { from, to, who } => {
+            needs_flag(from, who, false)?;
+            needs_flag(to, who, false)?;
             let c = caller(&engine, who)?;
             let r = engine.notes_rename(&c, from, to)?;
             print(who.json, &r, &render::renamed(&r.from, &r.note))
@@ -248,6 +326,7 @@ pub fn run(cmd: &NotesCommand, store: &StoreChoice) -> anyhow::Result<()> {
             clear,
             who,
         } => {
+            needs_flag(address, who, false)?;
             let c = caller(&engine, who)?;
             let r = engine.notes_mark_stale(&c, address, !clear)?;
             print(who.json, &r, &render::stale(&r))

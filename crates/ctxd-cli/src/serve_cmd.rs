@@ -21,7 +21,8 @@ pub struct ServeArgs {
     /// The OpenAI API origin Chat Completions and Responses requests go to [default: https://api.openai.com].
     #[arg(long, env = "CTXD_UPSTREAM_OPENAI", value_name = "URL")]
     pub upstream_openai: Option<String>,
-    /// A TOML settings file (keys as the long flags: listen, upstream-anthropic, ...).
+    /// A TOML settings file (keys: the long flags' names; the full help lists them, built by
+    /// `cli::with_config_help`).
     #[arg(long, env = "CTXD_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Largest request body accepted, in bytes (also after decompression) [default: 67108864].
@@ -63,7 +64,8 @@ pub struct ServeArgs {
     /// (repeatable; config: a `[model-windows]` table).
     #[arg(long = "model-window", value_name = "MODEL=TOKENS", value_parser = parse_model_window)]
     pub model_windows: Vec<(String, u64)>,
-    /// Log lines as JSON objects instead of text.
+    /// Log lines (stderr) as JSON objects instead of text. Which lines: `CTXD_LOG` (or
+    /// `RUST_LOG`), a filter such as `debug` or `ctxd_gateway=debug`; default `info`.
     #[arg(long)]
     pub log_json: bool,
 }

@@ -1,5 +1,6 @@
 //! Which store a command uses, and opening it.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -15,12 +16,15 @@ pub struct StoreChoice {
 }
 
 impl StoreChoice {
-    pub fn new(path: Option<PathBuf>, matches: &clap::ArgMatches) -> Self {
+    /// `--store PATH`, `--store` alone (then `CTXD_STORE` if set, else the default), or
+    /// `CTXD_STORE` without the flag.
+    pub fn new(value: Option<OsString>, matches: &clap::ArgMatches) -> Self {
         let explicit = matches.value_source("store") == Some(ValueSource::CommandLine);
-        Self {
-            path: path.filter(|p| !p.as_os_str().is_empty()),
-            explicit,
-        }
+        let path = value
+            .filter(|p| !p.is_empty())
+            .or_else(|| std::env::var_os("CTXD_STORE").filter(|p| !p.is_empty()))
+            .map(PathBuf::from);
+        Self { path, explicit }
     }
 
     /// A store path was given (flag or `CTXD_STORE`).

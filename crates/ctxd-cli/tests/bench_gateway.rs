@@ -2,12 +2,12 @@
 
 //! `ctxd bench-gateway` with tiny settings: the report's shape, and every request answered.
 
-use std::process::Command;
+mod common;
 
 use serde_json::Value;
 
 fn bench(extra: &[&str]) -> Vec<Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_ctxd"))
+    let out = common::ctxd()
         .args([
             "bench-gateway",
             "--rate",
@@ -55,7 +55,7 @@ fn direct_only_measures_the_mock() {
 
 #[test]
 fn text_table_has_a_row_per_mode() {
-    let out = Command::new(env!("CARGO_BIN_EXE_ctxd"))
+    let out = common::ctxd()
         .args([
             "bench-gateway",
             "--direct-only",
@@ -90,12 +90,12 @@ fn text_table_has_a_row_per_mode() {
 
 #[test]
 fn bad_settings_exit_2() {
-    let out = Command::new(env!("CARGO_BIN_EXE_ctxd"))
+    let out = common::ctxd()
         .args(["bench-gateway", "--rate", "0"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let out = Command::new(env!("CARGO_BIN_EXE_ctxd"))
+    let out = common::ctxd()
         .args(["bench-gateway", "--sizes", "huge"])
         .output()
         .unwrap();

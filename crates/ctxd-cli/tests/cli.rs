@@ -2,8 +2,10 @@
 
 //! The real `ctxd` binary on the shared real sessions and on bad input.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
@@ -27,10 +29,7 @@ fn sessions() -> Vec<PathBuf> {
 }
 
 fn ctxd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ctxd"))
-        .args(args)
-        .output()
-        .unwrap()
+    common::ctxd().args(args).output().unwrap()
 }
 
 fn stderr(o: &Output) -> String {
@@ -238,6 +237,23 @@ fn bad_input_is_one_line_and_exit_code_2() {
     let out = ctxd(&["report", dir.join("missing.jsonl").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("No such file"), "{}", stderr(&out));
+    // The same with a default store present (a missing file is then looked up as a stored
+    // session): still one line that says there is no such file.
+    let home = common::fresh_dir("bad-home");
+    let made = common::ctxd_in(&home)
+        .args(["sessions", "--store"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", stderr(&made));
+    assert!(common::default_store(&home).exists());
+    let out = common::ctxd_in(&home)
+        .args(["report", dir.join("missing.jsonl").to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.to_lowercase().contains("no such file"), "{err}");
     let out = ctxd(&["report", dir.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("directory"));
@@ -302,4 +318,108 @@ fn sessions_lists_each_session_under_a_directory() {
     assert!(body.starts_with("AGENT"));
     let missing = ctxd(&["sessions", dir.join("nope").to_str().unwrap()]);
     assert_eq!(missing.status.code(), Some(2));
+}
+
+#[test]
+fn store_alone_is_the_default_store_or_ctxd_store() {
+    let home = common::fresh_dir("store-alone");
+    let file = shared().join("sessions/pi/large-session.jsonl");
+    let run = |args: &[&str], env: Option<&Path>| {
+        let mut cmd = common::ctxd_in(&home);
+        if let Some(store) = env {
+            cmd.env("CTXD_STORE", store);
+        }
+        let out = cmd.args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    // README's `ctxd import` then `ctxd sessions --store`, and the flag before the command.
+    run(&["import", file.to_str().unwrap()], None);
+    assert!(common::default_store(&home).exists());
+    for args in [
+        &["sessions", "--store", "--json"][..],
+        &["--store", "sessions", "--json"],
+        &["sessions", "--json", "--store"],
+    ] {
+        let listed = run(args, None);
+        assert_eq!(listed.lines().count(), 1, "{args:?}: {listed}");
+        assert!(listed.contains("\"pi\""), "{args:?}: {listed}");
+    }
+    // With CTXD_STORE exported, `--store` alone is that store (here a new, empty one).
+    let other = home.join("other.db");
+    for args in [
+        &["sessions", "--store", "--json"][..],
+        &["--store", "sessions", "--json"],
+    ] {
+        assert_eq!(run(args, Some(&other)), "", "{args:?}");
+    }
+    assert!(other.exists());
+    // A path still goes after the flag.
+    let listed = run(
+        &[
+            "sessions",
+            "--json",
+            "--store",
+            common::default_store(&home).to_str().unwrap(),
+        ],
+        Some(&other),
+    );
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+}
+
+#[test]
+fn a_closed_pipe_is_quiet_and_exit_0() {
+    use std::io::Read;
+    let files: Vec<String> = sessions().iter().map(|p| p.display().to_string()).collect();
+    let mut child = common::ctxd()
+        .args(["report", "--json"])
+        .args(&files)
+        .args(&files)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 100];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The reader has gone (`| head -c 100`); the rest of the output has nowhere to go.
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn help_and_a_missing_command_name_only_what_exists() {
+    let out = ctxd(&[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("report, sessions"), "{err}");
+    assert!(!err.contains("bench-one"), "{err}");
+    let help = String::from_utf8(ctxd(&["--help"]).stdout).unwrap();
+    assert!(!help.contains("later"), "{help}");
+    for command in ["serve", "report", "import", "notes", "history", "recall"] {
+        assert!(help.contains(&format!("  {command} ")), "{command}: {help}");
+    }
+    let notes = String::from_utf8(ctxd(&["notes", "--help"]).stdout).unwrap();
+    assert!(notes.contains("--session KEY"), "{notes}");
+    let write = String::from_utf8(ctxd(&["notes", "write", "--help"]).stdout).unwrap();
+    assert!(write.contains("@project/todo.md"), "{write}");
+}
+
+#[test]
+fn a_busy_port_is_one_error_said_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = temp_dir("busy");
+    let out = ctxd(&[
+        "--store",
+        dir.join("s.db").to_str().unwrap(),
+        "serve",
+        "--listen",
+        &addr,
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(err.matches("in use").count(), 1, "{err}");
 }

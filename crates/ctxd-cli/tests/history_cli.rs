@@ -2,13 +2,15 @@
 
 //! `ctxd history ...` on the real binary, over a store filled by `ctxd import`.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
 fn ctxd(store: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ctxd"))
+    common::ctxd()
         .arg("--store")
         .arg(store)
         .args(args)

@@ -2,9 +2,11 @@
 
 //! `ctxd notes ...` through the real binary.
 
+mod common;
+
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use serde_json::Value;
 
@@ -24,9 +26,8 @@ impl Store {
     }
 
     fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ctxd"));
+        let mut cmd = common::ctxd();
         cmd.arg("--store").arg(self.db()).arg("notes").args(args);
-        cmd.env_remove("CTXD_STORE");
         cmd.stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -167,8 +168,17 @@ fn session_home_needs_a_known_session() {
     let s = Store::new("session");
     let err = s.fails(&["write", "a.md", "x", "--session", "nope"], None);
     assert!(err.contains("no session \"nope\""), "{err}");
+    // The refusal names the flag to give (and the other homes).
     let err = s.fails(&["write", "a.md", "x"], None);
-    assert!(err.contains("session is unknown"), "{err}");
+    assert!(err.contains("--session KEY"), "{err}");
+    assert!(err.contains("ctxd sessions --store"), "{err}");
+    assert!(err.contains("@project/"), "{err}");
+    let err = s.fails(&["write", "@project/todo.md", "x"], None);
+    assert!(err.contains("--project KEY"), "{err}");
+    let err = s.fails(&["read", "@self/MAP.md"], None);
+    assert!(err.contains("--agent NAME"), "{err}");
+    let err = s.fails(&["list", "@model/"], None);
+    assert!(err.contains("--model NAME"), "{err}");
 
     // A session in the store: bare paths are its notes.
     {
@@ -229,7 +239,10 @@ fn bad_input_is_one_line_exit_2_and_nothing_written() {
     let err = s.fails(&with(&["read", "@human/full.md", "--start", "0"]), None);
     assert!(err.contains("lines start at 1"), "{err}");
     let err = s.fails(&["write", "@self/a.md", "x"], None);
-    assert!(err.contains("@self is unavailable"), "{err}");
+    assert!(
+        err.contains("@self/a.md: this address needs --agent NAME"),
+        "{err}"
+    );
 
     // Only the one good note exists, unchanged.
     let list = s.json(&with(&["list"]));

@@ -3,6 +3,8 @@
 //! readable by `ctxd sessions` and `ctxd report` while it runs; SIGTERM lets the in-flight
 //! stream finish, writes everything and exits cleanly.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -11,7 +13,7 @@ use std::time::{Duration, Instant};
 use ctxd_mock::{Config, MockServer, Reply};
 
 fn ctxd() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ctxd"))
+    common::ctxd()
 }
 
 /// One HTTP/1.1 POST over a fresh connection; the whole response as text.
@@ -184,4 +186,108 @@ fn serve_records_while_the_cli_reads_and_stops_cleanly_on_sigterm() {
     // Everything is in the store, the slow answer included.
     let report = report_json(&store, "cli-session");
     assert_eq!(report["session"]["turn_count"], 2, "{report}");
+}
+
+/// One HTTP/1.1 GET; the whole response as text.
+fn get(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn metrics_list_every_metric_from_the_start_and_one_turn_reads_right() {
+    let mock = MockServer::start_blocking(Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("gw.db");
+    let gw = serve(&store, &mock.base_url());
+
+    // Before any request: every metric README names, at zero.
+    let metrics = get(&gw.addr, "/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    for name in [
+        "ctxd_requests_total{",
+        "ctxd_request_seconds_count{",
+        "ctxd_upstream_seconds_count{",
+        "ctxd_overhead_seconds_count{",
+        "ctxd_rewritten_total{",
+        "ctxd_rejected_total",
+        "ctxd_store_queue_depth",
+        "ctxd_store_write_errors_total",
+        "ctxd_store_commit_seconds_count",
+    ] {
+        assert!(metrics.contains(name), "{name} missing: {metrics}");
+    }
+    assert!(metrics.contains("# HELP ctxd_requests_total"), "{metrics}");
+
+    // One turn: the text report says "1 turn", and the headline's figure is in the per-turn
+    // table (the last prompt, or a "now" row after it).
+    let h = [("x-api-key", "sk-one"), ("x-ctxd-session", "one-turn")];
+    let reply = post(
+        &gw.addr,
+        "/v1/messages",
+        &h,
+        &body(
+            false,
+            serde_json::json!([{"role": "user", "content": "hi"}]),
+        ),
+    );
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    // The store writer is asynchronous: poll until the turn (and its answer) is there.
+    let started = Instant::now();
+    let r = loop {
+        let out = ctxd()
+            .args([
+                "report",
+                "one-turn",
+                "--json",
+                "--store",
+                store.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            if r["billed"]["responses"] == 1 {
+                break r;
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never stored");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = ctxd()
+        .args([
+            "report",
+            "one-turn",
+            "--text",
+            "--store",
+            store.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("(1 turn:"), "{text}");
+    assert!(
+        !text.contains("1 turns") && !text.contains("1 responses"),
+        "{text}"
+    );
+    let headline = r["headline"]["tokens"].as_u64().unwrap();
+    let last = &r["turns"][0];
+    let last = last["provider"]
+        .as_u64()
+        .or(last["estimate"].as_u64())
+        .unwrap();
+    let shown = format!(" {headline} ");
+    let table = text.split("Context per turn").nth(1).unwrap();
+    assert!(
+        table.lines().any(|l| l.contains(&shown)),
+        "headline {headline} (last prompt {last}) not in the table: {text}"
+    );
 }

@@ -158,10 +158,10 @@ impl Settings {
         if let Some(n) = file.max_body_bytes {
             self.max_body_bytes = n;
         }
-        if let Some(s) = file.connect_timeout_secs {
+        if let Some(s) = file.connect_timeout {
             self.connect_timeout = Duration::from_secs(s);
         }
-        if let Some(s) = file.read_timeout_secs {
+        if let Some(s) = file.read_timeout {
             self.read_timeout = Duration::from_secs(s);
         }
         if let Some(n) = file.cached_sessions {
@@ -228,8 +228,12 @@ struct FileSettings {
     upstream_openai: Option<String>,
     store: Option<PathBuf>,
     max_body_bytes: Option<usize>,
-    connect_timeout_secs: Option<u64>,
-    read_timeout_secs: Option<u64>,
+    /// Seconds, as `--connect-timeout` (`connect-timeout-secs` is the older name).
+    #[serde(alias = "connect-timeout-secs")]
+    connect_timeout: Option<u64>,
+    /// Seconds, as `--read-timeout` (`read-timeout-secs` is the older name).
+    #[serde(alias = "read-timeout-secs")]
+    read_timeout: Option<u64>,
     cached_sessions: Option<usize>,
     workers: Option<usize>,
     record_only: Option<bool>,
@@ -267,6 +271,11 @@ mod tests {
         assert_eq!(s.upstream_openai, "http://127.0.0.1:1");
         assert_eq!(s.read_timeout, Duration::from_secs(5));
         assert_eq!(s.workers, 3);
+        // The keys are the flags' names; the older `*-secs` names still read.
+        std::fs::write(&path, "read-timeout = 7\nconnect-timeout = 2\n").unwrap();
+        s.apply_file(&path).unwrap();
+        assert_eq!(s.read_timeout, Duration::from_secs(7));
+        assert_eq!(s.connect_timeout, Duration::from_secs(2));
         s.workers = 0;
         assert!(s.validate().unwrap_err().contains("workers"));
         s.workers = 1;

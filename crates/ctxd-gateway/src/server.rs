@@ -94,9 +94,79 @@ fn metrics_handle() -> PrometheusHandle {
             // Fails only if another recorder is installed (an embedding program's): then its
             // recorder gets the metrics and /metrics shows ours empty.
             let _ = metrics::set_global_recorder(recorder);
+            register_metrics();
             handle
         })
         .clone()
+}
+
+/// Every metric with its help text, at zero, so `/metrics` lists them all from the start: per
+/// route (and outcome) where the labels are a closed set, else one unlabelled series.
+fn register_metrics() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    let routes = [Api::Anthropic, Api::Chat, Api::Responses].map(Api::route);
+    describe_counter!(
+        "ctxd_requests_total",
+        "Conversation requests, by route and outcome"
+    );
+    describe_histogram!(
+        "ctxd_request_seconds",
+        Unit::Seconds,
+        "A request's whole time"
+    );
+    describe_histogram!(
+        "ctxd_upstream_seconds",
+        Unit::Seconds,
+        "Time waiting on the provider"
+    );
+    describe_histogram!(
+        "ctxd_overhead_seconds",
+        Unit::Seconds,
+        "The gateway's own time"
+    );
+    describe_counter!(
+        "ctxd_rewritten_total",
+        "Requests sent upstream rewritten by ctxd"
+    );
+    describe_counter!(
+        "ctxd_rejected_total",
+        "Requests refused, by route and status"
+    );
+    describe_counter!("ctxd_reminders_total", "Budget reminders added, by kind");
+    describe_counter!(
+        "ctxd_windows_opened_total",
+        "Context windows opened, by cause"
+    );
+    describe_gauge!("ctxd_store_queue_depth", "Writes queued for the store");
+    describe_histogram!(
+        "ctxd_store_commit_seconds",
+        Unit::Seconds,
+        "A store commit's time"
+    );
+    describe_histogram!("ctxd_store_group_writes", "Writes per store commit");
+    describe_counter!("ctxd_store_write_errors_total", "Store writes that failed");
+    for route in routes {
+        for outcome in ["completed", "overflow", "aborted", "failed"] {
+            metrics::counter!("ctxd_requests_total", "route" => route, "outcome" => outcome)
+                .increment(0);
+        }
+        let _ = metrics::histogram!("ctxd_request_seconds", "route" => route);
+        let _ = metrics::histogram!("ctxd_upstream_seconds", "route" => route);
+        let _ = metrics::histogram!("ctxd_overhead_seconds", "route" => route);
+        metrics::counter!("ctxd_rewritten_total", "route" => route).increment(0);
+    }
+    let _ = metrics::histogram!("ctxd_upstream_seconds", "route" => "passthrough");
+    for name in [
+        "ctxd_rejected_total",
+        "ctxd_reminders_total",
+        "ctxd_windows_opened_total",
+        "ctxd_store_write_errors_total",
+    ] {
+        metrics::counter!(name).increment(0);
+    }
+    metrics::gauge!("ctxd_store_queue_depth").increment(0.0);
+    let _ = metrics::histogram!("ctxd_store_commit_seconds");
+    let _ = metrics::histogram!("ctxd_store_group_writes");
 }
 
 /// A bound, not yet serving gateway.

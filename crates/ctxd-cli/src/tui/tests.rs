@@ -492,3 +492,26 @@ fn reload_errors_say_each_cause_once() {
         "reading /tmp/x.jsonl: disk on fire"
     );
 }
+
+#[test]
+fn left_out_messages_show_as_in_the_text_report() {
+    let mut r = report(6);
+    r.composition.unpaired = ctxd_core::report::Unpaired {
+        count: 1,
+        tokens: 12,
+        entry_ids: vec!["e4".into()],
+    };
+    let line = ctxd_core::report::text::unpaired_line(&r.composition.unpaired).unwrap();
+    assert!(
+        line.starts_with("Left out, not counted: 1 message (12 tokens)"),
+        "{line}"
+    );
+    assert!(ctxd_core::report::text::render(&r).contains(&line));
+    let buf = draw(&App::new(r, "/tmp/session.jsonl"), 200, 60);
+    let screen = screen_text(&buf);
+    assert!(
+        screen.contains("Left out, not counted: 1 message (12"),
+        "{screen}"
+    );
+    assert!(screen.contains("e4"), "{screen}");
+}

@@ -9,7 +9,7 @@
 //! (composition rows, their children, the largest messages); the window gauge's colour is the
 //! only verdict. Every coloured fact is also written out, so the screen reads without colour.
 
-use ctxd_core::report::text::{bar, tokens};
+use ctxd_core::report::text::{bar, plural, tokens};
 use ctxd_core::report::{Category, Headline, Report};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Alignment, Rect};
@@ -132,8 +132,10 @@ fn render_header(app: &App, area: Rect, buf: &mut Buffer) {
         Span::raw(ctxd_core::report::sanitize(&app.title, 200)),
         Span::styled(
             format!(
-                "  {} · {} turns · {} entries",
-                s.format, s.turn_count, s.entries
+                "  {} · {} · {}",
+                s.format,
+                plural(s.turn_count, "turn", "turns"),
+                plural(s.entries, "entry", "entries")
             ),
             faint(),
         ),
@@ -433,6 +435,9 @@ fn composition(r: &Report, width: usize) -> Vec<Line<'static>> {
             ));
         }
     }
+    if let Some(line) = ctxd_core::report::text::unpaired_line(&r.composition.unpaired) {
+        lines.extend(flow(vec![Span::raw("  ")], words(&line, faint()), 4, width));
+    }
     lines
 }
 
@@ -613,10 +618,16 @@ fn chart_title(r: &Report, width: usize) -> Vec<Line<'static>> {
         return flow(label, words("no turns yet", faint()), 2, width);
     }
     let n = r.turns.len();
-    let mut segments = words(
-        &format!("{n} turn{}:", if n == 1 { "" } else { "s" }),
-        faint(),
-    );
+    let mut segments = words(&format!("{}:", plural(n, "turn", "turns")), faint());
+    // The headline's figure when it differs from the last prompt (as the text report's "now").
+    let last = r.turns.last().map(|t| t.provider.unwrap_or(t.estimate));
+    if let Some(now) = r
+        .headline
+        .tokens
+        .filter(|&h| r.session.at_turn.is_none() && Some(h) != last)
+    {
+        segments.extend(words(&format!("now {} ·", tokens(now)), faint()));
+    }
     // The legend, in words as well as colours (the chart's own legend would cover the curve).
     if r.turns.iter().any(|t| t.provider.is_some()) {
         segments.push(vec![

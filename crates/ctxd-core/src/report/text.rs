@@ -32,6 +32,32 @@ pub fn bar(percent: f64, cells: usize) -> String {
     format!("{}{}", "█".repeat(filled), "░".repeat(cells - filled))
 }
 
+/// `1 turn`, `2 turns`.
+pub fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// What the pairing rule left out of the composition, in one line (the text report and the
+/// TUI both print it); `None` when nothing was.
+pub fn unpaired_line(u: &super::Unpaired) -> Option<String> {
+    if u.count == 0 {
+        return None;
+    }
+    let ids: Vec<String> = u
+        .entry_ids
+        .iter()
+        .map(|id| super::sanitize(id, 40))
+        .collect();
+    Some(format!(
+        "Left out, not counted: {} ({} tokens) with a tool call and no result, or a result and \
+         no call: {}{}",
+        plural(u.count, "message", "messages"),
+        tokens(u.tokens),
+        ids.join(", "),
+        if u.count > ids.len() { ", …" } else { "" }
+    ))
+}
+
 /// Render the whole report.
 pub fn render(r: &Report) -> String {
     let mut out = String::new();
@@ -153,23 +179,8 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
             )?;
         }
     }
-    let u = &r.composition.unpaired;
-    if u.count > 0 {
-        let ids: Vec<String> = u
-            .entry_ids
-            .iter()
-            .map(|id| super::sanitize(id, 40))
-            .collect();
-        writeln!(
-            out,
-            "  Left out, not counted: {} message{} ({} tokens) with a tool call and no result, or \
-             a result and no call: {}{}",
-            u.count,
-            if u.count == 1 { "" } else { "s" },
-            tokens(u.tokens),
-            ids.join(", "),
-            if u.count > ids.len() { ", …" } else { "" }
-        )?;
+    if let Some(line) = unpaired_line(&r.composition.unpaired) {
+        writeln!(out, "  {line}")?;
     }
     writeln!(out)?;
 
@@ -186,8 +197,8 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
     if let Some(c) = &r.calibration {
         writeln!(
             out,
-            "        fit over {} turns: provider ≈ {:.3} × estimate {} {} → {} now",
-            c.samples,
+            "        fit over {}: provider ≈ {:.3} × estimate {} {} → {} now",
+            plural(c.samples, "turn", "turns"),
             c.scale,
             if c.overhead < 0.0 { "-" } else { "+" },
             tokens(c.overhead.abs() as u64),
@@ -228,11 +239,23 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(out)?;
 
     if !r.turns.is_empty() {
-        writeln!(out, "Context per turn ({} turns)", r.turns.len())?;
+        writeln!(
+            out,
+            "Context per turn ({}: the prompt as sent)",
+            plural(r.turns.len(), "turn", "turns")
+        )?;
+        // The headline's figure closes the table when it differs from the last prompt (it adds
+        // what came after it: the last answer, a pending message), so the two agree.
+        let last = r.turns.last().map(|t| t.provider.unwrap_or(t.estimate));
+        let now = r
+            .headline
+            .tokens
+            .filter(|&h| r.session.at_turn.is_none() && Some(h) != last);
         let peak = r
             .turns
             .iter()
             .map(|t| t.provider.unwrap_or(t.estimate))
+            .chain(now)
             .max()
             .unwrap_or(1)
             .max(1);
@@ -252,6 +275,14 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
                 }
             )?;
         }
+        if let Some(h) = now {
+            writeln!(
+                out,
+                "  now        {:>7} {} (the headline: the last prompt and what came after it)",
+                tokens(h),
+                bar(h as f64 * 100.0 / peak as f64, 30),
+            )?;
+        }
         writeln!(out)?;
     }
 
@@ -260,8 +291,8 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
         "none" => writeln!(out, "Billed  no usage recorded")?,
         _ => writeln!(
             out,
-            "Billed  {} responses: input {}, output {}, cache read {}, cache write {}{}",
-            b.responses,
+            "Billed  {}: input {}, output {}, cache read {}, cache write {}{}",
+            plural(b.responses, "response", "responses"),
             tokens(b.input),
             tokens(b.output),
             tokens(b.cache_read),
