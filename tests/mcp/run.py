@@ -27,7 +27,7 @@ SHARED = os.environ.get("CTXD_SHARED") or os.path.join(HERE, "..", "..", "..", "
 SESSION_FILE = os.path.join(SHARED, "sessions", "pi", "large-session.jsonl")
 
 EXPECTED_TOOLS = {
-    "new_context", "wipe_memory", "get_context_remaining", "notes_write", "notes_append",
+    "get_context_remaining", "notes_write", "notes_append",
     "notes_read", "notes_list", "notes_search", "history_list_windows", "history_list_items",
     "history_read_item", "history_search_contents", "recall",
 }
@@ -58,6 +58,8 @@ async def session_checks(ctxd, store, key, env):
             tools = (await session.list_tools()).tools
             names = {t.name for t in tools}
             check("every registry tool is listed", EXPECTED_TOOLS <= names, sorted(names))
+            check("no reset tool (a reset needs the gateway to see the call)",
+                  not names & {"new_context", "wipe_memory"}, sorted(names))
             write_tool = next(t for t in tools if t.name == "notes_write")
             check("tools carry their JSON schema", write_tool.input_schema.get("type") == "object",
                   write_tool.input_schema)

@@ -56,10 +56,10 @@ pub fn with_config_help(cli: clap::Command) -> clap::Command {
         let help = format!(
             "A TOML settings file. Its keys are the long flags' names with the flags' values \
              ({flags}; e.g. `read-timeout = 60`), and `cached-sessions` (sessions kept indexed in \
-             memory, default 256; no flag). `reminders = false` / `resets = false` are \
-             --no-reminders / --no-resets; `[agents.NAME]` tables set `reminders` and `resets` \
+             memory, default 256; no flag). `reminders = false` and `resets = false` do what \
+             --no-reminders and --no-resets do, `[agents.NAME]` tables set `reminders` and `resets` \
              for one agent (claude-code, codex, pi, sdk); a `[model-windows]` table maps model \
-             names to windows (\"claude-sonnet-4-5\" = 1000000), as --model-window. Flags and \
+             names to windows (\"claude-sonnet-4-5\" = 1000000) as --model-window does. Flags and \
              environment variables win over the file"
         );
         serve.mut_arg("config", |a| a.help(help))

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use ctxd_engine::tools::{specs, ToolSpec};
-use ctxd_engine::{Caller, Engine, EngineError};
+use ctxd_engine::{Caller, Engine};
 use ctxd_store::Store;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -29,6 +29,17 @@ impl<S> ToolServer<S> {
     pub fn new(engine: Arc<Engine<S>>, caller: Caller) -> Self {
         Self { engine, caller }
     }
+}
+
+/// The tools served: the registry without `new_context` / `wipe_memory`. A reset happens at a
+/// turn end the gateway sees, and the gateway sees an MCP call only under the client's name for
+/// it (`mcp__ctxd__new_context`, ...), not as its own tool: served here, it would answer
+/// "requested" and never take effect.
+fn served() -> Vec<ToolSpec> {
+    specs()
+        .into_iter()
+        .filter(|s| !ctxd_core::windows::RESET_TOOLS.contains(&s.name))
+        .collect()
 }
 
 /// A registry entry as an MCP tool.
@@ -61,7 +72,7 @@ where
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(
-            specs().iter().map(tool_of).collect(),
+            served().iter().map(tool_of).collect(),
         ))
     }
 
@@ -71,6 +82,12 @@ where
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
+        if !served().iter().any(|s| s.name == name) {
+            return Err(ErrorData::invalid_params(
+                format!("ctxd serves no tool {name:?} over MCP (tools/list names them)"),
+                None,
+            ));
+        }
         let args = request
             .arguments
             .map_or(serde_json::Value::Object(Default::default()), |a| {
@@ -92,10 +109,6 @@ where
                 }
                 .into())
             }
-            Err(EngineError::UnknownTool(_)) => Err(ErrorData::invalid_params(
-                format!("ctxd has no tool {name:?} (tools/list names them)"),
-                None,
-            )),
             Err(e) => {
                 tracing::error!(tool = %name, error = %e, "tool call failed");
                 Err(ErrorData::internal_error(format!("ctxd: {e}"), None))
@@ -123,10 +136,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_registry_tool_is_listed_with_its_schema() {
-        let tools: Vec<Tool> = specs().iter().map(tool_of).collect();
-        assert_eq!(tools.len(), specs().len());
-        for (tool, spec) in tools.iter().zip(specs()) {
+    fn registry_tools_are_listed_with_their_schema_but_resets() {
+        let tools: Vec<Tool> = served().iter().map(tool_of).collect();
+        assert_eq!(tools.len(), specs().len() - 2);
+        assert!(!tools
+            .iter()
+            .any(|t| t.name == "new_context" || t.name == "wipe_memory"));
+        for (tool, spec) in tools.iter().zip(served()) {
             assert_eq!(tool.name, spec.name);
             assert_eq!(
                 serde_json::Value::Object((*tool.input_schema).clone()),

@@ -118,3 +118,24 @@ pub fn branch_messages(session: &Session) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// The reasons of the window markers in the log, in order.
+pub fn window_reasons(session: &Session) -> Vec<&str> {
+    session
+        .entries
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EntryKind::WindowMarker { reason, .. } => Some(reason.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// How many messages ctxd injected (reminders) are in the log.
+pub fn injected_count(session: &Session) -> usize {
+    session
+        .entries
+        .iter()
+        .filter(|e| matches!(&e.kind, EntryKind::Message(m) if m.injected.is_some()))
+        .count()
+}

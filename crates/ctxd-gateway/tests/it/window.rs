@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{branch_messages, Rig};
+use crate::support::{branch_messages, injected_count, window_reasons, Rig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reserve_opens_a_window_and_the_next_request_is_rewritten() {
@@ -189,15 +189,7 @@ async fn an_overflow_is_recovered_inside_the_request() {
         );
         let stored = rig.stored().await;
         let session = stored.load(&stored.sessions()[0]);
-        let recoveries: Vec<&str> = session
-            .entries
-            .iter()
-            .filter_map(|e| match &e.kind {
-                ctxd_core::model::EntryKind::WindowMarker { reason, .. } => Some(reason.as_str()),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(recoveries, ["overflow"], "{api}");
+        assert_eq!(window_reasons(&session), ["overflow"], "{api}");
         let messages = branch_messages(&session);
         assert_eq!(
             messages.last().unwrap().1,
@@ -222,12 +214,11 @@ async fn a_second_refusal_reaches_the_client_unchanged() {
     assert_eq!(rig.mock.requests().len(), 3, "one retry, no more");
     let stored = rig.stored().await;
     let session = stored.load(&stored.sessions()[0]);
-    let markers = session
-        .entries
-        .iter()
-        .filter(|e| matches!(e.kind, ctxd_core::model::EntryKind::WindowMarker { .. }))
-        .count();
-    assert_eq!(markers, 1, "one recovery window per failure chain");
+    assert_eq!(
+        window_reasons(&session).len(),
+        1,
+        "one recovery window per failure chain"
+    );
 }
 
 /// Management is the user's choice: record-only sends the client's bytes and changes nothing;
@@ -266,17 +257,11 @@ async fn record_only_and_switched_off_resets_leave_the_request_alone() {
         let sent = rig.mock.requests();
         let stored = rig.stored().await;
         let session = stored.load(&stored.sessions()[0]);
-        let markers = session
-            .entries
-            .iter()
-            .filter(|e| matches!(e.kind, ctxd_core::model::EntryKind::WindowMarker { .. }))
-            .count();
-        assert_eq!(markers, 0, "record_only={record_only}");
-        let injected = session
-            .entries
-            .iter()
-            .filter(|e| matches!(&e.kind, ctxd_core::model::EntryKind::Message(m) if m.injected.is_some()))
-            .count();
+        assert!(
+            window_reasons(&session).is_empty(),
+            "record_only={record_only}"
+        );
+        let injected = injected_count(&session);
         if record_only {
             assert_eq!(&sent[1].body[..], &body2[..], "the client's bytes");
             assert_eq!(injected, 0);
@@ -314,8 +299,5 @@ async fn a_small_window_is_not_reset_every_turn() {
     }
     let stored = rig.stored().await;
     let session = stored.load(&stored.sessions()[0]);
-    assert!(!session
-        .entries
-        .iter()
-        .any(|e| matches!(e.kind, ctxd_core::model::EntryKind::WindowMarker { .. })));
+    assert!(window_reasons(&session).is_empty());
 }
