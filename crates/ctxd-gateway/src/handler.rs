@@ -224,13 +224,18 @@ async fn prepare(
         (req.system(&decoded), first)
     });
     let (agent, agent_name) = identity::agent(headers, source, req.system_bytes(&decoded));
+    let conversation = req
+        .array
+        .clone()
+        .and_then(|r| decoded.get(r))
+        .unwrap_or_default();
     let caller = Caller {
         tenant: tenant.clone(),
         session: None,
         session_key: Some(key.clone()),
         agent: Some(agent_name),
         model: req.model.clone(),
-        project: None,
+        project: crate::project::project(headers, req.system_bytes(&decoded), conversation),
     };
 
     // A key named in the headers wins in `session_key`: its slot is the one found above.

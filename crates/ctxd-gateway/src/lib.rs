@@ -15,6 +15,7 @@ pub mod identity;
 pub mod log;
 pub mod plan;
 pub mod policy;
+pub mod project;
 mod relay;
 pub mod render;
 pub mod request;
