@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""`ctxd mcp` through the official MCP Python client (the `mcp` package), over stdio.
+"""`ctxd mcp` through the official MCP Python client (the `mcp` package), over stdio, and `/mcp`
+on `ctxd serve` over streamable HTTP.
 
 A real Pi session is imported into a fresh store; `ctxd mcp --session KEY` serves ctxd's tools
 for it. Checked: every registry tool is listed with its schema; notes are written and read back
@@ -21,6 +22,7 @@ import tempfile
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.environ.get("CTXD_SHARED") or os.path.join(HERE, "..", "..", "..", "shared")
@@ -38,6 +40,12 @@ results = []
 def check(name, ok, detail=""):
     results.append((name, bool(ok)))
     print(f"{'ok  ' if ok else 'FAIL'} {name}" + (f": {detail}" if detail and not ok else ""))
+
+
+def flat(e):
+    """An exception's message, with those of an exception group's members."""
+    subs = getattr(e, "exceptions", None)
+    return " | ".join(flat(x) for x in subs) if subs else str(e)
 
 
 def text_of(result):
@@ -102,6 +110,50 @@ async def session_checks(ctxd, store, key, env):
                 check("an unknown tool is a protocol error", "no_such_tool" in str(e), e)
 
 
+async def http_checks(base):
+    """`/mcp` on the gateway: tenants from the credential, as for the model APIs."""
+    async def call(key, name, args, session=None):
+        headers = {"x-api-key": key}
+        if session:
+            headers["x-ctxd-session"] = session
+        async with create_mcp_http_client(headers=headers) as http:
+            async with streamable_http_client(base + "/mcp", http_client=http) as streams:
+                read, write = streams[0], streams[1]
+                async with ClientSession(read, write) as s:
+                    await s.initialize()
+                    if name is None:
+                        return (await s.list_tools()).tools
+                    return await s.call_tool(name, args)
+
+    tools = await call("sk-a", None, None)
+    check("/mcp lists the tools", EXPECTED_TOOLS <= {t.name for t in tools})
+    r = await call("sk-a", "notes_write", {"path": "@human/prefs.md", "text": "short answers"})
+    check("/mcp notes_write for tenant A", not r.is_error, text_of(r))
+    r = await call("sk-a", "notes_read", {"path": "@human/prefs.md"})
+    check("/mcp tenant A reads its note", "short answers" in text_of(r), text_of(r))
+    r = await call("sk-b", "notes_read", {"path": "@human/prefs.md"})
+    check("/mcp tenant B does not see tenant A's note",
+          r.is_error and "short answers" not in text_of(r), text_of(r))
+    try:
+        r = await call("sk-a", "history_list_windows", {}, session="not-a-session")
+        check("/mcp refuses a session the credential does not own", False, text_of(r))
+    except Exception as e:
+        check("/mcp refuses a session the credential does not own", "not-a-session" in flat(e),
+              flat(e))
+
+
+def serve(ctxd, store, env):
+    """`ctxd serve` on a free port; returns (process, base URL)."""
+    proc = subprocess.Popen([ctxd, "--store", store, "serve"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True,
+                            env={**env, "CTXD_LISTEN": "127.0.0.1:0"})
+    line = proc.stdout.readline()
+    if "listening on " not in line:
+        proc.kill()
+        raise RuntimeError(f"ctxd serve did not start: {line!r}")
+    return proc, line.split("listening on ", 1)[1].strip()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ctxd", required=True)
@@ -119,6 +171,12 @@ def main():
                               "checkpoint.md"], capture_output=True, text=True, env=env)
         check("the CLI reads the note the MCP client wrote", "goal: ship mcp" in out.stdout,
               out.stdout + out.stderr)
+        proc, base = serve(ctxd, store, env)
+        try:
+            asyncio.run(http_checks(base))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
     passed = sum(ok for _, ok in results)
     failed = len(results) - passed
     print(f"mcp: {passed} passed, {failed} failed")

@@ -13,6 +13,7 @@ mod handler;
 pub mod hash;
 pub mod identity;
 pub mod log;
+mod mcp;
 pub mod plan;
 pub mod policy;
 pub mod project;

@@ -279,7 +279,9 @@ pub async fn shutdown_signal() {
 }
 
 fn router(app: Arc<Gateway>) -> Router {
+    let mcp = crate::mcp::service(app.engine.clone(), app.tenant_key);
     Router::new()
+        .nest_service("/mcp", mcp)
         .route("/v1/messages", conversation(Api::Anthropic))
         .route("/v1/chat/completions", conversation(Api::Chat))
         .route("/v1/responses", conversation(Api::Responses))

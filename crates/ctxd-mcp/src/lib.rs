@@ -19,16 +19,69 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 
-/// The MCP server: every ctxd tool, for one caller.
+/// Who the tools act for.
+pub enum Binding {
+    /// One caller for the whole connection (stdio: the session named on the command line).
+    Fixed(Caller),
+    /// Per HTTP request, from its headers (the gateway: tenant from the credential, session
+    /// from `x-ctxd-session`); an `Err` is the reason the call is refused.
+    PerRequest(Resolve),
+}
+
+/// The MCP server: ctxd's tools, for the bound caller.
 pub struct ToolServer<S> {
     engine: Arc<Engine<S>>,
-    caller: Caller,
+    binding: Arc<Binding>,
 }
 
 impl<S> ToolServer<S> {
     pub fn new(engine: Arc<Engine<S>>, caller: Caller) -> Self {
-        Self { engine, caller }
+        Self {
+            engine,
+            binding: Arc::new(Binding::Fixed(caller)),
+        }
     }
+
+    /// The caller of one request.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Result<Caller, ErrorData> {
+        match &*self.binding {
+            Binding::Fixed(caller) => Ok(caller.clone()),
+            Binding::PerRequest(resolve) => {
+                let parts = context
+                    .extensions
+                    .get::<http::request::Parts>()
+                    .ok_or_else(|| ErrorData::internal_error("ctxd: no HTTP request", None))?;
+                resolve(parts).map_err(|e| ErrorData::invalid_request(e, None))
+            }
+        }
+    }
+}
+
+/// The streamable HTTP service of [`http_service`], a tower service.
+pub type HttpService<S> = rmcp::transport::StreamableHttpService<
+    ToolServer<S>,
+    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+>;
+
+/// Resolves the caller of an HTTP request from its parts.
+pub type Resolve = Arc<dyn Fn(&http::request::Parts) -> Result<Caller, String> + Send + Sync>;
+
+/// The streamable HTTP service (mount it at `/mcp`): every request's caller from `resolve`.
+pub fn http_service<S>(engine: Arc<Engine<S>>, resolve: Resolve) -> HttpService<S>
+where
+    S: Store + Send + Sync + 'static,
+{
+    let binding = Arc::new(Binding::PerRequest(resolve));
+    rmcp::transport::StreamableHttpService::new(
+        move || {
+            Ok(ToolServer {
+                engine: engine.clone(),
+                binding: binding.clone(),
+            })
+        },
+        Default::default(),
+        rmcp::transport::StreamableHttpServerConfig::default(),
+    )
 }
 
 /// The tools served: the registry without `new_context` / `wipe_memory`. A reset happens at a
@@ -79,9 +132,10 @@ where
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
+        let caller = self.caller(&context)?;
         if !served().iter().any(|s| s.name == name) {
             return Err(ErrorData::invalid_params(
                 format!("ctxd serves no tool {name:?} over MCP (tools/list names them)"),
@@ -94,7 +148,6 @@ where
                 serde_json::Value::Object(a)
             });
         let engine = self.engine.clone();
-        let caller = self.caller.clone();
         let tool = name.clone();
         let outcome = tokio::task::spawn_blocking(move || engine.call_tool(&caller, &tool, &args))
             .await
