@@ -63,9 +63,21 @@ pub struct ServeArgs {
     /// (repeatable; config: a `[model-windows]` table).
     #[arg(long = "model-window", value_name = "MODEL=TOKENS", value_parser = parse_model_window)]
     pub model_windows: Vec<(String, u64)>,
+    /// Seconds a response's end waits for the store to commit its turn; past it the client
+    /// gets the API's error instead [default: 10].
+    #[arg(long, env = "CTXD_COMMIT_TIMEOUT", value_name = "SECS")]
+    pub commit_timeout: Option<u64>,
+    /// `normal`: every commit survives a process crash, fsync at checkpoints; `full`: fsync
+    /// every commit, survives power loss too (about 1 ms per commit) [default: normal].
+    #[arg(long, env = "CTXD_STORE_SYNC", value_name = "MODE", value_parser = parse_store_sync)]
+    pub store_sync: Option<ctxd_store::Durability>,
     /// Log lines as JSON objects instead of text.
     #[arg(long)]
     pub log_json: bool,
+}
+
+fn parse_store_sync(s: &str) -> Result<ctxd_store::Durability, String> {
+    ctxd_gateway::config::parse_store_sync(s)
 }
 
 fn parse_model_window(spec: &str) -> Result<(String, u64), String> {
@@ -101,6 +113,12 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     }
     if let Some(n) = args.workers {
         settings.workers = n;
+    }
+    if let Some(s) = args.commit_timeout {
+        settings.commit_timeout = Duration::from_secs(s);
+    }
+    if let Some(d) = args.store_sync {
+        settings.store_sync = d;
     }
     let m = &mut settings.management;
     m.record_only |= args.record_only;

@@ -31,6 +31,13 @@ pub struct Settings {
     /// (measured: docs/benchmarks.md). Raise it for a gateway serving many busy agents at once.
     /// The store's writer and blocking reads have threads of their own.
     pub workers: usize,
+    /// Longest a response's end waits for the store to commit its turn; past it the client
+    /// gets the API's error instead of the end (see `relay.rs`).
+    pub commit_timeout: Duration,
+    /// `synchronous` of the gateway's store: `Normal` (the default) survives a process crash
+    /// at every commit and fsyncs at checkpoints; `Full` fsyncs every commit, surviving power
+    /// loss too, for about a millisecond per commit (docs/store.md).
+    pub store_sync: ctxd_store::Durability,
     /// What ctxd changes in what the model sees.
     pub management: Management,
 }
@@ -119,6 +126,15 @@ pub fn parse_model_window(spec: &str) -> Result<(String, u64), String> {
     Ok((model.trim().to_owned(), tokens))
 }
 
+/// `normal` or `full` (a `--store-sync` value).
+pub fn parse_store_sync(s: &str) -> Result<ctxd_store::Durability, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "normal" => Ok(ctxd_store::Durability::Normal),
+        "full" => Ok(ctxd_store::Durability::Full),
+        other => Err(format!("store-sync {other:?}: expected normal or full")),
+    }
+}
+
 impl Settings {
     pub fn new(store: PathBuf) -> Self {
         Settings {
@@ -131,6 +147,8 @@ impl Settings {
             read_timeout: Duration::from_secs(600),
             cached_sessions: 256,
             workers: 1,
+            commit_timeout: Duration::from_secs(10),
+            store_sync: ctxd_store::Durability::Normal,
             management: Management::default(),
         }
     }
@@ -169,6 +187,12 @@ impl Settings {
         }
         if let Some(n) = file.workers {
             self.workers = n;
+        }
+        if let Some(s) = file.commit_timeout_secs {
+            self.commit_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = file.store_sync {
+            self.store_sync = parse_store_sync(&s)?;
         }
         let m = &mut self.management;
         if let Some(b) = file.record_only {
@@ -232,6 +256,8 @@ struct FileSettings {
     read_timeout_secs: Option<u64>,
     cached_sessions: Option<usize>,
     workers: Option<usize>,
+    commit_timeout_secs: Option<u64>,
+    store_sync: Option<String>,
     record_only: Option<bool>,
     reserve: Option<u64>,
     reminder_margin: Option<u64>,

@@ -280,12 +280,14 @@ async fn prepare(
             session: loaded.record.id,
             entries: appended,
             stale: slot.stale.clone(),
+            ack: None,
         });
     } else if let Some(leaf) = plan.moved_leaf.clone() {
         app.writer.send(Job::SetLeaf {
             session: loaded.record.id,
             leaf,
             stale: slot.stale.clone(),
+            ack: None,
         });
     }
     let parts = if management.record_only {
@@ -369,6 +371,7 @@ async fn recover_overflow(
             session: loaded.record.id,
             entries: drafts,
             stale: slot.stale.clone(),
+            ack: None,
         });
     }
     outcome.reset.as_ref()?;
@@ -496,6 +499,8 @@ async fn forward(
                     (StatusCode::BAD_GATEWAY, "failed")
                 };
                 tracing::warn!(error = %e, "upstream {what}");
+                // The body names no upstream URL (the client need not learn where ctxd sends).
+                let e = e.without_url();
                 return api_error(api, status, &format!("ctxd: upstream request {what}: {e}"));
             }
         };
@@ -526,6 +531,8 @@ async fn forward(
             Ok(b) => b,
             Err(e) => {
                 completion.finish(Outcome::Failed, sent.elapsed());
+                tracing::warn!(error = %e, "upstream response failed");
+                let e = e.without_url();
                 return api_error(
                     api,
                     StatusCode::BAD_GATEWAY,
@@ -558,7 +565,18 @@ async fn forward(
         } else {
             Outcome::Failed
         };
-        completion.finish(outcome, waited);
+        if matches!(outcome, Outcome::Response(_)) {
+            // Durable before acknowledged: the body goes out once the store holds the turn.
+            if let Err(e) = completion.finish_durable(outcome, waited).await {
+                return api_error(
+                    api,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("ctxd: the response could not be stored ({e}); retry the request"),
+                );
+            }
+        } else {
+            completion.finish(outcome, waited);
+        }
         let mut response = Response::new(Body::from(answer));
         *response.status_mut() = status;
         *response.headers_mut() = out_headers;
@@ -632,6 +650,8 @@ pub(crate) async fn passthrough(
             } else {
                 StatusCode::BAD_GATEWAY
             };
+            tracing::warn!(error = %e, "upstream request failed");
+            let e = e.without_url();
             api_error(api, status, &format!("ctxd: upstream request failed: {e}"))
         }
     }

@@ -13,7 +13,7 @@ use axum::routing::{any, get, post, MethodRouter};
 use axum::serve::ListenerExt;
 use axum::Router;
 use ctxd_engine::Engine;
-use ctxd_store::{Durability, SqliteStore, Store};
+use ctxd_store::{SqliteStore, Store};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::api::Api;
@@ -109,7 +109,7 @@ pub struct Server {
 impl Server {
     /// Open the store, bind the listener, start the writer.
     pub async fn bind(settings: Settings) -> Result<Self, StartError> {
-        let store = SqliteStore::open(&settings.store, Durability::Full)?;
+        let store = SqliteStore::open(&settings.store, settings.store_sync)?;
         let mut key = [0u8; 32];
         getrandom::fill(&mut key).map_err(|e| StartError::Random(e.to_string()))?;
         let stored = store.setting_or_insert("gateway.tenant_key", &key)?;
