@@ -286,7 +286,13 @@ fn append_response(
     for el in assembled.elements {
         let h = hash::message(&el.message);
         log.remember_raw(hash::raw(&el.wire), h);
-        if let Some(existing) = log.find_next(cur, &h) {
+        // The same answer already there is found, unless it is another response of the
+        // provider's (a retry of a request whose answer the client never received): that one
+        // was billed too, so it is recorded beside the first, usage and id.
+        if let Some(existing) = log
+            .find_next(cur, &h)
+            .filter(|&p| !other_response(log.entry(p), &el.message))
+        {
             cur = Some(existing);
             continue;
         }
@@ -311,6 +317,14 @@ fn append_response(
         }
     }
     (batch, leaf)
+}
+
+/// Whether `entry` is an answer of another provider response than `message` (both have ids).
+fn other_response(entry: Option<&Entry>, message: &ctxd_core::model::Message) -> bool {
+    match (entry.map(|e| &e.kind), &message.response_id) {
+        (Some(EntryKind::Message(m)), Some(id)) => m.response_id.as_ref().is_some_and(|e| e != id),
+        _ => false,
+    }
 }
 
 /// A response being recorded: counted on its session and on the gateway while it lasts.
