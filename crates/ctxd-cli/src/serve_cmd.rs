@@ -71,6 +71,20 @@ pub struct ServeArgs {
     /// every commit, survives power loss too (about 1 ms per commit) [default: normal].
     #[arg(long, env = "CTXD_STORE_SYNC", value_name = "MODE", value_parser = parse_store_sync)]
     pub store_sync: Option<ctxd_store::Durability>,
+    /// After SIGTERM, seconds in-flight requests may run before the rest is closed (a second
+    /// SIGTERM or Ctrl-C exits at once) [default: 30].
+    #[arg(long, env = "CTXD_SHUTDOWN_TIMEOUT", value_name = "SECS")]
+    pub shutdown_timeout: Option<u64>,
+    /// Seconds a client may take to send a request's headers [default: 10].
+    #[arg(long, env = "CTXD_HEADER_TIMEOUT", value_name = "SECS")]
+    pub header_timeout: Option<u64>,
+    /// Seconds a client may take to send a request's body [default: 60].
+    #[arg(long, env = "CTXD_BODY_TIMEOUT", value_name = "SECS")]
+    pub body_timeout: Option<u64>,
+    /// Open client connections at most; more are answered 503 [default: 1024, lowered to fit
+    /// the open-file limit].
+    #[arg(long, env = "CTXD_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
     /// Log lines as JSON objects instead of text.
     #[arg(long)]
     pub log_json: bool,
@@ -120,6 +134,18 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if let Some(d) = args.store_sync {
         settings.store_sync = d;
     }
+    if let Some(s) = args.shutdown_timeout {
+        settings.shutdown_timeout = Duration::from_secs(s);
+    }
+    if let Some(s) = args.header_timeout {
+        settings.header_timeout = Duration::from_secs(s);
+    }
+    if let Some(s) = args.body_timeout {
+        settings.body_timeout = Duration::from_secs(s);
+    }
+    if let Some(n) = args.max_connections {
+        settings.max_connections = n;
+    }
     let m = &mut settings.management;
     m.record_only |= args.record_only;
     if let Some(n) = args.reserve {
@@ -162,7 +188,17 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
         );
         // One line on stdout for people and scripts: where to point ANTHROPIC_BASE_URL.
         println!("ctxd serve: listening on http://{addr}");
-        server.run(shutdown_signal()).await?;
+        // The first signal stops the gateway gracefully, a second one at once.
+        let (tx, signals) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                shutdown_signal().await;
+                if tx.send(()).is_err() {
+                    break;
+                }
+            }
+        });
+        server.run_signals(signals).await?;
         Ok::<(), anyhow::Error>(())
     })
 }

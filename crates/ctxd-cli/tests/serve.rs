@@ -185,3 +185,52 @@ fn serve_records_while_the_cli_reads_and_stops_cleanly_on_sigterm() {
     let report = report_json(&store, "cli-session");
     assert_eq!(report["session"]["turn_count"], 2, "{report}");
 }
+
+#[test]
+fn a_second_sigterm_exits_at_once_with_the_store_closed() {
+    let mock = MockServer::start_blocking(Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("gw.db");
+    let mut gw = serve(&store, &mock.base_url());
+    // A stream of a minute or more, against the default 30 s shutdown deadline.
+    mock.script()
+        .push(Reply::text("word ".repeat(20_000)).event_delay(Duration::from_millis(100)));
+    let addr = gw.addr.clone();
+    let long = std::thread::spawn(move || {
+        post(
+            &addr,
+            "/v1/messages",
+            &[("x-api-key", "sk-cli"), ("x-ctxd-session", "long")],
+            &body(
+                true,
+                serde_json::json!([{"role": "user", "content": "talk for long"}]),
+            ),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = gw.child.id().to_string();
+    let term = || {
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+    };
+    term();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(gw.child.try_wait().unwrap().is_none(), "the first waits");
+    let started = Instant::now();
+    term();
+    let status = loop {
+        if let Some(s) = gw.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    let streamed = long.join().unwrap();
+    assert!(!streamed.contains("message_stop"));
+    let store = ctxd_store::SqliteStore::open(&store, ctxd_store::Durability::Full).unwrap();
+    assert_eq!(store.integrity_check().unwrap(), "ok");
+}

@@ -38,6 +38,16 @@ pub struct Settings {
     /// at every commit and fsyncs at checkpoints; `Full` fsyncs every commit, surviving power
     /// loss too, for about a millisecond per commit (docs/store.md).
     pub store_sync: ctxd_store::Durability,
+    /// After SIGTERM, how long in-flight requests may run before what is left is closed
+    /// (each open stream ends with the API's error event).
+    pub shutdown_timeout: Duration,
+    /// Longest a client may take to send a request's headers (a stalled client is dropped).
+    pub header_timeout: Duration,
+    /// Longest a client may take to send a request's body (answered 408).
+    pub body_timeout: Duration,
+    /// Open client connections at most; more are answered 503 and closed at once. Lowered at
+    /// start to fit the open-file limit (raised to the hard limit first).
+    pub max_connections: usize,
     /// What ctxd changes in what the model sees.
     pub management: Management,
 }
@@ -149,6 +159,10 @@ impl Settings {
             workers: 1,
             commit_timeout: Duration::from_secs(10),
             store_sync: ctxd_store::Durability::Normal,
+            shutdown_timeout: Duration::from_secs(30),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 1024,
             management: Management::default(),
         }
     }
@@ -194,6 +208,18 @@ impl Settings {
         if let Some(s) = file.store_sync {
             self.store_sync = parse_store_sync(&s)?;
         }
+        if let Some(s) = file.shutdown_timeout_secs {
+            self.shutdown_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = file.header_timeout_secs {
+            self.header_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = file.body_timeout_secs {
+            self.body_timeout = Duration::from_secs(s);
+        }
+        if let Some(n) = file.max_connections {
+            self.max_connections = n;
+        }
         let m = &mut self.management;
         if let Some(b) = file.record_only {
             m.record_only = b;
@@ -224,6 +250,18 @@ impl Settings {
     pub fn validate(&mut self) -> Result<(), String> {
         if !(1..=1024).contains(&self.workers) {
             return Err(format!("--workers {} must be 1 to 1024", self.workers));
+        }
+        if self.max_connections == 0 {
+            return Err("--max-connections must be at least 1".into());
+        }
+        for (name, d) in [
+            ("header-timeout", self.header_timeout),
+            ("body-timeout", self.body_timeout),
+            ("commit-timeout", self.commit_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(format!("--{name} must be at least 1 second"));
+            }
         }
         for (name, url) in [
             ("upstream-anthropic", &mut self.upstream_anthropic),
@@ -258,6 +296,10 @@ struct FileSettings {
     workers: Option<usize>,
     commit_timeout_secs: Option<u64>,
     store_sync: Option<String>,
+    shutdown_timeout_secs: Option<u64>,
+    header_timeout_secs: Option<u64>,
+    body_timeout_secs: Option<u64>,
+    max_connections: Option<usize>,
     record_only: Option<bool>,
     reserve: Option<u64>,
     reminder_margin: Option<u64>,

@@ -39,8 +39,30 @@ pub(crate) fn api_error(api: Api, status: StatusCode, message: &str) -> Response
     (status, axum::Json(api.error_body(status, message))).into_response()
 }
 
-/// Read the body within the size limit.
+/// Read the body within the size limit and the body timeout (a client trickling its body
+/// must not hold a connection and its buffer without end).
 pub(crate) async fn read_body(
+    app: &Gateway,
+    api: Api,
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, Response> {
+    let timeout = app.settings.body_timeout;
+    match tokio::time::timeout(timeout, read_body_within(api, headers, body, limit)).await {
+        Ok(read) => read,
+        Err(_) => Err(api_error(
+            api,
+            StatusCode::REQUEST_TIMEOUT,
+            &format!(
+                "ctxd: the request body did not arrive within {} s",
+                timeout.as_secs()
+            ),
+        )),
+    }
+}
+
+async fn read_body_within(
     api: Api,
     headers: &HeaderMap,
     body: Body,
@@ -186,7 +208,7 @@ async fn prepare(
     started: Instant,
 ) -> Result<Planned, Response> {
     let limit = app.settings.max_body_bytes;
-    let raw = read_body(api, headers, body, limit).await?;
+    let raw = read_body(app, api, headers, body, limit).await?;
     if !is_json(headers) {
         return Err(api_error(
             api,
@@ -619,7 +641,7 @@ pub(crate) async fn passthrough(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let raw = match read_body(api, &headers, body, app.settings.max_body_bytes).await {
+    let raw = match read_body(&app, api, &headers, body, app.settings.max_body_bytes).await {
         Ok(b) => b,
         Err(r) => return r,
     };

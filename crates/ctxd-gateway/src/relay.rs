@@ -392,6 +392,8 @@ pub struct Relay {
     held: Option<BytesMut>,
     /// Yields in a row that brought no new chunk.
     idle_yields: u32,
+    /// Resolves when the gateway's shutdown deadline has passed.
+    shutdown_deadline: BoxFuture<'static, ()>,
     ended: bool,
 }
 
@@ -402,7 +404,13 @@ impl Relay {
         completion: Completion,
         upstream: Duration,
     ) -> Self {
+        let mut closing = completion.app.closing.subscribe();
+        let shutdown_deadline = async move {
+            let _ = closing.wait_for(|c| *c).await;
+        }
+        .boxed();
         Relay {
+            shutdown_deadline,
             inner: Box::pin(inner),
             parser: SseParser::new(),
             assembler: Some(Assembler::new(api.stream_api())),
@@ -575,6 +583,15 @@ impl Stream for Relay {
         }
         if this.ended {
             return Poll::Ready(None);
+        }
+        if this.held_end.is_none() && this.shutdown_deadline.as_mut().poll(cx).is_ready() {
+            // The shutdown deadline: the client learns the stream is cut, nothing is recorded
+            // of the response.
+            this.ended = true;
+            this.end(Outcome::Aborted);
+            return Poll::Ready(Some(Ok(Bytes::from(this.api.sse_error_event(
+                "ctxd: the gateway is shutting down; retry the request",
+            )))));
         }
         let mut out = this.held.take();
         let mut fresh = false;

@@ -7,6 +7,7 @@
 mod conversation;
 mod durable;
 mod errors;
+mod limits;
 mod loops;
 mod passthrough;
 mod support;
