@@ -85,6 +85,10 @@ pub struct ServeArgs {
     /// the open-file limit].
     #[arg(long, env = "CTXD_MAX_CONNECTIONS", value_name = "N")]
     pub max_connections: Option<usize>,
+    /// Serve clients that send no API key on a listener beyond loopback (they share one
+    /// tenant) [default: refused there with 401].
+    #[arg(long, env = "CTXD_ALLOW_KEYLESS")]
+    pub allow_keyless: bool,
     /// Log lines as JSON objects instead of text.
     #[arg(long)]
     pub log_json: bool,
@@ -146,6 +150,7 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if let Some(n) = args.max_connections {
         settings.max_connections = n;
     }
+    settings.allow_keyless |= args.allow_keyless;
     let m = &mut settings.management;
     m.record_only |= args.record_only;
     if let Some(n) = args.reserve {

@@ -48,6 +48,9 @@ pub struct Settings {
     /// Open client connections at most; more are answered 503 and closed at once. Lowered at
     /// start to fit the open-file limit (raised to the hard limit first).
     pub max_connections: usize,
+    /// Serve clients that send no API key on a listener beyond loopback (they share one
+    /// tenant, so anyone who can reach the port reads their sessions). Off by default.
+    pub allow_keyless: bool,
     /// What ctxd changes in what the model sees.
     pub management: Management,
 }
@@ -163,6 +166,7 @@ impl Settings {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(60),
             max_connections: 1024,
+            allow_keyless: false,
             management: Management::default(),
         }
     }
@@ -219,6 +223,9 @@ impl Settings {
         }
         if let Some(n) = file.max_connections {
             self.max_connections = n;
+        }
+        if let Some(b) = file.allow_keyless {
+            self.allow_keyless = b;
         }
         let m = &mut self.management;
         if let Some(b) = file.record_only {
@@ -300,6 +307,7 @@ struct FileSettings {
     header_timeout_secs: Option<u64>,
     body_timeout_secs: Option<u64>,
     max_connections: Option<usize>,
+    allow_keyless: Option<bool>,
     record_only: Option<bool>,
     reserve: Option<u64>,
     reminder_margin: Option<u64>,

@@ -217,6 +217,7 @@ async fn prepare(
         ));
     }
     let decoded = decode(api, headers, &raw, limit)?;
+    keyed_or_allowed(app, api, headers)?;
     let tenant = identity::tenant(&app.tenant_key, headers);
     // A session named in the headers is known before the body is read: its previous request
     // lets this one be split from where it changed (clients resend the whole conversation).
@@ -363,6 +364,24 @@ async fn prepare(
         completion,
         replan,
     })
+}
+
+/// A client without an API key shares one tenant with every other keyless client: on a
+/// listener beyond loopback that is anyone who can reach the port, so it is refused there
+/// unless `allow-keyless` says otherwise.
+fn keyed_or_allowed(app: &Gateway, api: Api, headers: &HeaderMap) -> Result<(), Response> {
+    if identity::credential(headers).is_some()
+        || app.settings.allow_keyless
+        || app.settings.listen.ip().is_loopback()
+    {
+        return Ok(());
+    }
+    Err(api_error(
+        api,
+        StatusCode::UNAUTHORIZED,
+        "ctxd: an API key is required on this listener (x-api-key or Authorization: Bearer); \
+         the operator may allow keyless clients with --allow-keyless",
+    ))
 }
 
 /// The id of the log's leaf: where a response attaches.

@@ -121,6 +121,14 @@ impl Server {
         getrandom::fill(&mut nonce).map_err(|e| StartError::Random(e.to_string()))?;
         let engine = Arc::new(Engine::new(store));
         let writer = Writer::start(engine.clone())?;
+        if !settings.listen.ip().is_loopback() {
+            tracing::warn!(
+                listen = %settings.listen,
+                allow_keyless = settings.allow_keyless,
+                "listening beyond loopback: anyone who can reach this address can use the \
+                 gateway with their own API key (plain HTTP: keys cross the network unencrypted)"
+            );
+        }
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .map_err(|source| StartError::Listen {

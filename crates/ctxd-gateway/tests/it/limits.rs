@@ -163,3 +163,37 @@ async fn shutdown_ends_by_its_deadline_with_a_stalled_client_and_a_long_stream()
             .all(|(role, _)| role != "Assistant"));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyless_clients_are_refused_beyond_loopback_unless_allowed() {
+    let body = serde_json::to_vec(&json!({"model": "gpt-4o",
+        "messages": [{"role": "user", "content": "hi"}]}))
+    .unwrap();
+    for allow in [false, true] {
+        let mut rig = Rig::with(Config::default(), |s| {
+            s.listen = "0.0.0.0:0".parse().unwrap();
+            s.allow_keyless = allow;
+        })
+        .await;
+        let r = rig.post("/v1/chat/completions", &[], body.clone()).await;
+        if allow {
+            assert_eq!(r.status(), 200);
+        } else {
+            assert_eq!(r.status(), 401);
+            let v: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+            assert!(
+                v["error"]["message"].as_str().unwrap().contains("API key"),
+                "{v}"
+            );
+        }
+        let r = rig
+            .post(
+                "/v1/chat/completions",
+                &[("authorization", "Bearer sk-k")],
+                body.clone(),
+            )
+            .await;
+        assert_eq!(r.status(), 200);
+        rig.stop().await;
+    }
+}
