@@ -39,6 +39,57 @@ pub enum StartError {
     Io(#[from] std::io::Error),
     #[error("cannot make the tenant key: {0}")]
     Random(String),
+    #[error(
+        "the store {store} is already served by another ctxd serve{holder}: one gateway per \
+         store (its indexed sessions would not see the other's writes); stop it or use \
+         another --store"
+    )]
+    AlreadyServed { store: String, holder: String },
+}
+
+/// Held for the gateway's life: an exclusive lock on `<store>.serve.lock`, released by the OS
+/// when the process ends however it ends (no stale lock after a SIGKILL). CLI commands do not
+/// take it: their writes are ordinary transactions, safe beside the gateway's.
+pub struct ServeLock {
+    _file: std::fs::File,
+}
+
+impl ServeLock {
+    pub fn acquire(store: &std::path::Path) -> Result<Self, StartError> {
+        use std::io::{Read, Seek, Write};
+        let mut path = store.as_os_str().to_owned();
+        path.push(".serve.lock");
+        if let Some(dir) = store.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut pid = String::new();
+                let _ = file.read_to_string(&mut pid);
+                let pid = pid.trim();
+                return Err(StartError::AlreadyServed {
+                    store: store.display().to_string(),
+                    holder: if pid.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (pid {pid})")
+                    },
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
+        }
+        file.set_len(0)?;
+        file.rewind()?;
+        write!(file, "{}", std::process::id())?;
+        Ok(ServeLock { _file: file })
+    }
 }
 
 /// State shared by every request.
@@ -105,11 +156,13 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     app: Arc<Gateway>,
     writer: Writer,
+    lock: ServeLock,
 }
 
 impl Server {
     /// Open the store, bind the listener, start the writer.
     pub async fn bind(settings: Settings) -> Result<Self, StartError> {
+        let lock = ServeLock::acquire(&settings.store)?;
         let store = SqliteStore::open(&settings.store, settings.store_sync)?;
         let mut key = [0u8; 32];
         getrandom::fill(&mut key).map_err(|e| StartError::Random(e.to_string()))?;
@@ -152,6 +205,7 @@ impl Server {
             listener,
             app,
             writer,
+            lock,
         })
     }
 
@@ -186,6 +240,7 @@ impl Server {
             listener,
             app,
             writer,
+            lock,
         } = self;
         let router = router(app.clone());
         let cap = connection_cap(app.settings.max_connections);
@@ -291,6 +346,7 @@ impl Server {
             .await
             .map_err(std::io::Error::other)?;
         tracing::info!("gateway stopped; store closed");
+        drop(lock);
         Ok(())
     }
 }
