@@ -89,6 +89,10 @@ pub struct ServeArgs {
     /// tenant) [default: refused there with 401].
     #[arg(long, env = "CTXD_ALLOW_KEYLESS")]
     pub allow_keyless: bool,
+    /// Bytes of request bodies all requests may hold at once beyond each one's first MiB (a
+    /// large body finding it spent waits 5 s, then gets 503) [default: 268435456].
+    #[arg(long, env = "CTXD_MAX_BODIES_IN_FLIGHT_BYTES", value_name = "BYTES")]
+    pub max_bodies_in_flight_bytes: Option<usize>,
     /// Log lines as JSON objects instead of text.
     #[arg(long)]
     pub log_json: bool,
@@ -151,6 +155,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
         settings.max_connections = n;
     }
     settings.allow_keyless |= args.allow_keyless;
+    if let Some(n) = args.max_bodies_in_flight_bytes {
+        settings.max_bodies_in_flight_bytes = n;
+    }
     let m = &mut settings.management;
     m.record_only |= args.record_only;
     if let Some(n) = args.reserve {

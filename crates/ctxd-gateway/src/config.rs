@@ -51,6 +51,9 @@ pub struct Settings {
     /// Serve clients that send no API key on a listener beyond loopback (they share one
     /// tenant, so anyone who can reach the port reads their sessions). Off by default.
     pub allow_keyless: bool,
+    /// Bytes of request bodies (raw and decoded) all requests may hold at once beyond each
+    /// one's first MiB; a large body finding it spent waits briefly, then gets 503.
+    pub max_bodies_in_flight_bytes: usize,
     /// What ctxd changes in what the model sees.
     pub management: Management,
 }
@@ -167,6 +170,7 @@ impl Settings {
             body_timeout: Duration::from_secs(60),
             max_connections: 1024,
             allow_keyless: false,
+            max_bodies_in_flight_bytes: 256 * 1024 * 1024,
             management: Management::default(),
         }
     }
@@ -226,6 +230,9 @@ impl Settings {
         }
         if let Some(b) = file.allow_keyless {
             self.allow_keyless = b;
+        }
+        if let Some(n) = file.max_bodies_in_flight_bytes {
+            self.max_bodies_in_flight_bytes = n;
         }
         let m = &mut self.management;
         if let Some(b) = file.record_only {
@@ -308,6 +315,7 @@ struct FileSettings {
     body_timeout_secs: Option<u64>,
     max_connections: Option<usize>,
     allow_keyless: Option<bool>,
+    max_bodies_in_flight_bytes: Option<usize>,
     record_only: Option<bool>,
     reserve: Option<u64>,
     reminder_margin: Option<u64>,

@@ -108,6 +108,8 @@ pub struct Gateway {
     boot_nonce: u32,
     /// Set when the shutdown deadline has passed: open streams end with the API's error event.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
+    /// Bytes of request bodies in flight ([`crate::budget`]).
+    pub(crate) bodies: Arc<tokio::sync::Semaphore>,
 }
 
 impl Gateway {
@@ -198,6 +200,10 @@ impl Server {
             request_ids: AtomicU64::new(1),
             boot_nonce: u32::from_le_bytes(nonce),
             closing: tokio::sync::watch::Sender::new(false),
+            bodies: crate::budget::budget(
+                settings.max_bodies_in_flight_bytes,
+                settings.max_body_bytes,
+            ),
             engine,
             settings,
         });

@@ -197,3 +197,56 @@ async fn keyless_clients_are_refused_beyond_loopback_unless_allowed() {
         rig.stop().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_body_in_flight_leaves_small_requests_served_and_refuses_another_huge_one() {
+    let mut rig = Rig::with(Config::default(), |s| {
+        s.max_body_bytes = 4 << 20;
+        s.max_bodies_in_flight_bytes = 3 << 20;
+        s.body_timeout = Duration::from_secs(60);
+    })
+    .await;
+    // A client declares a 4 MiB body and trickles it: it holds the whole budget.
+    let mut hog = TcpStream::connect(addr(&rig)).await.unwrap();
+    hog.write_all(
+        format!(
+            "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             x-api-key: sk-hog\r\ncontent-length: {}\r\n\r\n{{\"model\":",
+            4 << 20
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A small request of a new session is served at once.
+    let small = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]});
+    let r = rig
+        .post(
+            "/v1/chat/completions",
+            &[("authorization", "Bearer sk-small")],
+            serde_json::to_vec(&small).unwrap(),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    // Another huge one finds the budget spent: 503 in its API's shape, after a short wait.
+    let huge = vec![b' '; 3 << 20];
+    let r = rig
+        .post(
+            "/v1/chat/completions",
+            &[("authorization", "Bearer sk-huge")],
+            huge,
+        )
+        .await;
+    assert_eq!(r.status(), 503);
+    let v: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("bodies in flight"),
+        "{v}"
+    );
+    drop(hog);
+    rig.stop().await;
+}
