@@ -85,6 +85,9 @@ pub struct ItemsArgs {
     /// Preview length per item, in characters.
     #[arg(long, value_name = "CHARS")]
     pub max_chars: Option<usize>,
+    /// Skip this many matching items: the page's `next_offset` continues where it stopped.
+    #[arg(long, value_name = "N")]
+    pub offset: Option<usize>,
 }
 
 #[derive(Debug, Args)]
@@ -129,6 +132,7 @@ fn items_query(f: &FilterArgs, max_chars: Option<usize>) -> ItemsQuery {
         recent_first: f.recent_first,
         limit: f.limit,
         max_chars_per_item: max_chars,
+        offset: None,
     }
 }
 
@@ -188,7 +192,11 @@ pub fn run(cmd: &HistoryCommand, store: &StoreChoice) -> anyhow::Result<()> {
         }
         HistoryCommand::Items(a) => {
             let caller = caller(&engine, &a.common.session)?;
-            let page = engine.history_list_items(&caller, &items_query(&a.filters, a.max_chars))?;
+            let query = ItemsQuery {
+                offset: a.offset,
+                ..items_query(&a.filters, a.max_chars)
+            };
+            let page = engine.history_list_items(&caller, &query)?;
             if a.common.json {
                 serde_json::to_writer(&mut out, &page)?;
                 writeln!(out)?;
@@ -212,8 +220,8 @@ pub fn run(cmd: &HistoryCommand, store: &StoreChoice) -> anyhow::Result<()> {
                         if i.truncated { "…" } else { "" }
                     )?;
                 }
-                if page.more {
-                    writeln!(out, "(more items: raise --limit)")?;
+                if let Some(next) = page.next_offset {
+                    writeln!(out, "(more items: continue with --offset {next})")?;
                 }
             }
         }

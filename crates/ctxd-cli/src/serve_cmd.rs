@@ -64,10 +64,44 @@ pub struct ServeArgs {
     /// (repeatable; config: a `[model-windows]` table).
     #[arg(long = "model-window", value_name = "MODEL=TOKENS", value_parser = parse_model_window)]
     pub model_windows: Vec<(String, u64)>,
+    /// Seconds a response's end waits for the store to commit its turn; past it the client
+    /// gets the API's error instead [default: 10].
+    #[arg(long, env = "CTXD_COMMIT_TIMEOUT", value_name = "SECS")]
+    pub commit_timeout: Option<u64>,
+    /// `normal`: every commit survives a process crash, fsync at checkpoints; `full`: fsync
+    /// every commit, survives power loss too (about 1 ms per commit) [default: normal].
+    #[arg(long, env = "CTXD_STORE_SYNC", value_name = "MODE", value_parser = parse_store_sync)]
+    pub store_sync: Option<ctxd_store::Durability>,
+    /// After SIGTERM, seconds in-flight requests may run before the rest is closed (a second
+    /// SIGTERM or Ctrl-C exits at once) [default: 30].
+    #[arg(long, env = "CTXD_SHUTDOWN_TIMEOUT", value_name = "SECS")]
+    pub shutdown_timeout: Option<u64>,
+    /// Seconds a client may take to send a request's headers [default: 10].
+    #[arg(long, env = "CTXD_HEADER_TIMEOUT", value_name = "SECS")]
+    pub header_timeout: Option<u64>,
+    /// Seconds a client may take to send a request's body [default: 60].
+    #[arg(long, env = "CTXD_BODY_TIMEOUT", value_name = "SECS")]
+    pub body_timeout: Option<u64>,
+    /// Open client connections at most; more are answered 503 [default: 1024, lowered to fit
+    /// the open-file limit].
+    #[arg(long, env = "CTXD_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Serve clients that send no API key on a listener beyond loopback (they share one
+    /// tenant) [default: refused there with 401].
+    #[arg(long, env = "CTXD_ALLOW_KEYLESS")]
+    pub allow_keyless: bool,
+    /// Bytes of request bodies all requests may hold at once beyond each one's first MiB (a
+    /// large body finding it spent waits 5 s, then gets 503) [default: 268435456].
+    #[arg(long, env = "CTXD_MAX_BODIES_IN_FLIGHT_BYTES", value_name = "BYTES")]
+    pub max_bodies_in_flight_bytes: Option<usize>,
     /// Log lines (stderr) as JSON objects instead of text. Which lines: `CTXD_LOG` (or
     /// `RUST_LOG`), a filter such as `debug` or `ctxd_gateway=debug`; default `info`.
     #[arg(long)]
     pub log_json: bool,
+}
+
+fn parse_store_sync(s: &str) -> Result<ctxd_store::Durability, String> {
+    ctxd_gateway::config::parse_store_sync(s)
 }
 
 fn parse_model_window(spec: &str) -> Result<(String, u64), String> {
@@ -103,6 +137,28 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     }
     if let Some(n) = args.workers {
         settings.workers = n;
+    }
+    if let Some(s) = args.commit_timeout {
+        settings.commit_timeout = Duration::from_secs(s);
+    }
+    if let Some(d) = args.store_sync {
+        settings.store_sync = d;
+    }
+    if let Some(s) = args.shutdown_timeout {
+        settings.shutdown_timeout = Duration::from_secs(s);
+    }
+    if let Some(s) = args.header_timeout {
+        settings.header_timeout = Duration::from_secs(s);
+    }
+    if let Some(s) = args.body_timeout {
+        settings.body_timeout = Duration::from_secs(s);
+    }
+    if let Some(n) = args.max_connections {
+        settings.max_connections = n;
+    }
+    settings.allow_keyless |= args.allow_keyless;
+    if let Some(n) = args.max_bodies_in_flight_bytes {
+        settings.max_bodies_in_flight_bytes = n;
     }
     let m = &mut settings.management;
     m.record_only |= args.record_only;
@@ -146,7 +202,17 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
         );
         // One line on stdout for people and scripts: where to point ANTHROPIC_BASE_URL.
         println!("ctxd serve: listening on http://{addr}");
-        server.run(shutdown_signal()).await?;
+        // The first signal stops the gateway gracefully, a second one at once.
+        let (tx, signals) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                shutdown_signal().await;
+                if tx.send(()).is_err() {
+                    break;
+                }
+            }
+        });
+        server.run_signals(signals).await?;
         Ok::<(), anyhow::Error>(())
     })
 }

@@ -55,6 +55,30 @@ fn history_commands_list_read_and_search() {
         !ids.contains(&"a4"),
         "a4 is on the branch the user left: {ids:?}"
     );
+    // Paged: one item at a time, each page's next_offset continues, the last has none.
+    let mut paged = Vec::new();
+    let mut offset = 0u64;
+    loop {
+        let page = json(&ctxd(
+            &db,
+            &[
+                "history",
+                "items",
+                "pi:sess-v3",
+                "--limit",
+                "1",
+                "--offset",
+                &offset.to_string(),
+                "--json",
+            ],
+        ));
+        paged.push(page["items"][0]["entry_id"].as_str().unwrap().to_owned());
+        match page["next_offset"].as_u64() {
+            Some(next) => offset = next,
+            None => break,
+        }
+    }
+    assert_eq!(paged, ids, "the pages add up to the whole list");
     // By store id too, with a filter.
     let by_id = json(&ctxd(
         &db,

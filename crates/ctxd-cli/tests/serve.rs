@@ -291,3 +291,143 @@ fn metrics_list_every_metric_from_the_start_and_one_turn_reads_right() {
         "headline {headline} (last prompt {last}) not in the table: {text}"
     );
 }
+
+#[test]
+fn a_second_sigterm_exits_at_once_with_the_store_closed() {
+    let mock = MockServer::start_blocking(Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("gw.db");
+    let mut gw = serve(&store, &mock.base_url());
+    // A stream of a minute or more, against the default 30 s shutdown deadline.
+    mock.script()
+        .push(Reply::text("word ".repeat(20_000)).event_delay(Duration::from_millis(100)));
+    let addr = gw.addr.clone();
+    let long = std::thread::spawn(move || {
+        post(
+            &addr,
+            "/v1/messages",
+            &[("x-api-key", "sk-cli"), ("x-ctxd-session", "long")],
+            &body(
+                true,
+                serde_json::json!([{"role": "user", "content": "talk for long"}]),
+            ),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = gw.child.id().to_string();
+    let term = || {
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+    };
+    term();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(gw.child.try_wait().unwrap().is_none(), "the first waits");
+    let started = Instant::now();
+    term();
+    let status = loop {
+        if let Some(s) = gw.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    let streamed = long.join().unwrap();
+    assert!(!streamed.contains("message_stop"));
+    let store = ctxd_store::SqliteStore::open(&store, ctxd_store::Durability::Full).unwrap();
+    assert_eq!(store.integrity_check().unwrap(), "ok");
+}
+
+#[test]
+fn a_second_gateway_on_the_same_store_is_refused_and_cli_writes_stay_correct() {
+    let mock = MockServer::start_blocking(Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("gw.db");
+    let mut gw = serve(&store, &mock.base_url());
+
+    let second = ctxd()
+        .args(["--store", store.to_str().unwrap(), "serve"])
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        err.contains("already served by another ctxd serve"),
+        "{err}"
+    );
+    assert!(err.contains(&format!("pid {}", gw.child.id())), "{err}");
+
+    // CLI writes beside the running gateway (their own transactions): notes and an import,
+    // while the gateway records turns.
+    let addr = gw.addr.clone();
+    let turns = std::thread::spawn(move || {
+        let mut messages = vec![serde_json::json!({"role": "user", "content": "turn 0"})];
+        for i in 1..=20 {
+            let out = post(
+                &addr,
+                "/v1/messages",
+                &[("x-api-key", "sk-cli"), ("x-ctxd-session", "beside")],
+                &body(false, serde_json::Value::Array(messages.clone())),
+            );
+            assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+            let json: serde_json::Value =
+                serde_json::from_str(out.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+            messages.push(serde_json::json!({"role": "assistant", "content": json["content"]}));
+            messages.push(serde_json::json!({"role": "user", "content": format!("turn {i}")}));
+        }
+    });
+    let fixture = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../ctxd-formats/tests/fixtures/pi/tree-v3.jsonl");
+    for i in 0..10 {
+        let out = ctxd()
+            .args(["--store", store.to_str().unwrap(), "notes", "write"])
+            .args([&format!("@human/n{i}.md"), "beside the gateway"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = ctxd()
+        .args(["--store", store.to_str().unwrap(), "import"])
+        .arg(&fixture)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    turns.join().unwrap();
+
+    // Every turn the gateway answered is stored (durable before acknowledged), beside the
+    // CLI's writes.
+    let report = report_json(&store, "beside");
+    assert_eq!(report["session"]["turn_count"], 20, "{report}");
+    let listed = ctxd()
+        .args([
+            "--store",
+            store.to_str().unwrap(),
+            "notes",
+            "list",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert_eq!(listed.matches("@human/n").count(), 10, "{listed}");
+
+    // A killed gateway leaves no stale lock.
+    gw.child.kill().unwrap();
+    gw.child.wait().unwrap();
+    let again = serve(&store, &mock.base_url());
+    drop(again);
+    let s = ctxd_store::SqliteStore::open(&store, ctxd_store::Durability::Full).unwrap();
+    assert_eq!(s.integrity_check().unwrap(), "ok");
+}

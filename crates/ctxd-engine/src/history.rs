@@ -45,6 +45,8 @@ pub struct ItemsQuery {
     pub recent_first: bool,
     pub limit: Option<usize>,
     pub max_chars_per_item: Option<usize>,
+    /// Skip this many matching items first (a page's `next_offset`).
+    pub offset: Option<usize>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -118,6 +120,9 @@ pub struct ItemsPage {
     pub items: Vec<ItemInfo>,
     /// More items match than `limit`.
     pub more: bool,
+    /// Where the next page starts (pass it as the offset), when there is more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -346,17 +351,24 @@ impl<S: Store> Engine<S> {
         )?;
         let branch = self.branch(record.id, &q.scope)?;
         let mut rows = Vec::new();
+        let offset = q.offset.unwrap_or(0);
+        let mut skipped = 0usize;
         self.store.history_items(
             record.id,
             &filter,
             branch.as_ref(),
             q.recent_first,
             &mut |row| {
+                if skipped < offset {
+                    skipped += 1;
+                    return true;
+                }
                 rows.push(row);
                 rows.len() <= limit
             },
         )?;
         let more = rows.len() > limit;
+        let next_offset = more.then_some(offset + limit);
         rows.truncate(limit);
         let items = rows
             .into_iter()
@@ -377,7 +389,11 @@ impl<S: Store> Engine<S> {
                 }
             })
             .collect();
-        Ok(ItemsPage { items, more })
+        Ok(ItemsPage {
+            items,
+            more,
+            next_offset,
+        })
     }
 
     /// One item's text, from `offset_chars`, at most `limit_chars` characters.
@@ -676,6 +692,7 @@ impl<'a> Args<'a> {
             recent_first: self.boolean("recent_first")?,
             limit: self.count("limit")?,
             max_chars_per_item: self.count("max_chars_per_item")?,
+            offset: None,
         })
     }
 }

@@ -31,6 +31,29 @@ pub struct Settings {
     /// (measured: docs/benchmarks.md). Raise it for a gateway serving many busy agents at once.
     /// The store's writer and blocking reads have threads of their own.
     pub workers: usize,
+    /// Longest a response's end waits for the store to commit its turn; past it the client
+    /// gets the API's error instead of the end (see `relay.rs`).
+    pub commit_timeout: Duration,
+    /// `synchronous` of the gateway's store: `Normal` (the default) survives a process crash
+    /// at every commit and fsyncs at checkpoints; `Full` fsyncs every commit, surviving power
+    /// loss too, for about a millisecond per commit (docs/store.md).
+    pub store_sync: ctxd_store::Durability,
+    /// After SIGTERM, how long in-flight requests may run before what is left is closed
+    /// (each open stream ends with the API's error event).
+    pub shutdown_timeout: Duration,
+    /// Longest a client may take to send a request's headers (a stalled client is dropped).
+    pub header_timeout: Duration,
+    /// Longest a client may take to send a request's body (answered 408).
+    pub body_timeout: Duration,
+    /// Open client connections at most; more are answered 503 and closed at once. Lowered at
+    /// start to fit the open-file limit (raised to the hard limit first).
+    pub max_connections: usize,
+    /// Serve clients that send no API key on a listener beyond loopback (they share one
+    /// tenant, so anyone who can reach the port reads their sessions). Off by default.
+    pub allow_keyless: bool,
+    /// Bytes of request bodies (raw and decoded) all requests may hold at once beyond each
+    /// one's first MiB; a large body finding it spent waits briefly, then gets 503.
+    pub max_bodies_in_flight_bytes: usize,
     /// What ctxd changes in what the model sees.
     pub management: Management,
 }
@@ -119,6 +142,15 @@ pub fn parse_model_window(spec: &str) -> Result<(String, u64), String> {
     Ok((model.trim().to_owned(), tokens))
 }
 
+/// `normal` or `full` (a `--store-sync` value).
+pub fn parse_store_sync(s: &str) -> Result<ctxd_store::Durability, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "normal" => Ok(ctxd_store::Durability::Normal),
+        "full" => Ok(ctxd_store::Durability::Full),
+        other => Err(format!("store-sync {other:?}: expected normal or full")),
+    }
+}
+
 impl Settings {
     pub fn new(store: PathBuf) -> Self {
         Settings {
@@ -131,6 +163,14 @@ impl Settings {
             read_timeout: Duration::from_secs(600),
             cached_sessions: 256,
             workers: 1,
+            commit_timeout: Duration::from_secs(10),
+            store_sync: ctxd_store::Durability::Normal,
+            shutdown_timeout: Duration::from_secs(30),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            max_connections: 1024,
+            allow_keyless: false,
+            max_bodies_in_flight_bytes: 256 * 1024 * 1024,
             management: Management::default(),
         }
     }
@@ -170,6 +210,30 @@ impl Settings {
         if let Some(n) = file.workers {
             self.workers = n;
         }
+        if let Some(s) = file.commit_timeout_secs {
+            self.commit_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = file.store_sync {
+            self.store_sync = parse_store_sync(&s)?;
+        }
+        if let Some(s) = file.shutdown_timeout_secs {
+            self.shutdown_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = file.header_timeout_secs {
+            self.header_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = file.body_timeout_secs {
+            self.body_timeout = Duration::from_secs(s);
+        }
+        if let Some(n) = file.max_connections {
+            self.max_connections = n;
+        }
+        if let Some(b) = file.allow_keyless {
+            self.allow_keyless = b;
+        }
+        if let Some(n) = file.max_bodies_in_flight_bytes {
+            self.max_bodies_in_flight_bytes = n;
+        }
         let m = &mut self.management;
         if let Some(b) = file.record_only {
             m.record_only = b;
@@ -200,6 +264,18 @@ impl Settings {
     pub fn validate(&mut self) -> Result<(), String> {
         if !(1..=1024).contains(&self.workers) {
             return Err(format!("--workers {} must be 1 to 1024", self.workers));
+        }
+        if self.max_connections == 0 {
+            return Err("--max-connections must be at least 1".into());
+        }
+        for (name, d) in [
+            ("header-timeout", self.header_timeout),
+            ("body-timeout", self.body_timeout),
+            ("commit-timeout", self.commit_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(format!("--{name} must be at least 1 second"));
+            }
         }
         for (name, url) in [
             ("upstream-anthropic", &mut self.upstream_anthropic),
@@ -236,6 +312,14 @@ struct FileSettings {
     read_timeout: Option<u64>,
     cached_sessions: Option<usize>,
     workers: Option<usize>,
+    commit_timeout_secs: Option<u64>,
+    store_sync: Option<String>,
+    shutdown_timeout_secs: Option<u64>,
+    header_timeout_secs: Option<u64>,
+    body_timeout_secs: Option<u64>,
+    max_connections: Option<usize>,
+    allow_keyless: Option<bool>,
+    max_bodies_in_flight_bytes: Option<usize>,
     record_only: Option<bool>,
     reserve: Option<u64>,
     reminder_margin: Option<u64>,

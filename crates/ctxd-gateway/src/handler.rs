@@ -19,6 +19,7 @@ use futures_util::StreamExt;
 use tracing::Instrument;
 
 use crate::api::Api;
+use crate::budget;
 use crate::hash;
 use crate::identity;
 use crate::log::SessionLog;
@@ -39,12 +40,37 @@ pub(crate) fn api_error(api: Api, status: StatusCode, message: &str) -> Response
     (status, axum::Json(api.error_body(status, message))).into_response()
 }
 
-/// Read the body within the size limit.
+/// Read the body within the size limit and the body timeout (a client trickling its body
+/// must not hold a connection and its buffer without end), counting it against the budget of
+/// bodies in flight as it arrives.
 pub(crate) async fn read_body(
+    app: &Gateway,
     api: Api,
     headers: &HeaderMap,
     body: Body,
     limit: usize,
+    held: &mut budget::Held,
+) -> Result<Bytes, Response> {
+    let timeout = app.settings.body_timeout;
+    match tokio::time::timeout(timeout, read_body_within(api, headers, body, limit, held)).await {
+        Ok(read) => read,
+        Err(_) => Err(api_error(
+            api,
+            StatusCode::REQUEST_TIMEOUT,
+            &format!(
+                "ctxd: the request body did not arrive within {} s",
+                timeout.as_secs()
+            ),
+        )),
+    }
+}
+
+async fn read_body_within(
+    api: Api,
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    held: &mut budget::Held,
 ) -> Result<Bytes, Response> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -53,20 +79,28 @@ pub(crate) async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large(api, limit));
     }
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let too_big = std::error::Error::source(&e)
-            .is_some_and(|s| s.to_string().contains("length limit"))
-            || e.to_string().contains("length limit");
-        if too_big {
-            too_large(api, limit)
-        } else {
+    if let Some(n) = declared {
+        held.grow_to(n as usize).await.map_err(|_| busy(api))?;
+    }
+    let mut stream = body.into_data_stream();
+    let mut buf = bytes::BytesMut::with_capacity(declared.map_or(0, |n| n as usize));
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
             api_error(
                 api,
                 StatusCode::BAD_REQUEST,
                 &format!("cannot read request body: {e}"),
             )
+        })?;
+        if buf.len() + chunk.len() > limit {
+            return Err(too_large(api, limit));
         }
-    })
+        held.grow_to(buf.len() + chunk.len())
+            .await
+            .map_err(|_| busy(api))?;
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
 }
 
 fn too_large(api: Api, limit: usize) -> Response {
@@ -77,10 +111,29 @@ fn too_large(api: Api, limit: usize) -> Response {
     )
 }
 
-/// The body as JSON bytes: `content-encoding` gzip and zstd (Codex) are decoded, within the
-/// size limit (a small body must not inflate without bound).
-fn decode(api: Api, headers: &HeaderMap, raw: &Bytes, limit: usize) -> Result<Bytes, Response> {
-    use std::io::Read;
+/// The budget of bodies in flight is spent.
+fn busy(api: Api) -> Response {
+    let mut r = api_error(
+        api,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "ctxd: too many large request bodies in flight; retry shortly",
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+/// The body as JSON bytes: `content-encoding` gzip and zstd (Codex) are decoded block by
+/// block, each block counted against the size limit and the budget of bodies in flight before
+/// it is kept (a small body must not inflate without bound; the buffer grows at most to the
+/// limit, never by doubling past it).
+fn decode(
+    api: Api,
+    headers: &HeaderMap,
+    raw: &Bytes,
+    limit: usize,
+    held: &mut budget::Held,
+) -> Result<Bytes, Response> {
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
@@ -88,12 +141,16 @@ fn decode(api: Api, headers: &HeaderMap, raw: &Bytes, limit: usize) -> Result<By
     let mut out = Vec::new();
     let read = match encoding.as_deref() {
         None | Some("") | Some("identity") => return Ok(raw.clone()),
-        Some("gzip") | Some("x-gzip") => flate2::read::GzDecoder::new(raw.as_ref())
-            .take(limit as u64 + 1)
-            .read_to_end(&mut out),
+        Some("gzip") | Some("x-gzip") => read_bounded(
+            flate2::read::GzDecoder::new(raw.as_ref()),
+            &mut out,
+            limit,
+            raw.len(),
+            held,
+        ),
         Some("zstd") => match ruzstd::decoding::StreamingDecoder::new(raw.as_ref()) {
-            Ok(mut d) => (&mut d).take(limit as u64 + 1).read_to_end(&mut out),
-            Err(e) => Err(std::io::Error::other(e.to_string())),
+            Ok(d) => read_bounded(d, &mut out, limit, raw.len(), held),
+            Err(e) => Err(Decoded::Bad(e.to_string())),
         },
         Some(other) => {
             return Err(api_error(
@@ -103,17 +160,52 @@ fn decode(api: Api, headers: &HeaderMap, raw: &Bytes, limit: usize) -> Result<By
             ))
         }
     };
-    if let Err(e) = read {
-        return Err(api_error(
+    match read {
+        Ok(()) => Ok(Bytes::from(out)),
+        Err(Decoded::TooLarge) => Err(too_large(api, limit)),
+        Err(Decoded::Busy) => Err(busy(api)),
+        Err(Decoded::Bad(e)) => Err(api_error(
             api,
             StatusCode::BAD_REQUEST,
             &format!("cannot decompress request body: {e}"),
-        ));
+        )),
     }
-    if out.len() > limit {
-        return Err(too_large(api, limit));
+}
+
+enum Decoded {
+    TooLarge,
+    Busy,
+    Bad(String),
+}
+
+/// Read `r` into `out` in 64 KiB blocks, within `limit` and the budget (`raw` bytes of the
+/// compressed body are already counted).
+fn read_bounded(
+    mut r: impl std::io::Read,
+    out: &mut Vec<u8>,
+    limit: usize,
+    raw: usize,
+    held: &mut budget::Held,
+) -> Result<(), Decoded> {
+    let mut block = vec![0u8; 64 * 1024];
+    loop {
+        let n = match r.read(&mut block) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Decoded::Bad(e.to_string())),
+        };
+        let len = out.len() + n;
+        if len > limit {
+            return Err(Decoded::TooLarge);
+        }
+        if len > out.capacity() {
+            let cap = (out.capacity() * 2).max(len).min(limit);
+            held.try_grow_to(raw + cap).map_err(|_| Decoded::Busy)?;
+            out.reserve_exact(cap - out.len());
+        }
+        out.extend_from_slice(&block[..n]);
     }
-    Ok(Bytes::from(out))
 }
 
 fn is_json(headers: &HeaderMap) -> bool {
@@ -137,6 +229,9 @@ struct Planned {
     completion: Completion,
     /// What re-planning the request needs after an overflow (`None`: record-only).
     replan: Option<Replan>,
+    /// The request's bodies counted against the budget of bodies in flight, until the
+    /// upstream has them.
+    bodies: budget::Held,
 }
 
 /// The request as parsed, to project it again once a recovery window has opened.
@@ -186,7 +281,8 @@ async fn prepare(
     started: Instant,
 ) -> Result<Planned, Response> {
     let limit = app.settings.max_body_bytes;
-    let raw = read_body(api, headers, body, limit).await?;
+    let mut held = budget::Held::new(&app.bodies);
+    let raw = read_body(app, api, headers, body, limit, &mut held).await?;
     if !is_json(headers) {
         return Err(api_error(
             api,
@@ -194,7 +290,8 @@ async fn prepare(
             "content-type must be application/json",
         ));
     }
-    let decoded = decode(api, headers, &raw, limit)?;
+    let decoded = decode(api, headers, &raw, limit, &mut held)?;
+    keyed_or_allowed(app, api, headers)?;
     let tenant = identity::tenant(&app.tenant_key, headers);
     // A session named in the headers is known before the body is read: its previous request
     // lets this one be split from where it changed (clients resend the whole conversation).
@@ -285,12 +382,14 @@ async fn prepare(
             session: loaded.record.id,
             entries: appended,
             stale: slot.stale.clone(),
+            ack: None,
         });
     } else if let Some(leaf) = plan.moved_leaf.clone() {
         app.writer.send(Job::SetLeaf {
             session: loaded.record.id,
             leaf,
             stale: slot.stale.clone(),
+            ack: None,
         });
     }
     let parts = if management.record_only {
@@ -343,7 +442,26 @@ async fn prepare(
         rewritten,
         completion,
         replan,
+        bodies: held,
     })
+}
+
+/// A client without an API key shares one tenant with every other keyless client: on a
+/// listener beyond loopback that is anyone who can reach the port, so it is refused there
+/// unless `allow-keyless` says otherwise.
+fn keyed_or_allowed(app: &Gateway, api: Api, headers: &HeaderMap) -> Result<(), Response> {
+    if identity::credential(headers).is_some()
+        || app.settings.allow_keyless
+        || app.settings.listen.ip().is_loopback()
+    {
+        return Ok(());
+    }
+    Err(api_error(
+        api,
+        StatusCode::UNAUTHORIZED,
+        "ctxd: an API key is required on this listener (x-api-key or Authorization: Bearer); \
+         the operator may allow keyless clients with --allow-keyless",
+    ))
 }
 
 /// The id of the log's leaf: where a response attaches.
@@ -374,6 +492,7 @@ async fn recover_overflow(
             session: loaded.record.id,
             entries: drafts,
             stale: slot.stale.clone(),
+            ack: None,
         });
     }
     outcome.reset.as_ref()?;
@@ -482,6 +601,7 @@ async fn forward(
         mut rewritten,
         mut completion,
         mut replan,
+        bodies: _bodies,
     } = planned;
     let mut body = upstream_body;
     let mut encoded = encoded;
@@ -501,6 +621,8 @@ async fn forward(
                     (StatusCode::BAD_GATEWAY, "failed")
                 };
                 tracing::warn!(error = %e, "upstream {what}");
+                // The body names no upstream URL (the client need not learn where ctxd sends).
+                let e = e.without_url();
                 return api_error(api, status, &format!("ctxd: upstream request {what}: {e}"));
             }
         };
@@ -531,6 +653,8 @@ async fn forward(
             Ok(b) => b,
             Err(e) => {
                 completion.finish(Outcome::Failed, sent.elapsed());
+                tracing::warn!(error = %e, "upstream response failed");
+                let e = e.without_url();
                 return api_error(
                     api,
                     StatusCode::BAD_GATEWAY,
@@ -563,7 +687,18 @@ async fn forward(
         } else {
             Outcome::Failed
         };
-        completion.finish(outcome, waited);
+        if matches!(outcome, Outcome::Response(_)) {
+            // Durable before acknowledged: the body goes out once the store holds the turn.
+            if let Err(e) = completion.finish_durable(outcome, waited).await {
+                return api_error(
+                    api,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("ctxd: the response could not be stored ({e}); retry the request"),
+                );
+            }
+        } else {
+            completion.finish(outcome, waited);
+        }
         let mut response = Response::new(Body::from(answer));
         *response.status_mut() = status;
         *response.headers_mut() = out_headers;
@@ -606,7 +741,9 @@ pub(crate) async fn passthrough(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let raw = match read_body(api, &headers, body, app.settings.max_body_bytes).await {
+    let mut held = budget::Held::new(&app.bodies);
+    let limit = app.settings.max_body_bytes;
+    let raw = match read_body(&app, api, &headers, body, limit, &mut held).await {
         Ok(b) => b,
         Err(r) => return r,
     };
@@ -637,6 +774,8 @@ pub(crate) async fn passthrough(
             } else {
                 StatusCode::BAD_GATEWAY
             };
+            tracing::warn!(error = %e, "upstream request failed");
+            let e = e.without_url();
             api_error(api, status, &format!("ctxd: upstream request failed: {e}"))
         }
     }
@@ -650,24 +789,31 @@ mod tests {
     #[test]
     fn compressed_bodies_are_decoded_within_the_limit() {
         use std::io::Write;
+        let budget = budget::budget(1 << 30, 0);
+        let held = || budget::Held::new(&budget);
         let json = br#"{"input":"hello"}"#;
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(json).unwrap();
         let gz = Bytes::from(gz.finish().unwrap());
         let mut h = HeaderMap::new();
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-        assert_eq!(decode(Api::Responses, &h, &gz, 1000).unwrap(), &json[..]);
-        let r = decode(Api::Responses, &h, &gz, 5).unwrap_err();
+        assert_eq!(
+            decode(Api::Responses, &h, &gz, 1000, &mut held()).unwrap(),
+            &json[..]
+        );
+        let r = decode(Api::Responses, &h, &gz, 5, &mut held()).unwrap_err();
         assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("br"));
         assert_eq!(
-            decode(Api::Responses, &h, &gz, 1000).unwrap_err().status(),
+            decode(Api::Responses, &h, &gz, 1000, &mut held())
+                .unwrap_err()
+                .status(),
             StatusCode::UNSUPPORTED_MEDIA_TYPE
         );
         h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
         let junk = Bytes::from_static(b"not gzip at all");
         assert_eq!(
-            decode(Api::Responses, &h, &junk, 1000)
+            decode(Api::Responses, &h, &junk, 1000, &mut held())
                 .unwrap_err()
                 .status(),
             StatusCode::BAD_REQUEST

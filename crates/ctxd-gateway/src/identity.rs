@@ -11,14 +11,36 @@ use crate::request::ParsedRequest;
 
 /// The tenant of a credential: 128 bits of BLAKE3 keyed with the store's secret, so the store
 /// never holds anything from which the credential can be recovered or tested offline.
+/// One credential is one tenant whichever header carries it: `x-api-key: K` and
+/// `Authorization: Bearer K` hash the same `K`. Keyless clients share the tenant of the empty
+/// credential (refused beyond loopback unless `allow-keyless`, see `handler.rs`).
 pub fn tenant(key: &[u8; 32], headers: &HeaderMap) -> String {
-    let credential = headers
-        .get("x-api-key")
-        .or_else(|| headers.get("authorization"))
-        .map(|v| v.as_bytes())
-        .unwrap_or_default();
-    let digest = blake3::keyed_hash(key, credential);
+    let digest = blake3::keyed_hash(key, credential(headers).unwrap_or_default());
     format!("t-{}", &digest.to_hex()[..32])
+}
+
+/// The client's API key: `x-api-key`, else `Authorization` without its `Bearer` scheme;
+/// `None` when neither carries one.
+pub fn credential(headers: &HeaderMap) -> Option<&[u8]> {
+    fn trim(b: &[u8]) -> &[u8] {
+        b.trim_ascii()
+    }
+    if let Some(k) = headers.get("x-api-key").map(|v| trim(v.as_bytes())) {
+        if !k.is_empty() {
+            return Some(k);
+        }
+    }
+    let auth = trim(headers.get("authorization")?.as_bytes());
+    let bare = match auth.get(..6) {
+        Some(scheme)
+            if scheme.eq_ignore_ascii_case(b"bearer")
+                && auth.get(6).is_none_or(u8::is_ascii_whitespace) =>
+        {
+            trim(&auth[6..])
+        }
+        _ => auth,
+    };
+    (!bare.is_empty()).then_some(bare)
 }
 
 fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
@@ -153,6 +175,18 @@ mod tests {
         assert!(!ta.contains("secret"));
         assert_eq!(ta, tenant(&key, &a), "stable");
         assert_ne!(ta, tenant(&[8u8; 32], &a), "keyed");
+        // The same key in either header is one tenant.
+        let mut c = HeaderMap::new();
+        c.insert(
+            "authorization",
+            HeaderValue::from_static("bearer  sk-ant-secret"),
+        );
+        assert_eq!(ta, tenant(&key, &c));
+        assert_eq!(credential(&c), Some(&b"sk-ant-secret"[..]));
+        assert_eq!(credential(&HeaderMap::new()), None);
+        let mut empty = HeaderMap::new();
+        empty.insert("authorization", HeaderValue::from_static("Bearer "));
+        assert_eq!(credential(&empty), None);
     }
 
     #[test]

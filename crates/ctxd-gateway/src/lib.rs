@@ -8,6 +8,7 @@
 //! log ([`log`], [`plan`], [`rewrite`], [`render`]); the rest is the adapter around it.
 
 pub mod api;
+mod budget;
 pub mod config;
 mod handler;
 pub mod hash;

@@ -2,6 +2,12 @@
 //! assembler reads the same bytes, then record the turn's outcome ([`Completion`]). A stream
 //! that fails midway ends with an `error` event in the API's shape and records nothing of the
 //! response; a client that goes away is an abort.
+//!
+//! Durable before acknowledged: a complete response's terminal part (the bytes from the event
+//! that completes it; a JSON body whole) reaches the client only once the store has committed
+//! the turn, usage and ids included. What came before flows as it arrives, so the time to the
+//! first byte is unchanged. A commit that fails or takes longer than `commit-timeout` ends the
+//! response with the API's error instead: the client never holds an answer the store lacks.
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -15,7 +21,9 @@ use ctxd_engine::windows::{TurnEnd, WindowPolicy};
 use ctxd_engine::{now_ms, Caller};
 use ctxd_formats::wire::stream::{Assembled, Assembler, SseParser, StreamError};
 use ctxd_store::NewEntry;
-use futures_util::Stream;
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, Stream};
+use tokio::sync::oneshot;
 
 use crate::api::Api;
 use crate::hash;
@@ -93,10 +101,21 @@ impl Completion {
         self.attach = attach;
     }
 
-    /// Record `outcome`; `upstream` is the time spent waiting on the provider.
+    /// Record `outcome` without waiting for the store (a failure or an abort: nothing the
+    /// client holds depends on it); `upstream` is the time spent waiting on the provider.
     pub fn finish(self, outcome: Outcome, upstream: Duration) {
         if let Some(work) = self.finish_later(outcome, upstream) {
-            work.spawn();
+            drop(work.spawn());
+        }
+    }
+
+    /// Record `outcome` and wait until the store has committed it (at most the gateway's
+    /// `commit-timeout`): the client may be given the response only after `Ok`.
+    pub async fn finish_durable(self, outcome: Outcome, upstream: Duration) -> Result<(), String> {
+        let limit = self.app.settings.commit_timeout;
+        match self.finish_later(outcome, upstream) {
+            Some(work) => committed(work.spawn(), limit).await,
+            None => Ok(()),
         }
     }
 
@@ -107,8 +126,8 @@ impl Completion {
     }
 
     /// Count the turn and make the session's next request wait for its outcome to reach the
-    /// log; the work of getting it there is returned, to run now or once the response's last
-    /// bytes are out ([`TurnRecord::spawn`]). `None` when nothing is recorded.
+    /// log; the work of getting it there is returned ([`TurnRecord::spawn`]). `None` when
+    /// nothing is recorded.
     fn settle(&mut self, outcome: Outcome, upstream: Duration) -> Option<TurnRecord> {
         let route = self.api.route();
         let total = self.started.elapsed();
@@ -159,11 +178,37 @@ struct TurnRecord {
     outcome: Outcome,
 }
 
+/// The store's answer for a turn's batch: `Ok` once committed (or when there was nothing to
+/// write).
+type CommitRx = oneshot::Receiver<Result<(), String>>;
+
+/// Wait for `rx` at most `limit`. The wait is visible: `ctxd_commit_wait_seconds`, and each
+/// response withheld for want of a commit is counted and logged.
+async fn committed(rx: CommitRx, limit: Duration) -> Result<(), String> {
+    let started = Instant::now();
+    let result = match tokio::time::timeout(limit, rx).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err("the store writer has stopped".to_owned()),
+        Err(_) => Err(format!(
+            "the store did not commit within {} s",
+            limit.as_secs_f64()
+        )),
+    };
+    metrics::histogram!("ctxd_commit_wait_seconds").record(started.elapsed().as_secs_f64());
+    if let Err(e) = &result {
+        metrics::counter!("ctxd_responses_withheld_total").increment(1);
+        tracing::error!(error = %e, "response not stored: its end is withheld from the client");
+    }
+    result
+}
+
 impl TurnRecord {
     /// Run on this worker once the current task yields (a spawned task waits in the worker's
     /// LIFO slot: no thread is woken for it). The decision is CPU work over the indexed log;
-    /// the one I/O, the notes for a new window's boot, runs on a blocking thread.
-    fn spawn(self) {
+    /// the one I/O, the notes for a new window's boot, runs on a blocking thread. The answer
+    /// comes once the store has committed the batch.
+    fn spawn(self) -> CommitRx {
+        let (done, rx) = oneshot::channel();
         let TurnRecord {
             ticket,
             app,
@@ -177,43 +222,63 @@ impl TurnRecord {
             let _ticket = ticket;
             let mut state = slot.state.lock().await;
             if slot.stale.load(std::sync::atomic::Ordering::Acquire) {
-                return; // the next request reloads the session; its log is the truth
+                // An earlier write of the session failed: the log here is not the store's, and
+                // the next request reloads it.
+                let _ = done.send(Err("an earlier write of this session failed".to_owned()));
+                return;
             }
-            let Some(loaded) = state.as_mut() else { return };
+            let Some(loaded) = state.as_mut() else {
+                let _ = done.send(Err("the session is not loaded".to_owned()));
+                return;
+            };
             // The response and the boundary's drafts go to the store as one batch.
             let mut batch = Vec::new();
+            let mut leaf = None;
             let end = match outcome {
                 Outcome::Response(assembled) => {
-                    batch = append_response(&app, &slot, loaded, attach.as_ref(), assembled);
+                    (batch, leaf) = append_response(loaded, attach.as_ref(), assembled);
                     TurnEnd::Completed
                 }
                 Outcome::Aborted => TurnEnd::Aborted,
-                Outcome::Failed => return,
+                Outcome::Failed => {
+                    let _ = done.send(Ok(()));
+                    return;
+                }
             };
             // An answer that called tools ends no turn: the boundary comes with their results.
             let (_, entries) = crate::turn::end_turn(&app, loaded, &caller, &policy, end).await;
             batch.extend(entries);
+            let session = loaded.record.id;
+            let stale = slot.stale.clone();
             if !batch.is_empty() {
                 app.writer.send(Job::Append {
-                    session: loaded.record.id,
+                    session,
                     entries: batch,
-                    stale: slot.stale.clone(),
+                    stale,
+                    ack: Some(done),
                 });
+            } else if let Some(leaf) = leaf {
+                app.writer.send(Job::SetLeaf {
+                    session,
+                    leaf,
+                    stale,
+                    ack: Some(done),
+                });
+            } else {
+                let _ = done.send(Ok(()));
             }
         });
+        rx
     }
 }
 
 /// The response's elements into the log under `attach` (those already there are found, not
-/// appended again): the entries for the store, or, when all were there, the leaf moved (queued
-/// at once).
+/// appended again): the entries for the store, or, when all were there, the leaf to move to.
 fn append_response(
-    app: &Gateway,
-    slot: &Slot,
     loaded: &mut crate::sessions::Loaded,
     attach: Option<&EntryId>,
     assembled: Assembled,
-) -> Vec<NewEntry> {
+) -> (Vec<NewEntry>, Option<EntryId>) {
     let log = &mut loaded.log;
     let stamp = Some(ctxd_core::windows::iso8601(now_ms()));
     let mut batch: Vec<NewEntry> = Vec::new();
@@ -221,7 +286,13 @@ fn append_response(
     for el in assembled.elements {
         let h = hash::message(&el.message);
         log.remember_raw(hash::raw(&el.wire), h);
-        if let Some(existing) = log.find_next(cur, &h) {
+        // The same answer already there is found, unless it is another response of the
+        // provider's (a retry of a request whose answer the client never received): that one
+        // was billed too, so it is recorded beside the first, usage and id.
+        if let Some(existing) = log
+            .find_next(cur, &h)
+            .filter(|&p| !other_response(log.entry(p), &el.message))
+        {
             cur = Some(existing);
             continue;
         }
@@ -238,19 +309,22 @@ fn append_response(
             raw: Some(el.wire),
         });
     }
+    let mut leaf = None;
     if batch.is_empty() {
         if let Some(p) = cur.filter(|&p| log.leaf() != Some(p)) {
             log.set_leaf(p);
-            if let Some(id) = log.entry(p).map(|e| e.id.clone()) {
-                app.writer.send(Job::SetLeaf {
-                    session: loaded.record.id,
-                    leaf: id,
-                    stale: slot.stale.clone(),
-                });
-            }
+            leaf = log.entry(p).map(|e| e.id.clone());
         }
     }
-    batch
+    (batch, leaf)
+}
+
+/// Whether `entry` is an answer of another provider response than `message` (both have ids).
+fn other_response(entry: Option<&Entry>, message: &ctxd_core::model::Message) -> bool {
+    match (entry.map(|e| &e.kind), &message.response_id) {
+        (Some(EntryKind::Message(m)), Some(id)) => m.response_id.as_ref().is_some_and(|e| e != id),
+        _ => false,
+    }
 }
 
 /// A response being recorded: counted on its session and on the gateway while it lasts.
@@ -283,13 +357,20 @@ impl Drop for Completion {
         if !self.done {
             self.done = true;
             if let Some(work) = self.settle(Outcome::Aborted, Duration::ZERO) {
-                work.spawn();
+                drop(work.spawn());
             }
         }
     }
 }
 
 type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+/// The response's terminal part, held until the store has committed the turn.
+struct Held {
+    commit: BoxFuture<'static, Result<(), String>>,
+    /// The bytes from the completing event on (empty when the upstream's end completed it).
+    tail: Bytes,
+}
 
 /// The client's response body: the upstream's chunks as they arrive, read by an assembler on
 /// the way.
@@ -298,9 +379,8 @@ pub struct Relay {
     parser: SseParser,
     assembler: Option<Assembler>,
     completion: Option<Completion>,
-    /// The complete response's way into the log, run once the stream's last bytes are out:
-    /// the client must not wait for it (its next request waits instead, see [`Slot::settled`]).
-    recording: Option<TurnRecord>,
+    /// The terminal part waiting for its commit (see the module doc).
+    held_end: Option<Held>,
     api: Api,
     /// Time to the upstream's response headers, then every wait for a chunk is added.
     upstream: Duration,
@@ -312,6 +392,8 @@ pub struct Relay {
     held: Option<BytesMut>,
     /// Yields in a row that brought no new chunk.
     idle_yields: u32,
+    /// Resolves when the gateway's shutdown deadline has passed.
+    shutdown_deadline: BoxFuture<'static, ()>,
     ended: bool,
 }
 
@@ -322,12 +404,18 @@ impl Relay {
         completion: Completion,
         upstream: Duration,
     ) -> Self {
+        let mut closing = completion.app.closing.subscribe();
+        let shutdown_deadline = async move {
+            let _ = closing.wait_for(|c| *c).await;
+        }
+        .boxed();
         Relay {
+            shutdown_deadline,
             inner: Box::pin(inner),
             parser: SseParser::new(),
             assembler: Some(Assembler::new(api.stream_api())),
             completion: Some(completion),
-            recording: None,
+            held_end: None,
             api,
             upstream,
             waiting_since: Instant::now(),
@@ -343,12 +431,21 @@ impl Relay {
             c.finish(outcome, self.upstream);
         }
     }
-}
 
-impl Drop for Relay {
-    fn drop(&mut self) {
-        if let Some(work) = self.recording.take() {
-            work.spawn();
+    /// Settle `outcome` and, for a response, hold `tail` until its commit.
+    fn settle(&mut self, outcome: Outcome, since: Option<Instant>, tail: Bytes) {
+        let Some(mut c) = self.completion.take() else {
+            return;
+        };
+        if let Some(since) = since {
+            c.relaying += since.elapsed();
+        }
+        let limit = c.app.settings.commit_timeout;
+        if let Some(work) = c.finish_later(outcome, self.upstream) {
+            self.held_end = Some(Held {
+                commit: committed(work.spawn(), limit).boxed(),
+                tail,
+            });
         }
     }
 }
@@ -360,19 +457,33 @@ const GATHER_YIELDS: u32 = 3;
 
 impl Relay {
     /// A chunk from upstream: the assembler reads it; a complete response is settled (counted,
-    /// and the session's next request made to wait for it) before the client sees its end.
-    fn observe(&mut self, chunk: &Bytes, since: Instant) {
-        let complete = match self.assembler.as_mut() {
-            Some(a) => {
-                for ev in self.parser.feed(chunk) {
-                    a.push(&ev);
-                }
-                a.is_complete()
+    /// the session's next request made to wait for it, its commit started). Returns where the
+    /// chunk's terminal part starts when it completed the response: the end of the last event
+    /// dispatched before the completing one (the chunk is fed a line at a time to find it).
+    fn observe(&mut self, chunk: &Bytes, since: Instant) -> Option<usize> {
+        let a = self.assembler.as_mut()?;
+        let mut fed = 0;
+        let mut before_terminal = 0;
+        while fed < chunk.len() {
+            let end = memchr::memchr(b'\n', &chunk[fed..]).map_or(chunk.len(), |i| fed + i + 1);
+            let events = self.parser.feed(&chunk[fed..end]);
+            for ev in &events {
+                a.push(ev);
             }
-            None => false,
-        };
-        if !complete {
-            return;
+            fed = end;
+            if a.is_complete() {
+                break;
+            }
+            if !events.is_empty() {
+                before_terminal = fed;
+            }
+        }
+        if !a.is_complete() {
+            return None;
+        }
+        // Whatever follows the terminal event in this chunk is fed too (nothing more is read).
+        if fed < chunk.len() {
+            self.parser.feed(&chunk[fed..]);
         }
         let outcome = match self.assembler.take().map(Assembler::finish) {
             Some(Ok(assembled)) => Outcome::Response(assembled),
@@ -382,27 +493,23 @@ impl Relay {
             }
             None => Outcome::Failed,
         };
-        if let Some(mut c) = self.completion.take() {
-            c.relaying += since.elapsed();
-            self.recording = c.finish_later(outcome, self.upstream);
-        }
+        let durable = matches!(outcome, Outcome::Response(_));
+        self.settle(outcome, Some(since), chunk.slice(before_terminal..));
+        durable.then_some(before_terminal)
     }
 
-    /// The upstream stream ended (`None`) or failed: what the client gets last.
+    /// The upstream stream ended (`None`) or failed: what the client gets last (a response
+    /// the end completed waits for its commit in `held_end`).
     fn close(&mut self, end: Option<reqwest::Error>) -> Option<Bytes> {
         self.ended = true;
-        if let Some(work) = self.recording.take() {
-            work.spawn();
-        }
         if let Some(e) = end {
             // The response was complete: a broken tail changes nothing.
             self.completion.as_ref()?;
             tracing::warn!(error = %e, "upstream stream failed");
             self.end(Outcome::Failed);
-            return Some(Bytes::from(
-                self.api
-                    .sse_error_event(&format!("ctxd: upstream stream failed: {e}")),
-            ));
+            return Some(Bytes::from(self.api.sse_error_event(
+                "ctxd: the upstream stream failed before it completed",
+            )));
         }
         let mut assembler = self.assembler.take();
         if let (Some(a), Some(ev)) = (assembler.as_mut(), self.parser.finish()) {
@@ -410,23 +517,47 @@ impl Relay {
         }
         match assembler.map(Assembler::finish) {
             Some(Ok(assembled)) => {
-                self.end(Outcome::Response(assembled));
+                self.settle(Outcome::Response(assembled), None, Bytes::new());
                 None
             }
-            Some(Err(StreamError::Truncated)) => {
-                tracing::warn!("upstream stream ended before it completed");
+            Some(Err(StreamError::Provider { .. })) => {
+                // The provider's own error event already reached the client.
+                tracing::warn!("the provider's stream reported an error; response not recorded");
+                self.end(Outcome::Failed);
+                None
+            }
+            Some(Err(e)) => {
+                // Truncated, or bytes that were no valid stream: the client's SDK must see the
+                // stream fail, not end quietly.
+                tracing::warn!(error = %e, "upstream stream ended without a valid end");
                 self.end(Outcome::Failed);
                 Some(Bytes::from(self.api.sse_error_event(
                     "ctxd: the upstream response ended before it completed",
                 )))
             }
-            Some(Err(e)) => {
-                // The provider's own error event already reached the client.
-                tracing::warn!(error = %e, "response not recorded");
-                self.end(Outcome::Failed);
-                None
-            }
             None => None,
+        }
+    }
+
+    /// The held terminal part, once its commit has answered: the bytes, or the API's error
+    /// event when the store did not commit (and the stream ends there).
+    fn poll_held(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        let Some(held) = self.held_end.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let Poll::Ready(result) = held.commit.as_mut().poll(cx) else {
+            return Poll::Pending;
+        };
+        let tail = std::mem::take(&mut held.tail);
+        self.held_end = None;
+        match result {
+            Ok(()) => Poll::Ready((!tail.is_empty()).then_some(tail)),
+            Err(e) => {
+                self.ended = true;
+                Poll::Ready(Some(Bytes::from(self.api.sse_error_event(&format!(
+                    "ctxd: the response could not be stored ({e}); retry the request"
+                )))))
+            }
         }
     }
 }
@@ -439,15 +570,35 @@ impl Stream for Relay {
     /// after a chunk this task yields (up to [`GATHER_YIELDS`] times in a row without a new
     /// one) to let it hand over what it already holds: a burst of events reaches the client as
     /// one write, not one write (and one client wake-up) per event. A live stream's lone event
-    /// waits those few scheduler rounds, microseconds.
+    /// waits those few scheduler rounds, microseconds. The chunk completing the response goes
+    /// out after its commit; what was gathered before it goes out at once.
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
+        if this.held_end.is_some() {
+            match this.poll_held(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(bytes)) => return Poll::Ready(Some(Ok(bytes))),
+                Poll::Ready(None) => {}
+            }
+        }
         if this.ended {
             return Poll::Ready(None);
         }
+        if this.held_end.is_none() && this.shutdown_deadline.as_mut().poll(cx).is_ready() {
+            // The shutdown deadline: the client learns the stream is cut, nothing is recorded
+            // of the response.
+            this.ended = true;
+            this.end(Outcome::Aborted);
+            return Poll::Ready(Some(Ok(Bytes::from(this.api.sse_error_event(
+                "ctxd: the gateway is shutting down; retry the request",
+            )))));
+        }
         let mut out = this.held.take();
         let mut fresh = false;
-        while this.closing.is_none() && out.as_ref().map_or(0, BytesMut::len) < COALESCE {
+        while this.closing.is_none()
+            && this.held_end.is_none()
+            && out.as_ref().map_or(0, BytesMut::len) < COALESCE
+        {
             let Poll::Ready(item) = this.inner.as_mut().poll_next(cx) else {
                 break;
             };
@@ -455,9 +606,14 @@ impl Stream for Relay {
             let started = Instant::now();
             match item {
                 Some(Ok(chunk)) => {
-                    this.observe(&chunk, started);
-                    out.get_or_insert_with(BytesMut::new)
-                        .extend_from_slice(&chunk);
+                    let head = match this.observe(&chunk, started) {
+                        Some(at) => chunk.slice(..at),
+                        None => chunk,
+                    };
+                    if !head.is_empty() {
+                        out.get_or_insert_with(BytesMut::new)
+                            .extend_from_slice(&head);
+                    }
                     fresh = true;
                 }
                 Some(Err(e)) => this.closing = Some(Some(e)),
@@ -475,6 +631,7 @@ impl Stream for Relay {
             Some(bytes)
                 if this.idle_yields < GATHER_YIELDS
                     && this.closing.is_none()
+                    && this.held_end.is_none()
                     && bytes.len() < COALESCE =>
             {
                 // More may be handed over at once: yield, then send all there is.
@@ -484,8 +641,19 @@ impl Stream for Relay {
                 Poll::Pending
             }
             Some(bytes) => Poll::Ready(Some(Ok(bytes.freeze()))),
+            None if this.held_end.is_some() => {
+                // Nothing before the terminal part: wait for its commit now.
+                Pin::new(this).poll_next(cx)
+            }
             None => match this.closing.take() {
-                Some(end) => Poll::Ready(this.close(end).map(Ok)),
+                Some(end) => {
+                    let last = this.close(end);
+                    if this.held_end.is_some() {
+                        // The end completed the response: the stream ends after its commit.
+                        return Pin::new(this).poll_next(cx);
+                    }
+                    Poll::Ready(last.map(Ok))
+                }
                 None => Poll::Pending,
             },
         }

@@ -10,10 +10,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, MethodRouter};
-use axum::serve::ListenerExt;
 use axum::Router;
 use ctxd_engine::Engine;
-use ctxd_store::{Durability, SqliteStore, Store};
+use ctxd_store::{SqliteStore, Store};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::api::Api;
@@ -40,6 +39,57 @@ pub enum StartError {
     Io(#[from] std::io::Error),
     #[error("cannot make the tenant key: {0}")]
     Random(String),
+    #[error(
+        "the store {store} is already served by another ctxd serve{holder}: one gateway per \
+         store (its indexed sessions would not see the other's writes); stop it or use \
+         another --store"
+    )]
+    AlreadyServed { store: String, holder: String },
+}
+
+/// Held for the gateway's life: an exclusive lock on `<store>.serve.lock`, released by the OS
+/// when the process ends however it ends (no stale lock after a SIGKILL). CLI commands do not
+/// take it: their writes are ordinary transactions, safe beside the gateway's.
+pub struct ServeLock {
+    _file: std::fs::File,
+}
+
+impl ServeLock {
+    pub fn acquire(store: &std::path::Path) -> Result<Self, StartError> {
+        use std::io::{Read, Seek, Write};
+        let mut path = store.as_os_str().to_owned();
+        path.push(".serve.lock");
+        if let Some(dir) = store.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut pid = String::new();
+                let _ = file.read_to_string(&mut pid);
+                let pid = pid.trim();
+                return Err(StartError::AlreadyServed {
+                    store: store.display().to_string(),
+                    holder: if pid.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (pid {pid})")
+                    },
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
+        }
+        file.set_len(0)?;
+        file.rewind()?;
+        write!(file, "{}", std::process::id())?;
+        Ok(ServeLock { _file: file })
+    }
 }
 
 /// State shared by every request.
@@ -56,6 +106,10 @@ pub struct Gateway {
     pub(crate) recording: AtomicUsize,
     request_ids: AtomicU64,
     boot_nonce: u32,
+    /// Set when the shutdown deadline has passed: open streams end with the API's error event.
+    pub(crate) closing: tokio::sync::watch::Sender<bool>,
+    /// Bytes of request bodies in flight ([`crate::budget`]).
+    pub(crate) bodies: Arc<tokio::sync::Semaphore>,
 }
 
 impl Gateway {
@@ -174,12 +228,14 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     app: Arc<Gateway>,
     writer: Writer,
+    lock: ServeLock,
 }
 
 impl Server {
     /// Open the store, bind the listener, start the writer.
     pub async fn bind(settings: Settings) -> Result<Self, StartError> {
-        let store = SqliteStore::open(&settings.store, Durability::Full)?;
+        let lock = ServeLock::acquire(&settings.store)?;
+        let store = SqliteStore::open(&settings.store, settings.store_sync)?;
         let mut key = [0u8; 32];
         getrandom::fill(&mut key).map_err(|e| StartError::Random(e.to_string()))?;
         let stored = store.setting_or_insert("gateway.tenant_key", &key)?;
@@ -190,6 +246,14 @@ impl Server {
         getrandom::fill(&mut nonce).map_err(|e| StartError::Random(e.to_string()))?;
         let engine = Arc::new(Engine::new(store));
         let writer = Writer::start(engine.clone())?;
+        if !settings.listen.ip().is_loopback() {
+            tracing::warn!(
+                listen = %settings.listen,
+                allow_keyless = settings.allow_keyless,
+                "listening beyond loopback: anyone who can reach this address can use the \
+                 gateway with their own API key (plain HTTP: keys cross the network unencrypted)"
+            );
+        }
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .map_err(|source| StartError::Listen {
@@ -205,6 +269,11 @@ impl Server {
             recording: AtomicUsize::new(0),
             request_ids: AtomicU64::new(1),
             boot_nonce: u32::from_le_bytes(nonce),
+            closing: tokio::sync::watch::Sender::new(false),
+            bodies: crate::budget::budget(
+                settings.max_bodies_in_flight_bytes,
+                settings.max_body_bytes,
+            ),
             engine,
             settings,
         });
@@ -212,6 +281,7 @@ impl Server {
             listener,
             app,
             writer,
+            lock,
         })
     }
 
@@ -219,40 +289,231 @@ impl Server {
         self.listener.local_addr()
     }
 
-    /// Serve until `shutdown` resolves; then stop accepting, let in-flight requests finish,
-    /// write everything queued and close the store.
+    /// Serve until `shutdown` resolves, then stop as [`Server::run_signals`] does on its first
+    /// signal.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            shutdown.await;
+            let _ = tx.send(());
+        });
+        self.run_signals(rx).await
+    }
+
+    /// Serve until the first signal; then stop accepting and let in-flight requests finish
+    /// within `shutdown-timeout`. At the deadline each open stream gets the API's error event
+    /// and a moment to send it, then every connection is dropped. A second signal skips to
+    /// that last step. Either way everything the writer holds is committed and the store
+    /// closed before this returns.
+    pub async fn run_signals(
+        self,
+        mut signals: tokio::sync::mpsc::UnboundedReceiver<()>,
     ) -> std::io::Result<()> {
         let Server {
             listener,
             app,
             writer,
+            lock,
         } = self;
         let router = router(app.clone());
-        // No Nagle: an SSE event (or a body written after its headers) would otherwise wait
-        // for the client's delayed ACK, ~40 ms a response.
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let served = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await;
-        // The last responses are recorded on blocking threads: wait for them to queue their
-        // writes (bounded), then drain the writer.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while app.recording.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+        let cap = connection_cap(app.settings.max_connections);
+        let open = Arc::new(tokio::sync::Semaphore::new(cap));
+        let (stopping, _) = tokio::sync::watch::channel(false);
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            tokio::select! {
+                signal = signals.recv() => {
+                    if signal.is_none() {
+                        // Nobody can signal any more: serve on (a dropped sender is no stop).
+                        std::future::pending::<()>().await;
+                    }
+                    break;
+                }
+                accepted = listener.accept() => {
+                    let (tcp, _) = match accepted {
+                        Ok(a) => a,
+                        Err(e) => {
+                            // Out of descriptors, mostly: wait a moment instead of spinning.
+                            tracing::warn!(error = %e, "accept failed");
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    // No Nagle: an SSE event (or a body written after its headers) would
+                    // otherwise wait for the client's delayed ACK, ~40 ms a response.
+                    let _ = tcp.set_nodelay(true);
+                    match open.clone().try_acquire_owned() {
+                        Ok(permit) => {
+                            let conn = serve_connection(
+                                tcp,
+                                router.clone(),
+                                app.settings.header_timeout,
+                                stopping.subscribe(),
+                            );
+                            conns.spawn(async move {
+                                conn.await;
+                                drop(permit);
+                            });
+                        }
+                        Err(_) => {
+                            metrics::counter!("ctxd_connections_refused_total").increment(1);
+                            conns.spawn(refuse_connection(tcp));
+                        }
+                    }
+                }
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+        drop(listener);
+        tracing::info!(
+            open = conns.len(),
+            deadline_s = app.settings.shutdown_timeout.as_secs_f64(),
+            "shutting down: no new connections; finishing in-flight requests"
+        );
+        let _ = stopping.send(true);
+        let deadline = tokio::time::sleep(app.settings.shutdown_timeout);
+        tokio::pin!(deadline);
+        let mut at_once = false;
+        loop {
+            tokio::select! {
+                next = conns.join_next() => if next.is_none() { break },
+                () = &mut deadline => break,
+                Some(()) = signals.recv() => { at_once = true; break }
+            }
+        }
+        if !conns.is_empty() {
+            if at_once {
+                tracing::warn!(
+                    open = conns.len(),
+                    "second signal: closing every connection now"
+                );
+            } else {
+                // Open streams end with the API's error event; a moment to send it.
+                tracing::warn!(
+                    open = conns.len(),
+                    "shutdown deadline: closing what is left"
+                );
+                let _ = app.closing.send(true);
+                let grace = tokio::time::sleep(std::time::Duration::from_millis(500));
+                tokio::pin!(grace);
+                loop {
+                    tokio::select! {
+                        next = conns.join_next() => if next.is_none() { break },
+                        () = &mut grace => break,
+                        Some(()) = signals.recv() => break,
+                    }
+                }
+            }
+            conns.shutdown().await;
+        }
+        // Responses settled but not yet queued are queued within moments (CPU work and a notes
+        // read): wait for them (bounded), then drain the writer and close the store.
+        let settle =
+            std::time::Instant::now() + std::time::Duration::from_secs(if at_once { 1 } else { 5 });
+        while app.recording.load(Ordering::Acquire) > 0 && std::time::Instant::now() < settle {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
-        app.writer.flush().await;
+        drop(router);
         drop(app);
         tokio::task::spawn_blocking(move || writer.shutdown())
             .await
             .map_err(std::io::Error::other)?;
         tracing::info!("gateway stopped; store closed");
-        served
+        drop(lock);
+        Ok(())
     }
+}
+
+/// One client connection: HTTP/1.1 with keep-alive, the headers read within `header_timeout`;
+/// once `stopping` is set, the request in flight finishes and the connection closes.
+async fn serve_connection(
+    tcp: tokio::net::TcpStream,
+    router: Router,
+    header_timeout: std::time::Duration,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = stopping.wait_for(|s| *s) => {}
+    }
+    conn.as_mut().graceful_shutdown();
+    let _ = conn.await;
+}
+
+/// A connection over the cap: its request head is read (at most 8 KiB within a second: a client
+/// that wrote its request before seeing an answer must not see it as unsolicited), answered 503
+/// and closed. The body is read by neither API's route, so it carries both APIs' error fields
+/// (Anthropic's `type`, OpenAI's `error.code`).
+async fn refuse_connection(mut tcp: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        let mut head = Vec::with_capacity(1024);
+        let mut buf = [0u8; 1024];
+        while head.len() < 8192 && memchr::memmem::find(&head, b"\r\n\r\n").is_none() {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    let body = r#"{"type":"error","error":{"type":"overloaded_error","message":"ctxd: too many open connections; retry shortly","param":null,"code":"overloaded"}}"#;
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        let _ = tcp.write_all(response.as_bytes()).await;
+        let _ = tcp.shutdown().await;
+    })
+    .await;
+}
+
+/// `wanted` connections, within the open-file limit: the soft limit is raised to the hard one
+/// first (a default soft limit of 1,024 is what let idle connections starve the gateway);
+/// what the limit cannot hold lowers the cap, with a warning.
+fn connection_cap(wanted: usize) -> usize {
+    // Descriptors kept for the store, the upstream connections, the runtime and logs.
+    const RESERVED: u64 = 64;
+    #[cfg(unix)]
+    {
+        use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+        let mut lim = getrlimit(Resource::Nofile);
+        if lim.current < lim.maximum || (lim.current.is_some() && lim.maximum.is_none()) {
+            let raised = Rlimit {
+                current: lim.maximum,
+                maximum: lim.maximum,
+            };
+            if setrlimit(Resource::Nofile, raised).is_ok() {
+                lim.current = lim.maximum;
+            }
+        }
+        if let Some(current) = lim.current {
+            // Each client connection may hold an upstream one too.
+            let fits = (current.saturating_sub(RESERVED) / 2).max(1);
+            if (wanted as u64) > fits {
+                tracing::warn!(
+                    wanted,
+                    open_files = current,
+                    cap = fits,
+                    "max-connections lowered to fit the open-file limit"
+                );
+                return fits as usize;
+            }
+        }
+    }
+    wanted
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
@@ -275,7 +536,7 @@ pub async fn shutdown_signal() {
         () = ctrl_c => {},
         () = term => {},
     }
-    tracing::info!("shutting down: finishing in-flight requests");
+    tracing::info!("shutdown signal");
 }
 
 fn router(app: Arc<Gateway>) -> Router {

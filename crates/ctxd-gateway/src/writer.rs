@@ -1,10 +1,14 @@
 //! The store's one writer: a thread that appends the gateway's batches in the order they were
-//! queued, all those queued within a short linger in one transaction (group commit). Requests
-//! never wait on the disk (an fsync costs about a millisecond here, more than
-//! the gateway's whole latency budget); the indexed copy of each session ([`crate::sessions`])
-//! already holds what is queued. A failed write marks that copy stale, so the next request of
-//! the session reloads the truth from the store (and, since clients resend their whole
-//! conversation, re-appends what was lost).
+//! queued, many sessions' batches in one transaction (group commit).
+//!
+//! A completed response is *durable before acknowledged*: its batch carries an [`Ack`] the
+//! writer answers once the transaction holding it has committed, and the relay holds the
+//! response's terminal part back until then (`relay.rs`). A job with an ack (or a barrier) ends
+//! the writer's linger at once, so the wait is one commit, and everything queued meanwhile
+//! joins the next one. Jobs nobody waits for (a request's own new messages) linger up to
+//! [`LINGER`] to share a commit. A failed write marks that session's indexed copy stale (the
+//! next request reloads the store's truth) and answers its ack with the error, so the client
+//! gets an error instead of the end of a response the store does not hold.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -15,6 +19,9 @@ use ctxd_core::model::EntryId;
 use ctxd_engine::Engine;
 use ctxd_store::{GroupWrite, NewEntry, SessionId, SqliteStore};
 
+/// Answered with the outcome of the commit that held the job.
+pub type Ack = tokio::sync::oneshot::Sender<Result<(), String>>;
+
 /// One unit of work for the writer.
 pub enum Job {
     /// Append a batch atomically; the leaf moves to its last entry.
@@ -22,15 +29,32 @@ pub enum Job {
         session: SessionId,
         entries: Vec<NewEntry>,
         stale: Arc<AtomicBool>,
+        ack: Option<Ack>,
     },
     /// Move the leaf to an existing entry.
     SetLeaf {
         session: SessionId,
         leaf: EntryId,
         stale: Arc<AtomicBool>,
+        ack: Option<Ack>,
     },
     /// Answered once every job queued before it is done.
     Barrier(tokio::sync::oneshot::Sender<()>),
+    /// Write what was queued before it, then stop (see [`Writer::shutdown`]).
+    Stop,
+}
+
+impl Job {
+    /// Someone waits for this job: the writer commits without lingering.
+    fn awaited(&self) -> bool {
+        matches!(
+            self,
+            Job::Barrier(_)
+                | Job::Stop
+                | Job::Append { ack: Some(_), .. }
+                | Job::SetLeaf { ack: Some(_), .. }
+        )
+    }
 }
 
 /// The handle requests queue jobs on.
@@ -38,7 +62,7 @@ pub enum Job {
 pub struct WriterHandle {
     tx: mpsc::Sender<Job>,
     depth: Arc<AtomicUsize>,
-    /// The writer's thread, unparked by a barrier that ends its linger early.
+    /// The writer's thread, unparked by a job someone waits for (it ends the linger early).
     thread: std::thread::Thread,
 }
 
@@ -67,9 +91,11 @@ impl Writer {
         self.handle.clone()
     }
 
-    /// Finish every queued job, then stop. Call once no request can queue more.
+    /// Finish every job queued so far, then stop; later jobs are refused (their acks answer
+    /// with an error). Handles may still be alive (a connection abandoned at the shutdown
+    /// deadline): the writer does not wait for them.
     pub fn shutdown(self) {
-        drop(self.handle);
+        self.handle.send(Job::Stop);
         if self.thread.join().is_err() {
             tracing::error!("the store writer panicked");
         }
@@ -78,6 +104,7 @@ impl Writer {
 
 impl WriterHandle {
     pub fn send(&self, job: Job) {
+        let awaited = job.awaited();
         self.depth.fetch_add(1, Ordering::Relaxed);
         // Moved by increments, not set from `depth`: a set racing the writer's could leave the
         // gauge at 0 with work queued.
@@ -85,7 +112,13 @@ impl WriterHandle {
         if self.tx.send(job).is_err() {
             self.depth.fetch_sub(1, Ordering::Relaxed);
             metrics::gauge!("ctxd_store_queue_depth").decrement(1.0);
-            tracing::error!("store writer is gone: a write was dropped");
+            metrics::counter!("ctxd_store_write_errors_total").increment(1);
+            tracing::error!("store writer is stopped: a write was refused");
+            return;
+        }
+        if awaited {
+            // Someone waits: a lingering writer commits now.
+            self.thread.unpark();
         }
     }
 
@@ -93,8 +126,6 @@ impl WriterHandle {
     pub async fn flush(&self) {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.send(Job::Barrier(tx));
-        // Someone waits: a lingering writer commits now.
-        self.thread.unpark();
         let _ = rx.await;
     }
 
@@ -103,250 +134,196 @@ impl WriterHandle {
     }
 }
 
-/// How the writer's thread is scheduled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Priority {
-    /// `SCHED_IDLE`: any request's thread that wakes preempts a commit at once (full-text
-    /// merges and fsyncs take milliseconds, on a machine whose few cores the requests need).
-    /// Measured: a nice value (10, even 19) still let commits delay requests by a millisecond
-    /// or more at p99, `SCHED_IDLE` did not.
-    Background,
-    /// An ordinary thread at nice ~10: when the writer falls behind (a machine busy with other
-    /// work leaves an idle-class thread almost no time), so the queue cannot grow without end.
-    CatchingUp,
-}
-
-/// More jobs than this queued after a commit: the writer is behind.
-const BEHIND: usize = 2_000;
-/// Fewer than this: caught up again.
-const CAUGHT_UP: usize = 200;
-
-/// Move this thread to `priority`; whether the OS allowed it (leaving `SCHED_IDLE` takes
-/// `CAP_SYS_NICE` or a permissive `RLIMIT_NICE`).
-fn set_priority(priority: Priority) -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        use thread_priority::unix::{
-            set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy,
-            ThreadSchedulePolicy,
-        };
-        use thread_priority::{ThreadPriority, ThreadPriorityValue};
-        let (policy, value) = match priority {
-            Priority::Background => (NormalThreadSchedulePolicy::Idle, ThreadPriority::Min),
-            // 25 of 0..=99 maps to nice 9.
-            Priority::CatchingUp => match ThreadPriorityValue::try_from(25u8) {
-                Ok(v) => (
-                    NormalThreadSchedulePolicy::Other,
-                    ThreadPriority::Crossplatform(v),
-                ),
-                Err(_) => return false,
-            },
-        };
-        match set_thread_priority_and_policy(
-            thread_native_id(),
-            value,
-            ThreadSchedulePolicy::Normal(policy),
-        ) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::debug!(error = ?e, ?priority, "store writer keeps its priority");
-                false
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = priority;
-        false
-    }
-}
-
-/// The writer's scheduling, adjusted after each commit to how far behind it is.
-struct Scheduling {
-    current: Option<Priority>,
-    /// Leaving the background was refused once: not tried again.
-    stuck: bool,
-}
-
-impl Scheduling {
-    fn start() -> Self {
-        let mut s = Scheduling {
-            current: None,
-            stuck: false,
-        };
-        if set_priority(Priority::Background) {
-            s.current = Some(Priority::Background);
-        }
-        s
-    }
-
-    fn after_commit(&mut self, queued: usize) {
-        match self.current {
-            Some(Priority::Background) if queued > BEHIND && !self.stuck => {
-                if set_priority(Priority::CatchingUp) {
-                    tracing::warn!(queued, "store writer behind: now at normal priority");
-                    self.current = Some(Priority::CatchingUp);
-                } else {
-                    tracing::warn!(queued, "store writer behind and cannot leave SCHED_IDLE");
-                    self.stuck = true;
-                }
-            }
-            Some(Priority::CatchingUp)
-                if queued < CAUGHT_UP && set_priority(Priority::Background) =>
-            {
-                tracing::info!(queued, "store writer caught up: background again");
-                self.current = Some(Priority::Background);
-            }
-            _ => {}
-        }
-    }
-}
+// The writer runs at the process's normal priority. It used to run as `SCHED_IDLE` (commits
+// never delayed a request's thread), which was right while nobody waited for a commit; now the
+// end of every response does, and an idle-class thread gets almost no CPU beside CPU-bound
+// processes (the issue measured the writer 6 s behind during a build). An unprivileged process
+// cannot leave `SCHED_IDLE` again (`RLIMIT_NICE` is 0 by default), so it is not entered at all.
 
 /// At most this many jobs share a transaction (a bound on the time one commit holds the store).
 const MAX_GROUP: usize = 256;
 
-/// How long a commit waits for more jobs after its first. Also the longest a write stays
-/// unwritten on an idle gateway; a crash loses at most that (clients resend the conversation).
+/// How long a commit nobody waits for waits for more jobs after its first (a request's own new
+/// messages: their response's commit carries them at the latest).
 const LINGER: std::time::Duration = std::time::Duration::from_millis(20);
 
 fn run(engine: &Engine<SqliteStore>, rx: &mpsc::Receiver<Job>, depth: &AtomicUsize) {
     let store = engine.store();
-    let mut scheduling = Scheduling::start();
-    while let Ok(first) = rx.recv() {
-        // What arrives within LINGER joins this commit (group commit): requests never wait
-        // for the writer, and every commit costs an fsync and the full-text indexes a segment
-        // flush and merge, so fewer, larger commits cost the machine less. The writer sleeps
-        // through the linger rather than waiting on the channel, so the requests queueing
-        // meanwhile wake no thread; a barrier (someone is waiting) unparks it early.
+    let mut stopping = false;
+    while !stopping {
+        let Ok(first) = rx.recv() else { break };
+        // What is queued joins this commit (group commit): every commit costs the full-text
+        // indexes a segment flush and merge, so fewer, larger commits cost the machine less.
+        // With nobody waiting the writer sleeps through the linger (requests queueing meanwhile
+        // wake no thread); a job someone waits for unparks it.
         let mut jobs = vec![first];
         let deadline = std::time::Instant::now() + LINGER;
         loop {
-            while jobs.len() < MAX_GROUP {
+            while jobs.len() < MAX_GROUP && !matches!(jobs.last(), Some(Job::Stop)) {
                 match rx.try_recv() {
                     Ok(job) => jobs.push(job),
                     Err(_) => break,
                 }
             }
-            let barrier = jobs.iter().any(|j| matches!(j, Job::Barrier(_)));
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if barrier || jobs.len() >= MAX_GROUP || left.is_zero() {
+            if jobs.iter().any(Job::awaited) || jobs.len() >= MAX_GROUP || left.is_zero() {
                 break;
             }
             std::thread::park_timeout(left);
         }
-        write_group(store, &jobs);
-        // Barriers are answered once everything before them is committed.
+        stopping = matches!(jobs.last(), Some(Job::Stop));
         let count = jobs.len();
-        for job in jobs {
-            if let Job::Barrier(done) = job {
-                let _ = done.send(());
-            }
-        }
-        let queued = depth
-            .fetch_sub(count, Ordering::Relaxed)
-            .saturating_sub(count);
+        write_group(store, jobs);
+        depth.fetch_sub(count, Ordering::Relaxed);
         metrics::gauge!("ctxd_store_queue_depth").decrement(count as f64);
-        scheduling.after_commit(queued);
     }
+    // Jobs queued after the stop are dropped with the channel: their acks report an error.
 }
 
-fn write_group(store: &SqliteStore, jobs: &[Job]) {
+/// Commit `jobs` in one transaction, then answer their acks and barriers.
+fn write_group(store: &SqliteStore, jobs: Vec<Job>) {
     let mut writes = Vec::with_capacity(jobs.len());
-    let mut stales = Vec::with_capacity(jobs.len());
+    let mut waiting = Vec::with_capacity(jobs.len());
+    let mut barriers = Vec::new();
+    for job in &jobs {
+        match job {
+            Job::Append {
+                session, entries, ..
+            } => writes.push(GroupWrite::Append {
+                session: *session,
+                entries,
+            }),
+            Job::SetLeaf { session, leaf, .. } => writes.push(GroupWrite::SetLeaf {
+                session: *session,
+                leaf,
+            }),
+            Job::Barrier(_) | Job::Stop => {}
+        }
+    }
+    let started = std::time::Instant::now();
+    let results = if writes.is_empty() {
+        Ok(Vec::new())
+    } else {
+        store.write_group(&writes)
+    };
+    if !writes.is_empty() {
+        metrics::histogram!("ctxd_store_commit_seconds").record(started.elapsed().as_secs_f64());
+        metrics::histogram!("ctxd_store_group_writes").record(writes.len() as f64);
+    }
+    drop(writes);
+    let mut results = match results {
+        Ok(r) => r
+            .into_iter()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect(),
+        Err(e) => {
+            let e = e.to_string();
+            jobs.iter()
+                .filter(|j| matches!(j, Job::Append { .. } | Job::SetLeaf { .. }))
+                .map(|_| Err(e.clone()))
+                .collect::<Vec<_>>()
+        }
+    }
+    .into_iter();
     for job in jobs {
         match job {
             Job::Append {
                 session,
-                entries,
                 stale,
-            } => {
-                writes.push(GroupWrite::Append {
-                    session: *session,
-                    entries,
-                });
-                stales.push((*session, stale));
+                ack,
+                ..
             }
-            Job::SetLeaf {
+            | Job::SetLeaf {
                 session,
-                leaf,
                 stale,
+                ack,
+                ..
             } => {
-                writes.push(GroupWrite::SetLeaf {
-                    session: *session,
-                    leaf,
-                });
-                stales.push((*session, stale));
-            }
-            Job::Barrier(_) => {}
-        }
-    }
-    if writes.is_empty() {
-        return;
-    }
-    let started = std::time::Instant::now();
-    match store.write_group(&writes) {
-        Ok(results) => {
-            for (result, (session, stale)) in results.iter().zip(&stales) {
-                if let Err(e) = result {
-                    failed(stale, *session, e);
+                let result = results.next().unwrap_or(Ok(()));
+                if let Err(e) = &result {
+                    failed(&stale, session, e);
+                }
+                if let Some(ack) = ack {
+                    waiting.push((ack, result));
                 }
             }
-        }
-        Err(e) => {
-            for (session, stale) in &stales {
-                failed(stale, *session, &e);
-            }
+            Job::Barrier(done) => barriers.push(done),
+            Job::Stop => {}
         }
     }
-    metrics::histogram!("ctxd_store_commit_seconds").record(started.elapsed().as_secs_f64());
-    metrics::histogram!("ctxd_store_group_writes").record(writes.len() as f64);
+    for (ack, result) in waiting {
+        let _ = ack.send(result);
+    }
+    for done in barriers {
+        let _ = done.send(());
+    }
 }
 
-fn failed(stale: &AtomicBool, session: SessionId, e: &ctxd_store::StoreError) {
+fn failed(stale: &AtomicBool, session: SessionId, e: &str) {
     stale.store(true, Ordering::Release);
     metrics::counter!("ctxd_store_write_errors_total").increment(1);
     tracing::error!(session, error = %e, "store write failed; the session will be reloaded");
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use thread_priority::unix::ThreadSchedulePolicy;
-    use thread_priority::unix::{thread_schedule_policy, NormalThreadSchedulePolicy as Normal};
+    use ctxd_core::model::{Entry, EntryKind, Message, Role, SessionMeta};
+    use ctxd_store::Store;
 
-    fn policy() -> ThreadSchedulePolicy {
-        thread_schedule_policy().unwrap()
+    fn entry(id: &str, parent: Option<&str>) -> NewEntry {
+        NewEntry::new(Entry {
+            id: EntryId::new(id),
+            parent: parent.map(EntryId::new),
+            timestamp: None,
+            sidechain: false,
+            kind: EntryKind::Message(Message::text(Role::User, "hi")),
+        })
     }
 
-    #[test]
-    fn the_writer_runs_idle_and_leaves_it_only_when_behind() {
-        std::thread::spawn(|| {
-            let mut s = Scheduling::start();
-            assert_eq!(s.current, Some(Priority::Background));
-            assert_eq!(policy(), ThreadSchedulePolicy::Normal(Normal::Idle));
-            // Keeping up: stays in the background.
-            s.after_commit(BEHIND);
-            assert_eq!(policy(), ThreadSchedulePolicy::Normal(Normal::Idle));
-            // Behind: normal priority where the OS allows leaving SCHED_IDLE (root, or a
-            // permissive RLIMIT_NICE), otherwise it says so once and stays.
-            s.after_commit(BEHIND + 1);
-            match s.current {
-                Some(Priority::CatchingUp) => {
-                    assert_eq!(policy(), ThreadSchedulePolicy::Normal(Normal::Other));
-                    s.after_commit(CAUGHT_UP);
-                    assert_eq!(s.current, Some(Priority::CatchingUp));
-                    s.after_commit(CAUGHT_UP - 1);
-                    assert_eq!(s.current, Some(Priority::Background));
-                    assert_eq!(policy(), ThreadSchedulePolicy::Normal(Normal::Idle));
-                }
-                other => {
-                    assert_eq!(other, Some(Priority::Background));
-                    assert!(s.stuck);
-                }
-            }
-        })
-        .join()
-        .unwrap();
+    fn append(session: SessionId, entries: Vec<NewEntry>, ack: Option<Ack>) -> Job {
+        Job::Append {
+            session,
+            entries,
+            stale: Arc::new(AtomicBool::new(false)),
+            ack,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_ack_answers_after_the_commit_and_reports_a_failed_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            SqliteStore::open(&dir.path().join("w.db"), ctxd_store::Durability::Normal).unwrap();
+        let record = store
+            .open_session("t", "k", &SessionMeta::default())
+            .unwrap();
+        let engine = Arc::new(Engine::new(store));
+        let writer = Writer::start(engine.clone()).unwrap();
+        let h = writer.handle();
+        // A job nobody waits for, then one somebody does: the ack ends the linger, and the
+        // store holds both once it answers.
+        h.send(append(record.id, vec![entry("a", None)], None));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        h.send(append(record.id, vec![entry("b", Some("a"))], Some(tx)));
+        assert_eq!(rx.await.unwrap(), Ok(()));
+        assert_eq!(engine.store().load(record.id).unwrap().entries.len(), 2);
+        // A duplicate id: the write fails and its ack says so.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let stale = Arc::new(AtomicBool::new(false));
+        h.send(Job::Append {
+            session: record.id,
+            entries: vec![entry("b", Some("a"))],
+            stale: stale.clone(),
+            ack: Some(tx),
+        });
+        assert!(rx.await.unwrap().is_err());
+        assert!(stale.load(Ordering::Acquire));
+        // After the stop, a write is refused: its ack is dropped, never answered Ok.
+        writer.shutdown();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        h.send(append(record.id, vec![entry("c", Some("b"))], Some(tx)));
+        assert!(rx.await.is_err());
     }
 }

@@ -150,3 +150,82 @@ async fn an_unreachable_or_slow_provider_is_a_gateway_error() {
         .unwrap();
     assert_eq!(v["error"]["type"], "server_error");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_upstream_is_a_502_that_names_no_url() {
+    // A port nothing listens on: the connection is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let mut rig = Rig::with(Config::default(), |s| {
+        s.upstream_anthropic = format!("http://127.0.0.1:{port}");
+    })
+    .await;
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let r = rig
+        .post(
+            "/v1/messages",
+            &[("x-api-key", "sk-x")],
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await;
+    assert_eq!(r.status(), 502);
+    let text = r.text().await.unwrap();
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["type"], "error");
+    assert!(!text.contains(&port.to_string()), "{text}");
+    assert!(!text.contains("127.0.0.1"), "{text}");
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_garbage_stream_from_upstream_ends_with_the_apis_error_event() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // An "upstream" that answers every request with a 200 event stream of garbage.
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = upstream.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = upstream.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = "data: {not json at all\n\nnothing: here\n\n";
+                let _ = s
+                    .write_all(
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
+                        .as_bytes(),
+                    )
+                    .await;
+            });
+        }
+    });
+    let mut rig = Rig::with(Config::default(), |s| {
+        s.upstream_anthropic = format!("http://127.0.0.1:{port}");
+    })
+    .await;
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 10, "stream": true,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let r = rig
+        .post(
+            "/v1/messages",
+            &[("x-api-key", "sk-x")],
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("event: error"), "{text}");
+    assert!(text.contains("ended before it completed"), "{text}");
+    rig.stop().await;
+}

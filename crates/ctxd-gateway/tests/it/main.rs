@@ -5,7 +5,9 @@
 //! API's shape, tenants kept apart.
 
 mod conversation;
+mod durable;
 mod errors;
+mod limits;
 mod loops;
 mod passthrough;
 mod support;

@@ -1,0 +1,169 @@
+//! Durable before acknowledged: once the client holds a whole response (JSON body or SSE
+//! stream), the store holds the turn with the provider's usage and response id, read from a
+//! second connection while the gateway runs. A store that refuses writes withholds the
+//! response's end and says so in the API's error shape.
+
+use ctxd_core::model::{EntryKind, Role};
+use ctxd_store::{Durability, SqliteStore, Store};
+use serde_json::{json, Value};
+
+use crate::support::Rig;
+
+const CASES: [&str; 3] = ["/v1/messages", "/v1/chat/completions", "/v1/responses"];
+
+fn body(path: &str, text: &str, stream: bool) -> Value {
+    match path {
+        "/v1/messages" => json!({"model": "claude-sonnet-4-5", "max_tokens": 100,
+            "stream": stream, "messages": [{"role": "user", "content": text}]}),
+        "/v1/chat/completions" => {
+            let mut b = json!({"model": "gpt-4o", "stream": stream,
+                "messages": [{"role": "user", "content": text}]});
+            if stream {
+                b["stream_options"] = json!({"include_usage": true});
+            }
+            b
+        }
+        _ => json!({"model": "gpt-4o", "stream": stream, "input": [{"type": "message",
+            "role": "user", "content": [{"type": "input_text", "text": text}]}]}),
+    }
+}
+
+/// The terminal event of `path`'s stream.
+fn terminal(path: &str) -> &'static str {
+    match path {
+        "/v1/messages" => "message_stop",
+        "/v1/chat/completions" => "[DONE]",
+        _ => "response.completed",
+    }
+}
+
+/// The assistant messages of session `key`, read through a connection of the test's own.
+fn stored_answers(rig: &Rig, key: &str) -> Vec<ctxd_core::model::Message> {
+    let store = SqliteStore::open(&rig.store_path, Durability::Normal).unwrap();
+    let mut out = Vec::new();
+    for tenant in store.tenants().unwrap() {
+        for record in store.list_sessions(&tenant).unwrap() {
+            if record.key != key {
+                continue;
+            }
+            for e in store.load(record.id).unwrap().entries {
+                if let EntryKind::Message(m) = e.kind {
+                    if m.role == Role::Assistant {
+                        out.push(m);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_client_received_is_in_the_store_with_its_usage() {
+    let mut rig = Rig::start().await;
+    for path in CASES {
+        for stream in [false, true] {
+            let key = format!("durable{path}-{stream}");
+            let h = [
+                ("x-api-key", "sk-durable"),
+                ("x-ctxd-session", key.as_str()),
+            ];
+            let r = rig
+                .post(
+                    path,
+                    &h,
+                    serde_json::to_vec(&body(path, "hello", stream)).unwrap(),
+                )
+                .await;
+            assert_eq!(r.status(), 200, "{path} {stream}");
+            let text = r.text().await.unwrap();
+            if stream {
+                assert!(text.contains(terminal(path)), "{path}: {text}");
+            }
+            // No flush, no stop: the response is in the store the moment the client has it.
+            let answers = stored_answers(&rig, &key);
+            assert_eq!(answers.len(), 1, "{path} {stream}");
+            assert!(answers[0].usage.is_some(), "{path} {stream}: no usage");
+            assert!(answers[0].response_id.is_some(), "{path} {stream}: no id");
+        }
+    }
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_refusing_writes_withholds_the_end_with_the_apis_error() {
+    let mut rig = Rig::start().await;
+    // A first turn creates the session; then the store refuses every new entry.
+    let h = [("x-api-key", "sk-refused"), ("x-ctxd-session", "refused")];
+    let r = rig
+        .post(
+            "/v1/messages",
+            &h,
+            serde_json::to_vec(&body("/v1/messages", "first", false)).unwrap(),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let conn = rusqlite::Connection::open(&rig.store_path).unwrap();
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER refuse BEFORE INSERT ON entries BEGIN SELECT RAISE(ABORT, 'disk says no'); END;",
+    )
+    .unwrap();
+    for path in CASES {
+        for stream in [false, true] {
+            let key = format!("refused{path}-{stream}");
+            let h = [
+                ("x-api-key", "sk-refused"),
+                ("x-ctxd-session", key.as_str()),
+            ];
+            let r = rig
+                .post(
+                    path,
+                    &h,
+                    serde_json::to_vec(&body(path, "hello", stream)).unwrap(),
+                )
+                .await;
+            let text = if stream {
+                assert_eq!(r.status(), 200, "{path}: the stream had begun");
+                let text = r.text().await.unwrap();
+                assert!(!text.contains(terminal(path)), "{path}: {text}");
+                let error = text
+                    .split("\n\n")
+                    .find(|e| e.contains("could not be stored"))
+                    .unwrap_or_else(|| panic!("{path}: no error event: {text}"));
+                assert!(error.contains("error"), "{error}");
+                continue;
+            } else {
+                assert_eq!(r.status(), 503, "{path}");
+                r.text().await.unwrap()
+            };
+            let v: Value = serde_json::from_str(&text).unwrap();
+            let message = if path == "/v1/messages" {
+                assert_eq!(v["type"], "error", "{v}");
+                &v["error"]["message"]
+            } else {
+                &v["error"]["message"]
+            };
+            assert!(
+                message.as_str().unwrap().contains("could not be stored"),
+                "{v}"
+            );
+        }
+    }
+    conn.execute_batch("DROP TRIGGER refuse").unwrap();
+    let metrics = rig
+        .client
+        .get(rig.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("ctxd_responses_withheld_total"),
+        "{metrics}"
+    );
+    rig.stop().await;
+}
