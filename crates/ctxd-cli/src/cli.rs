@@ -200,6 +200,7 @@ mod tests {
                 .is_some_and(|a| matches!(a.get_action(), clap::ArgAction::SetTrue));
             let value = match value_name.as_deref() {
                 _ if is_switch => "true",
+                Some("MODE") => "\"full\"",
                 Some("ADDR") => "\"127.0.0.1:1\"",
                 Some("URL") => "\"http://127.0.0.1:1\"",
                 _ if key == "store" => "\"elsewhere.db\"",

@@ -210,19 +210,19 @@ impl Settings {
         if let Some(n) = file.workers {
             self.workers = n;
         }
-        if let Some(s) = file.commit_timeout_secs {
+        if let Some(s) = file.commit_timeout {
             self.commit_timeout = Duration::from_secs(s);
         }
         if let Some(s) = file.store_sync {
             self.store_sync = parse_store_sync(&s)?;
         }
-        if let Some(s) = file.shutdown_timeout_secs {
+        if let Some(s) = file.shutdown_timeout {
             self.shutdown_timeout = Duration::from_secs(s);
         }
-        if let Some(s) = file.header_timeout_secs {
+        if let Some(s) = file.header_timeout {
             self.header_timeout = Duration::from_secs(s);
         }
-        if let Some(s) = file.body_timeout_secs {
+        if let Some(s) = file.body_timeout {
             self.body_timeout = Duration::from_secs(s);
         }
         if let Some(n) = file.max_connections {
@@ -312,11 +312,19 @@ struct FileSettings {
     read_timeout: Option<u64>,
     cached_sessions: Option<usize>,
     workers: Option<usize>,
-    commit_timeout_secs: Option<u64>,
+    /// Seconds, as `--commit-timeout`.
+    #[serde(alias = "commit-timeout-secs")]
+    commit_timeout: Option<u64>,
     store_sync: Option<String>,
-    shutdown_timeout_secs: Option<u64>,
-    header_timeout_secs: Option<u64>,
-    body_timeout_secs: Option<u64>,
+    /// Seconds, as `--shutdown-timeout`.
+    #[serde(alias = "shutdown-timeout-secs")]
+    shutdown_timeout: Option<u64>,
+    /// Seconds, as `--header-timeout`.
+    #[serde(alias = "header-timeout-secs")]
+    header_timeout: Option<u64>,
+    /// Seconds, as `--body-timeout`.
+    #[serde(alias = "body-timeout-secs")]
+    body_timeout: Option<u64>,
     max_connections: Option<usize>,
     allow_keyless: Option<bool>,
     max_bodies_in_flight_bytes: Option<usize>,
