@@ -21,7 +21,8 @@ pub fn tenant(key: &[u8; 32], headers: &HeaderMap) -> String {
     format!("t-{}", &digest.to_hex()[..32])
 }
 
-fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+/// A header's text, trimmed, when it is present, non-empty and at most 256 bytes.
+pub(crate) fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())
