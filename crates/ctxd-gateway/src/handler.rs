@@ -371,10 +371,14 @@ async fn prepare(
     // The results that complete a tool batch end the turn that called the tools (the seed's
     // `turn_end`): its reminder and a due reset are committed after them, before projecting.
     if !management.record_only
-        && turn::completes_batch(&loaded.log, &plan.element_entries[plan.matched..])
+        && turn::carries_results(&loaded.log, &plan.element_entries[plan.matched..])
     {
-        let (_, drafts) = turn::end_turn(app, loaded, &caller, &policy, TurnEnd::Completed).await;
-        appended.extend(drafts);
+        let branch = loaded.log.branch();
+        if ctxd_core::windows::batch_complete(&loaded.log.session, &branch) {
+            let (_, drafts) =
+                turn::end_turn(app, loaded, &branch, &caller, &policy, TurnEnd::Completed).await;
+            appended.extend(drafts);
+        }
     }
     let appended_count = appended.len();
     if appended_count > 0 {
@@ -485,8 +489,16 @@ async fn recover_overflow(
     }
     let loaded = state.as_mut()?;
     let caller = completion.caller().clone();
-    let (outcome, drafts) =
-        turn::end_turn(app, loaded, &caller, &replan.policy, TurnEnd::Overflow).await;
+    let branch = loaded.log.branch();
+    let (outcome, drafts) = turn::end_turn(
+        app,
+        loaded,
+        &branch,
+        &caller,
+        &replan.policy,
+        TurnEnd::Overflow,
+    )
+    .await;
     if !drafts.is_empty() {
         app.writer.send(Job::Append {
             session: loaded.record.id,

@@ -43,7 +43,8 @@ pub fn credential(headers: &HeaderMap) -> Option<&[u8]> {
     (!bare.is_empty()).then_some(bare)
 }
 
-fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+/// A header's text, trimmed, when it is present, non-empty and at most 256 bytes.
+pub(crate) fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())

@@ -29,14 +29,7 @@ fn caller(
     parts: &Parts,
 ) -> Result<Caller, String> {
     let headers = &parts.headers;
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty() && v.len() <= 256)
-            .map(str::to_owned)
-    };
+    let text = |name: &str| identity::header(headers, name).map(str::to_owned);
     let tenant = identity::tenant(tenant_key, headers);
     let mut caller = Caller {
         tenant: tenant.clone(),

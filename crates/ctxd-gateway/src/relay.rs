@@ -246,7 +246,9 @@ impl TurnRecord {
                 }
             };
             // An answer that called tools ends no turn: the boundary comes with their results.
-            let (_, entries) = crate::turn::end_turn(&app, loaded, &caller, &policy, end).await;
+            let branch = loaded.log.branch();
+            let (_, entries) =
+                crate::turn::end_turn(&app, loaded, &branch, &caller, &policy, end).await;
             batch.extend(entries);
             let session = loaded.record.id;
             let stale = slot.stale.clone();

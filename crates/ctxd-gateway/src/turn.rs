@@ -15,11 +15,13 @@ use crate::log::SessionLog;
 use crate::server::Gateway;
 use crate::sessions::Loaded;
 
-/// Decide the boundary on `loaded`'s active branch and push its drafts (reminder, marker and
-/// boot) into the log after the leaf. Returns what was decided and the entries to write.
+/// Decide the boundary on `loaded`'s active branch (`branch`, root first, as the caller has
+/// it) and push its drafts (reminder, marker and boot) into the log after the leaf. Returns
+/// what was decided and the entries to write.
 pub(crate) async fn end_turn(
     app: &Arc<Gateway>,
     loaded: &mut Loaded,
+    branch: &[usize],
     caller: &Caller,
     policy: &WindowPolicy,
     end: TurnEnd,
@@ -28,10 +30,9 @@ pub(crate) async fn end_turn(
         caller.model.as_deref(),
     ));
     let now = now_ms();
-    let branch = loaded.log.branch();
     let plan = decide_turn_end(&TurnEndInput {
         session: &loaded.log.session,
-        branch: &branch,
+        branch,
         end,
         policy,
         counter: &counter,
@@ -58,7 +59,7 @@ pub(crate) async fn end_turn(
         caller,
         &loaded.record,
         &loaded.log.session,
-        &branch,
+        branch,
         notes.as_ref(),
     );
     if let Some(kind) = outcome.reminder {
@@ -78,13 +79,11 @@ pub(crate) async fn end_turn(
     (outcome, batch)
 }
 
-/// Whether the entries a request appended (positions in `log`) complete a tool batch: they
-/// carry tool results, and every call of the last assistant message now has its result. Such
-/// a request is the boundary of the turn whose answer called the tools.
-pub(crate) fn completes_batch(log: &SessionLog, appended: &[usize]) -> bool {
-    let carries_results = appended.iter().any(|&pos| {
+/// Whether the entries a request appended (positions in `log`) carry tool results: only then
+/// can the request complete a tool batch (checked on the branch, which costs a walk of it).
+pub(crate) fn carries_results(log: &SessionLog, appended: &[usize]) -> bool {
+    appended.iter().any(|&pos| {
         matches!(log.entry(pos).map(|e| &e.kind), Some(EntryKind::Message(m))
             if m.content.iter().any(|b| matches!(b, ContentBlock::ToolResult { .. })))
-    });
-    carries_results && ctxd_core::windows::batch_complete(&log.session, &log.branch())
+    })
 }

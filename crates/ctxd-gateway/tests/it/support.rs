@@ -139,3 +139,11 @@ pub fn injected_count(session: &Session) -> usize {
         .filter(|e| matches!(&e.kind, EntryKind::Message(m) if m.injected.is_some()))
         .count()
 }
+
+/// Whether the gateway says it rewrote what went upstream (`x-ctxd-rewritten: 1`).
+pub fn rewritten(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get("x-ctxd-rewritten")
+        .is_some_and(|v| v.as_bytes() == b"1")
+}
