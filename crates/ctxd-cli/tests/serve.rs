@@ -431,3 +431,52 @@ fn a_second_gateway_on_the_same_store_is_refused_and_cli_writes_stay_correct() {
     let s = ctxd_store::SqliteStore::open(&store, ctxd_store::Durability::Full).unwrap();
     assert_eq!(s.integrity_check().unwrap(), "ok");
 }
+
+/// Durable before acknowledged, seen from outside: once the client holds a response, the
+/// store holds its turn, and history search (literal and ranked) finds the answer at once,
+/// although the gateway commits the log alone and leaves its indexes to idle time (the search
+/// catches its session up first).
+#[test]
+fn an_answer_the_client_holds_is_stored_and_found_by_history_search_at_once() {
+    let mock = MockServer::start_blocking(Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("gw.db");
+    let gw = serve(&store, &mock.base_url());
+    let h = [("x-api-key", "sk-durable"), ("x-ctxd-session", "durable")];
+    for (stream, word) in [(false, "okapi"), (true, "quokka")] {
+        mock.script()
+            .push(Reply::text(format!("the answer is the {word}")));
+        let asked = format!("which animal, {stream}?");
+        let answer = post(
+            &gw.addr,
+            "/v1/messages",
+            &h,
+            &body(
+                stream,
+                serde_json::json!([{"role": "user", "content": asked}]),
+            ),
+        );
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains(word), "{answer}");
+        for ranked in [false, true] {
+            let mut search = ctxd();
+            search.args(["history", "search", "durable", word, "--json", "--store"]);
+            search.arg(&store);
+            if ranked {
+                search.arg("--ranked");
+            }
+            let out = search.output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let found = String::from_utf8(out.stdout).unwrap();
+            assert!(
+                found.contains(&format!("the answer is the {word}")),
+                "ranked {ranked}, stream {stream}: {found}"
+            );
+        }
+    }
+    drop(gw);
+}

@@ -9,6 +9,7 @@
 
 pub mod api;
 mod budget;
+mod checkpoints;
 pub mod config;
 mod handler;
 pub mod hash;

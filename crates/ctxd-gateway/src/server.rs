@@ -16,6 +16,7 @@ use ctxd_store::{SqliteStore, Store};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::api::Api;
+use crate::checkpoints::Checkpoints;
 use crate::config::Settings;
 use crate::handler;
 use crate::identity;
@@ -199,6 +200,24 @@ fn register_metrics() {
     );
     describe_histogram!("ctxd_store_group_writes", "Writes per store commit");
     describe_counter!("ctxd_store_write_errors_total", "Store writes that failed");
+    describe_gauge!(
+        "ctxd_store_index_backlog",
+        "Sessions whose full-text and history indexes the writer has still to catch up"
+    );
+    describe_histogram!(
+        "ctxd_store_index_seconds",
+        Unit::Seconds,
+        "Time of one indexing step between commits"
+    );
+    describe_histogram!(
+        "ctxd_store_checkpoint_seconds",
+        Unit::Seconds,
+        "Time of one WAL checkpoint (on its own thread and connection)"
+    );
+    describe_gauge!(
+        "ctxd_store_wal_frames",
+        "Frames in the WAL at the last checkpoint"
+    );
     for route in routes {
         for outcome in ["completed", "overflow", "aborted", "failed"] {
             metrics::counter!("ctxd_requests_total", "route" => route, "outcome" => outcome)
@@ -219,6 +238,7 @@ fn register_metrics() {
         metrics::counter!(name).increment(0);
     }
     metrics::gauge!("ctxd_store_queue_depth").increment(0.0);
+    metrics::gauge!("ctxd_store_index_backlog").set(0.0);
     let _ = metrics::histogram!("ctxd_store_commit_seconds");
     let _ = metrics::histogram!("ctxd_store_group_writes");
 }
@@ -228,6 +248,7 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     app: Arc<Gateway>,
     writer: Writer,
+    checkpoints: Checkpoints,
     lock: ServeLock,
 }
 
@@ -244,6 +265,7 @@ impl Server {
         }
         let mut nonce = [0u8; 4];
         getrandom::fill(&mut nonce).map_err(|e| StartError::Random(e.to_string()))?;
+        let checkpoints = Checkpoints::start(&store, &settings.store)?;
         let engine = Arc::new(Engine::new(store));
         let writer = Writer::start(engine.clone())?;
         if !settings.listen.ip().is_loopback() {
@@ -281,6 +303,7 @@ impl Server {
             listener,
             app,
             writer,
+            checkpoints,
             lock,
         })
     }
@@ -316,6 +339,7 @@ impl Server {
             listener,
             app,
             writer,
+            checkpoints,
             lock,
         } = self;
         let router = router(app.clone());
@@ -418,9 +442,12 @@ impl Server {
         }
         drop(router);
         drop(app);
-        tokio::task::spawn_blocking(move || writer.shutdown())
-            .await
-            .map_err(std::io::Error::other)?;
+        tokio::task::spawn_blocking(move || {
+            writer.shutdown();
+            checkpoints.stop();
+        })
+        .await
+        .map_err(std::io::Error::other)?;
         tracing::info!("gateway stopped; store closed");
         drop(lock);
         Ok(())

@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-//! The history index is written by `append`, in the batch's transaction; a session stored
-//! without it (by an older build) is caught up by `history_sync`, to the same rows.
+//! The derived indexes are written by `append`, in the batch's transaction; a session stored
+//! without them (by an older build, or by the gateway's group writes, which defer them) is
+//! caught up by `history_sync` or `index_pending`, to the same rows.
 
 use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, SessionMeta};
 use ctxd_store::{Durability, HistoryStore, NewEntry, SessionId, SqliteStore, Store};
@@ -95,9 +96,9 @@ fn batches() -> Vec<Vec<NewEntry>> {
     ]
 }
 
-type Dump = (Vec<Vec<String>>, Vec<(String, String)>, Vec<i64>);
+type Dump = (Vec<Vec<String>>, Vec<(String, String)>, Vec<i64>, Vec<i64>);
 
-/// The session's history rows, tool call names, and the seqs the trigram index finds.
+/// The session's history rows, tool call names, and the seqs the trigram and ranked indexes find.
 fn dump(path: &std::path::Path, session: SessionId) -> Dump {
     let conn = rusqlite::Connection::open(path).unwrap();
     let mut stmt = conn
@@ -137,7 +138,18 @@ fn dump(path: &std::path::Path, session: SessionId) -> Dump {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    (items, calls, hits)
+    let mut stmt = conn
+        .prepare(
+            "SELECT t.seq FROM entry_fts f JOIN entry_text t ON t.rowid = f.rowid \
+             WHERE entry_fts MATCH 'giraffe' AND t.session_id = ?1 ORDER BY t.seq",
+        )
+        .unwrap();
+    let ranked: Vec<i64> = stmt
+        .query_map([session], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    (items, calls, hits, ranked)
 }
 
 #[test]
@@ -161,6 +173,7 @@ fn append_indexes_its_batch_and_a_sync_catches_up_an_older_store_to_the_same_row
     assert_eq!(indexed.0.len(), 10, "one row per entry");
     assert_eq!(indexed.1, [("c1".to_owned(), "grep".to_owned())]);
     assert_eq!(indexed.2, [7, 9, 10]);
+    assert_eq!(indexed.3, [7, 9, 10], "ranked search's rows, once each");
 
     // An older build stored the first two batches without the index.
     for batch in &batches[..2] {
@@ -216,4 +229,44 @@ fn a_refused_batch_leaves_no_index_rows() {
         })
         .unwrap();
     assert_eq!(seqs, [(1, "a".to_owned()), (2, "c".to_owned())]);
+}
+
+#[test]
+fn group_writes_defer_the_indexes_and_index_pending_catches_up_in_steps_to_the_same_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (inline_path, group_path) = (dir.path().join("inline.db"), dir.path().join("group.db"));
+    let inline = SqliteStore::open(&inline_path, Durability::Normal).unwrap();
+    let grouped = SqliteStore::open(&group_path, Durability::Normal).unwrap();
+    let a = inline
+        .open_session("", "k", &SessionMeta::default())
+        .unwrap();
+    let b = grouped
+        .open_session("", "k", &SessionMeta::default())
+        .unwrap();
+    for batch in &batches() {
+        inline.append(a.id, batch, None).unwrap();
+        let results = grouped
+            .write_group(&[ctxd_store::GroupWrite::Append {
+                session: b.id,
+                entries: batch,
+            }])
+            .unwrap();
+        assert!(results.iter().all(Result::is_ok));
+    }
+    let expected = dump(&inline_path, a.id);
+    let nothing = dump(&group_path, b.id);
+    assert!(nothing.0.is_empty() && nothing.2.is_empty() && nothing.3.is_empty());
+    // Three entries a step: 10 entries take four steps, the last one reports current.
+    let mut steps = Vec::new();
+    loop {
+        let (count, current) = grouped.index_pending(b.id, 3).unwrap();
+        steps.push(count);
+        if current {
+            break;
+        }
+    }
+    assert_eq!(steps, [3, 3, 3, 1]);
+    assert_eq!(grouped.index_pending(b.id, 3).unwrap(), (0, true));
+    assert_eq!(grouped.history_sync(b.id).unwrap(), 0);
+    assert_eq!(dump(&group_path, b.id), expected);
 }

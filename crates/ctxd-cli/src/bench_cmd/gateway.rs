@@ -87,13 +87,16 @@ pub struct Row {
     pub target_met: Option<bool>,
     /// The gateway's own `ctxd_overhead_seconds` over this row's measured requests.
     pub overhead: Option<Overhead>,
+    /// The durable commit's cost: `ctxd_commit_wait_seconds`, how long each response's end
+    /// waited for its turn's commit, over this row's measured requests.
+    pub commit_wait: Option<Overhead>,
     /// The gateway's VmHWM after this row (a running peak).
     pub gateway_peak_rss_mb: Option<f64>,
     /// How long the gateway's store writer took to drain the warm-up's writes (the sessions'
     /// prefixes) before the measured phases began.
     pub warmup_drain_s: Option<f64>,
-    /// Writes still queued for the store when the row's load ended: a writer that cannot keep
-    /// up shows here (the requests themselves never wait for it).
+    /// Writes still queued for the store when the row's load ended, plus sessions whose
+    /// indexes the writer has still to catch up: a writer that cannot keep up shows here.
     pub store_queue_after: Option<f64>,
 }
 
@@ -243,7 +246,7 @@ impl Bench {
         // The measured phases start from a steady state: the warm-up wrote each session's whole
         // prefix (the history index with it), which a real session pays once, not per request.
         let warmup_drain_s = self.drain_store(Duration::from_secs(300))?;
-        let before = self.overhead();
+        let before = self.histograms();
         let slices = (args.duration / args.slice).ceil().max(1.0) as usize;
         let per_slice = ((args.rate * args.duration) / slices as f64)
             .round()
@@ -256,10 +259,16 @@ impl Bench {
             }
         }
         let store_queue_after = self.store_queue();
-        let overhead = match (before, self.overhead()) {
-            (Some(before), Some(after)) => Some(overhead(&after.since(&before))),
+        let after = self.histograms();
+        let since = |pick: fn(&Histograms) -> &Option<Histogram>| match (
+            before.as_ref().and_then(|b| pick(b).as_ref()),
+            after.as_ref().and_then(|a| pick(a).as_ref()),
+        ) {
+            (Some(before), Some(after)) => Some(overhead(&after.since(before))),
             _ => None,
         };
+        let overhead = since(|h| &h.overhead);
+        let commit_wait = since(|h| &h.commit_wait);
         if let Some(g) = self.gateway.as_mut() {
             if !g.alive() {
                 bail!("the gateway exited during the run{}", self.log_hint());
@@ -284,6 +293,7 @@ impl Bench {
             direct,
             gateway,
             overhead,
+            commit_wait,
             gateway_peak_rss_mb: self.gateway.as_ref().and_then(Gateway::peak_rss_mb),
             warmup_drain_s,
             store_queue_after,
@@ -319,17 +329,25 @@ impl Bench {
         Some(String::from_utf8_lossy(&text).into_owned())
     }
 
-    /// The gateway's overhead histogram now, if it exports one.
-    fn overhead(&self) -> Option<Histogram> {
-        metrics::parse(&self.scrape()?)
+    /// The gateway's histograms now, if it exports them.
+    fn histograms(&self) -> Option<Histograms> {
+        let text = self.scrape()?;
+        Some(Histograms {
+            overhead: metrics::parse(&text, metrics::OVERHEAD),
+            commit_wait: metrics::parse(&text, metrics::COMMIT_WAIT),
+        })
     }
 
-    /// Writes queued for the gateway's store now.
+    /// Writes queued for the gateway's store now, plus the sessions whose indexes its writer
+    /// has still to catch up.
     fn store_queue(&self) -> Option<f64> {
-        metrics::gauge(&self.scrape()?, "ctxd_store_queue_depth")
+        let text = self.scrape()?;
+        let queued = metrics::gauge(&text, "ctxd_store_queue_depth")?;
+        Some(queued + metrics::gauge(&text, "ctxd_store_index_backlog").unwrap_or(0.0))
     }
 
-    /// Wait until the gateway's store writer has nothing queued; the seconds it took.
+    /// Wait until the gateway's store writer has nothing queued and nothing left to index; the
+    /// seconds it took.
     fn drain_store(&self, limit: Duration) -> anyhow::Result<Option<f64>> {
         if self.gateway.is_none() {
             return Ok(None);
@@ -367,6 +385,12 @@ fn stats(samples: &[Sample]) -> Stats {
     }
 }
 
+/// One scrape's histograms.
+struct Histograms {
+    overhead: Option<Histogram>,
+    commit_wait: Option<Histogram>,
+}
+
 fn overhead(h: &Histogram) -> Overhead {
     Overhead {
         count: h.count,
@@ -378,7 +402,7 @@ fn overhead(h: &Histogram) -> Overhead {
 
 fn header() -> String {
     format!(
-        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>8} {:>8} {:>6}",
+        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>8} {:>8} {:>6}",
         "size",
         "mode",
         "requests",
@@ -387,6 +411,7 @@ fn header() -> String {
         "gateway p50/p99/max ms",
         "added p50/p99",
         "overhead mean/p50≤/p99≤",
+        "commit mean/p99≤",
         "peak MB",
         "drain s",
         "q end"
@@ -408,6 +433,10 @@ fn line(r: &Row) -> String {
             "-".to_owned(),
         ),
     };
+    let commit = r.commit_wait.as_ref().map_or_else(
+        || "-".to_owned(),
+        |o| format!("{} / {}", ms(o.mean_ms), ms(o.p99_le_ms)),
+    );
     let overhead = r.overhead.as_ref().map_or_else(
         || "-".to_owned(),
         |o| {
@@ -420,7 +449,7 @@ fn line(r: &Row) -> String {
         },
     );
     format!(
-        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>8} {:>8} {:>6}",
+        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>8} {:>8} {:>6}",
         size_label(r.size_bytes),
         if r.mode == Mode::Sse { "sse" } else { "json" },
         requests,
@@ -429,6 +458,7 @@ fn line(r: &Row) -> String {
         via,
         format!("{} / {}", ms(r.added_p50_ms), ms(r.added_p99_ms)),
         overhead,
+        commit,
         r.gateway_peak_rss_mb
             .map_or_else(|| "-".to_owned(), |m| format!("{m:.1}")),
         r.warmup_drain_s

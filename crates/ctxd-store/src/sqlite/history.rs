@@ -65,8 +65,10 @@ pub trait HistoryStore {
         session: SessionId,
     ) -> Result<Option<SessionMeta>, StoreError>;
 
-    /// Index the session's entries the index lacks (a session stored by a build that did not
-    /// index on append). Returns how many were indexed: 0 once the index is current.
+    /// Index the session's entries the derived indexes lack (appended by the gateway, which
+    /// leaves indexing to after its commit, or stored by a build that did not index on
+    /// append). Every history read calls it first. Returns how many were indexed: 0 once the
+    /// indexes are current.
     fn history_sync(&self, session: SessionId) -> Result<u64, StoreError>;
 
     /// The active branch (from the session's leaf) as lanes.
@@ -247,43 +249,7 @@ impl HistoryStore for SqliteStore {
 
     fn history_sync(&self, session: SessionId) -> Result<u64, StoreError> {
         let mut conn = self.conn();
-        let behind = |c: &rusqlite::Connection| -> rusqlite::Result<(i64, i64)> {
-            let last: i64 = c.query_row(
-                "SELECT COALESCE(MAX(seq), 0) FROM entries WHERE session_id = ?1",
-                params![session],
-                |r| r.get(0),
-            )?;
-            Ok((index::indexed_upto(c, session)?, last))
-        };
-        let (indexed, last) = behind(&conn)?;
-        if indexed >= last {
-            return Ok(0);
-        }
-        // IMMEDIATE: a second process syncing the same session waits, then finds nothing to do.
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let (indexed, _) = behind(&tx)?;
-        let mut count = 0u64;
-        {
-            let mut entries = tx.prepare(
-                "SELECT seq, id, parent, sidechain, body FROM entries \
-                 WHERE session_id = ?1 AND seq > ?2 ORDER BY seq",
-            )?;
-            let mut indexer = index::Indexer::new(&tx, session);
-            let mut rows = entries.query(params![session, indexed])?;
-            while let Some(r) = rows.next()? {
-                let id: String = r.get(1)?;
-                let parent: Option<String> = r.get(2)?;
-                let body: String = r.get(4)?;
-                let kind: EntryKind =
-                    serde_json::from_str(&body).map_err(|e| StoreError::Corrupt {
-                        id: id.clone(),
-                        message: e.to_string(),
-                    })?;
-                indexer.add(r.get(0)?, &id, parent.as_deref(), r.get(3)?, &kind)?;
-                count += 1;
-            }
-        }
-        tx.commit()?;
+        let (count, _) = sync_index(&mut conn, session, u64::MAX)?;
         Ok(count)
     }
 
@@ -503,4 +469,63 @@ impl HistoryStore for SqliteStore {
     ) -> Result<(), StoreError> {
         ranked::search(&self.conn(), session, fts_query, filter, branch, visit)
     }
+}
+
+impl SqliteStore {
+    /// Index at most `limit` of `session`'s entries the derived indexes lack, in one
+    /// transaction. Returns how many were indexed, and whether the session is now current.
+    /// The gateway's writer calls it between commits (its appends are `Indexing::Deferred`),
+    /// in steps small enough not to hold the store for long.
+    pub fn index_pending(&self, session: SessionId, limit: u64) -> Result<(u64, bool), StoreError> {
+        let mut conn = self.conn();
+        sync_index(&mut conn, session, limit)
+    }
+}
+
+/// Catch up at most `limit` entries of `session`'s derived indexes: (indexed, current now).
+fn sync_index(
+    conn: &mut rusqlite::Connection,
+    session: SessionId,
+    limit: u64,
+) -> Result<(u64, bool), StoreError> {
+    let behind = |c: &rusqlite::Connection| -> rusqlite::Result<(i64, i64)> {
+        let last: i64 = c.query_row(
+            "SELECT COALESCE(MAX(seq), 0) FROM entries WHERE session_id = ?1",
+            params![session],
+            |r| r.get(0),
+        )?;
+        Ok((index::indexed_upto(c, session)?, last))
+    };
+    let (indexed, last) = behind(conn)?;
+    if indexed >= last {
+        return Ok((0, true));
+    }
+    // IMMEDIATE: a second process syncing the same session waits, then finds nothing to do.
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let (indexed, last) = behind(&tx)?;
+    let mut count = 0u64;
+    let mut upto = indexed;
+    {
+        let mut entries = tx.prepare_cached(
+            "SELECT seq, id, parent, sidechain, body FROM entries \
+             WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        )?;
+        let mut indexer = index::Indexer::new(&tx, session);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut rows = entries.query(params![session, indexed, limit])?;
+        while let Some(r) = rows.next()? {
+            let id: String = r.get(1)?;
+            let parent: Option<String> = r.get(2)?;
+            let body: String = r.get(4)?;
+            let kind: EntryKind = serde_json::from_str(&body).map_err(|e| StoreError::Corrupt {
+                id: id.clone(),
+                message: e.to_string(),
+            })?;
+            upto = r.get(0)?;
+            indexer.add(upto, &id, parent.as_deref(), r.get(3)?, &kind)?;
+            count += 1;
+        }
+    }
+    tx.commit()?;
+    Ok((count, upto >= last))
 }

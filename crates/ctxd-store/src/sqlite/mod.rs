@@ -90,6 +90,45 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// Stop this connection's commits from checkpointing the WAL (SQLite's default runs a
+    /// checkpoint inside the commit that crosses 1,000 pages, an fsync and a copy of every page
+    /// on the committing thread). The caller runs a [`Checkpointer`] instead.
+    pub fn checkpoint_elsewhere(&self) -> Result<(), StoreError> {
+        let conn = self.conn();
+        let _pages: i64 = conn.query_row("PRAGMA wal_autocheckpoint=0", [], |r| r.get(0))?;
+        Ok(())
+    }
+}
+
+/// A second connection to a store's file that only checkpoints its WAL. WAL lets commits go on
+/// while a checkpoint copies pages, so on its own thread it never delays the store's writer
+/// (the store's one connection is not taken).
+pub struct Checkpointer {
+    conn: Connection,
+}
+
+impl Checkpointer {
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let conn = Connection::open(path).map_err(|e| StoreError::Open {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        conn.busy_timeout(std::time::Duration::from_secs(1))?;
+        Ok(Self { conn })
+    }
+
+    /// `PRAGMA wal_checkpoint(PASSIVE)`: copy what no reader still needs back into the database
+    /// without waiting for anyone. Returns the WAL's frames and how many are now copied.
+    pub fn passive(&self) -> Result<(i64, i64), StoreError> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                Ok((r.get(1)?, r.get(2)?))
+            })?)
+    }
+}
+
 /// A write transaction that takes the write lock at once (`BEGIN IMMEDIATE`), so a second
 /// writer (another process) waits for the busy timeout instead of failing on upgrade.
 pub(crate) fn write_transaction(

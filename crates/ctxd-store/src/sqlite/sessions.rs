@@ -3,7 +3,6 @@
 use rusqlite::{params, OptionalExtension, Row};
 
 use ctxd_core::model::{Entry, EntryId, EntryKind, Session, SessionMeta};
-use ctxd_core::text::entry_text;
 
 use super::{SqliteStore, NOW};
 use crate::{NewEntry, SessionId, SessionRecord, Store, StoreError};
@@ -146,7 +145,7 @@ impl Store for SqliteStore {
     ) -> Result<i64, StoreError> {
         let mut conn = self.conn();
         let tx = super::write_transaction(&mut conn)?;
-        let batch_no = append_in(&tx, session, batch, leaf)?;
+        let batch_no = append_in(&tx, session, batch, leaf, Indexing::Inline)?;
         tx.commit()?;
         Ok(batch_no)
     }
@@ -245,11 +244,22 @@ impl Store for SqliteStore {
 }
 
 /// [`Store::append`] inside the caller's transaction (or savepoint).
+/// Whether an append writes the derived indexes (full-text, history) in its own transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Indexing {
+    /// In the append's transaction (one-shot writers: the CLI, import).
+    Inline,
+    /// Later, by [`crate::HistoryStore::history_sync`] or [`SqliteStore::index_pending`]: the
+    /// commit holds only the log, so a writer someone waits for commits fast (the gateway).
+    Deferred,
+}
+
 pub(crate) fn append_in(
     conn: &rusqlite::Connection,
     session: SessionId,
     batch: &[NewEntry],
     leaf: Option<&EntryId>,
+    indexing: Indexing,
 ) -> Result<i64, StoreError> {
     let exists: Option<i64> = conn
         .prepare_cached("SELECT id FROM sessions WHERE id = ?1")?
@@ -267,18 +277,17 @@ pub(crate) fn append_in(
         .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?
         .unwrap_or((0, 1));
-    // The history index follows in the same transaction, unless it is behind (a session
-    // stored by an older build): `history_sync` catches that up on the first history read.
-    let index_current = super::history::index::indexed_upto(conn, session)? == seq;
+    // The indexes follow in the same transaction when asked and current (not behind: a
+    // session stored by an older build, or appended with `Indexing::Deferred`); otherwise
+    // `history_sync` catches them up later.
+    let index_current =
+        indexing == Indexing::Inline && super::history::index::indexed_upto(conn, session)? == seq;
     {
         let mut indexer = super::history::index::Indexer::new(conn, session);
         let mut insert = conn.prepare_cached(
                 "INSERT INTO entries (session_id, seq, id, parent, timestamp, sidechain, kind, body, raw, batch) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             )?;
-        let mut text_row =
-            conn.prepare_cached("INSERT INTO entry_text (session_id, seq) VALUES (?1, ?2)")?;
-        let mut fts = conn.prepare_cached("INSERT INTO entry_fts (rowid, text) VALUES (?1, ?2)")?;
         for new in batch {
             seq += 1;
             let e = &new.entry;
@@ -306,11 +315,6 @@ pub(crate) fn append_in(
                 }
                 other => other?,
             };
-            let text = entry_text(&e.kind);
-            if !text.is_empty() {
-                text_row.execute(params![session, seq])?;
-                fts.execute(params![conn.last_insert_rowid(), text])?;
-            }
             if index_current {
                 indexer.add(
                     seq,

@@ -1,10 +1,12 @@
-//! The gateway's own overhead histogram (`ctxd_overhead_seconds`) from its Prometheus
+//! The gateway's histograms (its own overhead, `ctxd_overhead_seconds`; the wait for the
+//! store's commit before a response ends, `ctxd_commit_wait_seconds`) from its Prometheus
 //! `/metrics`: buckets summed over label sets, diffed between two scrapes so each row shows its
 //! own requests.
 
 use std::collections::BTreeMap;
 
-const NAME: &str = "ctxd_overhead_seconds";
+pub const OVERHEAD: &str = "ctxd_overhead_seconds";
+pub const COMMIT_WAIT: &str = "ctxd_commit_wait_seconds";
 
 /// A cumulative histogram: upper bound (seconds) → count, plus sum and count.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -15,12 +17,12 @@ pub struct Histogram {
     pub count: f64,
 }
 
-/// Parses the exposition text; `None` when the histogram is absent.
-pub fn parse(text: &str) -> Option<Histogram> {
+/// Parses histogram `name` from the exposition text; `None` when it is absent.
+pub fn parse(text: &str, name: &str) -> Option<Histogram> {
     let mut buckets: BTreeMap<u64, (f64, f64)> = BTreeMap::new();
     let (mut sum, mut count, mut seen) = (0.0, 0.0, false);
-    for line in text.lines().filter(|l| l.starts_with(NAME)) {
-        let rest = &line[NAME.len()..];
+    for line in text.lines().filter(|l| l.starts_with(name)) {
+        let rest = &line[name.len()..];
         let Some(value) = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
             continue;
         };
@@ -139,7 +141,7 @@ other_metric 5
 
     #[test]
     fn sums_label_sets_and_bounds_quantiles() {
-        let h = parse(TEXT).unwrap();
+        let h = parse(TEXT, OVERHEAD).unwrap();
         assert_eq!(h.count, 21.0);
         assert_eq!(
             h.buckets,
@@ -149,7 +151,7 @@ other_metric 5
         assert_eq!(h.quantile_bound_ms(0.4), Some(0.5));
         assert_eq!(h.quantile_bound_ms(0.99), Some(f64::INFINITY));
         assert!((h.mean_ms().unwrap() - 1.0).abs() < 1e-9);
-        assert!(parse("other 1\n").is_none());
+        assert!(parse("other 1\n", OVERHEAD).is_none());
     }
 
     #[test]
@@ -161,7 +163,7 @@ other_metric 5
 
     #[test]
     fn diffs_between_scrapes() {
-        let later = parse(TEXT).unwrap();
+        let later = parse(TEXT, OVERHEAD).unwrap();
         let earlier = Histogram {
             buckets: vec![(0.0005, 10.0)],
             sum: 0.005,

@@ -1,11 +1,13 @@
-//! Writing the history index (`history_items`, `history_calls`, `history_trigram`) for entries
-//! in append order. `append` indexes its batch in its own transaction; `history_sync` uses the
-//! same code to catch up a session whose entries were stored before (by an older build).
+//! Writing the derived indexes (`entry_text` + `entry_fts` for ranked search, `history_items`,
+//! `history_calls`, `history_trigram`) for entries in append order. An inline `append` indexes
+//! its batch in its own transaction; `history_sync` and `index_pending` use the same code to
+//! catch up entries appended with `Indexing::Deferred` (the gateway) or by an older build.
 
 use rusqlite::{params, Connection, OptionalExtension};
 
 use ctxd_core::history::{item_facts, place, tool_calls, ParentPlace, Place};
 use ctxd_core::model::EntryKind;
+use ctxd_core::text::entry_text;
 
 use crate::{SessionId, StoreError};
 
@@ -45,6 +47,20 @@ impl<'c> Indexer<'c> {
         kind: &EntryKind,
     ) -> Result<(), StoreError> {
         let (conn, session) = (self.conn, self.session);
+        // Ranked search's full-text row. A store written by a build that filled it on append
+        // (before the history index) already has it: the mapping row's uniqueness skips it.
+        let text = entry_text(kind);
+        if !text.is_empty()
+            && conn
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO entry_text (session_id, seq) VALUES (?1, ?2)",
+                )?
+                .execute(params![session, seq])?
+                == 1
+        {
+            conn.prepare_cached("INSERT INTO entry_fts (rowid, text) VALUES (?1, ?2)")?
+                .execute(params![conn.last_insert_rowid(), text])?;
+        }
         let parent_place: Option<(i64, ParentPlace)> = match parent {
             None => None,
             Some(p) => match &mut self.prev {
