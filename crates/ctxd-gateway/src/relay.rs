@@ -252,15 +252,17 @@ impl TurnRecord {
             batch.extend(entries);
             let session = loaded.record.id;
             let stale = slot.stale.clone();
+            // Committed here when nothing else is writing (no hand-off to the writer thread);
+            // see `writer.rs`.
             if !batch.is_empty() {
-                app.writer.send(Job::Append {
+                app.writer.commit(Job::Append {
                     session,
                     entries: batch,
                     stale,
                     ack: Some(done),
                 });
             } else if let Some(leaf) = leaf {
-                app.writer.send(Job::SetLeaf {
+                app.writer.commit(Job::SetLeaf {
                     session,
                     leaf,
                     stale,

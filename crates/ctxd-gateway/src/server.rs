@@ -200,6 +200,10 @@ fn register_metrics() {
     );
     describe_histogram!("ctxd_store_group_writes", "Writes per store commit");
     describe_counter!("ctxd_store_write_errors_total", "Store writes that failed");
+    describe_counter!(
+        "ctxd_store_commits_total",
+        "Store commits, by who ran them: the request waiting for one, or the writer thread"
+    );
     describe_gauge!(
         "ctxd_store_index_backlog",
         "Sessions whose full-text and history indexes the writer has still to catch up"
@@ -241,6 +245,12 @@ fn register_metrics() {
     metrics::gauge!("ctxd_store_index_backlog").set(0.0);
     let _ = metrics::histogram!("ctxd_store_commit_seconds");
     let _ = metrics::histogram!("ctxd_store_group_writes");
+    let _ = metrics::histogram!("ctxd_store_index_seconds");
+    let _ = metrics::histogram!("ctxd_store_checkpoint_seconds");
+    metrics::gauge!("ctxd_store_wal_frames").set(0.0);
+    for by in ["request", "writer"] {
+        metrics::counter!("ctxd_store_commits_total", "by" => by).increment(0);
+    }
 }
 
 /// A bound, not yet serving gateway.
@@ -267,7 +277,10 @@ impl Server {
         getrandom::fill(&mut nonce).map_err(|e| StartError::Random(e.to_string()))?;
         let checkpoints = Checkpoints::start(&store, &settings.store)?;
         let engine = Arc::new(Engine::new(store));
-        let writer = Writer::start(engine.clone())?;
+        let writer = Writer::start(
+            engine.clone(),
+            settings.store_sync == ctxd_store::Durability::Normal,
+        )?;
         if !settings.listen.ip().is_loopback() {
             tracing::warn!(
                 listen = %settings.listen,

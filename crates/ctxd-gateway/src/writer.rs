@@ -1,24 +1,27 @@
-//! The store's one writer: a thread that appends the gateway's batches in the order they were
-//! queued, many sessions' batches in one transaction (group commit).
+//! The store's one writer: appends the gateway's batches in the order they were queued, many
+//! sessions' batches in one transaction (group commit).
 //!
-//! A completed response is *durable before acknowledged*: its batch carries an [`Ack`] the
-//! writer answers once the transaction holding it has committed, and the relay holds the
-//! response's terminal part back until then (`relay.rs`). A job with an ack (or a barrier) ends
-//! the writer's linger at once, so the wait is one commit, and everything queued meanwhile
-//! joins the next one. Jobs nobody waits for (a request's own new messages) linger up to
-//! [`LINGER`] to share a commit. A failed write marks that session's indexed copy stale (the
-//! next request reloads the store's truth) and answers its ack with the error, so the client
-//! gets an error instead of the end of a response the store does not hold.
+//! A completed response is *durable before acknowledged*: its batch carries an [`Ack`]
+//! answered once the transaction holding it has committed, and the relay holds the response's
+//! terminal part back until then (`relay.rs`). That commit is taken by the waiting request
+//! itself when it can ([`WriterHandle::commit`]: no commit or index step running, the store's
+//! connection free): it takes everything queued before it along, so the wait is one commit of
+//! a few dozen microseconds with no hand-off to another thread (on a busy machine each hand-off
+//! costs a scheduler wake-up, which was most of the wait). Otherwise the writer thread commits
+//! it with everything queued beside it. Jobs nobody waits for (a request's own new messages)
+//! linger up to [`LINGER`] to share a commit. A failed write marks that session's indexed copy
+//! stale (the next request reloads the store's truth) and answers its ack with the error, so
+//! the client gets an error instead of the end of a response the store does not hold.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ctxd_core::model::EntryId;
 use ctxd_engine::Engine;
-use ctxd_store::{GroupWrite, NewEntry, SessionId, SqliteStore};
+use ctxd_store::{GroupResult, GroupWrite, NewEntry, SessionId, SqliteStore};
 
 /// Answered with the outcome of the commit that held the job.
 pub type Ack = tokio::sync::oneshot::Sender<Result<(), String>>;
@@ -58,13 +61,33 @@ impl Job {
     }
 }
 
+/// What the writer thread and the requests share.
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when a job the writer thread should look at is queued.
+    ready: Condvar,
+    depth: AtomicUsize,
+    engine: Arc<Engine<SqliteStore>>,
+    /// Requests may commit their own awaited jobs (not with `synchronous=FULL`: an fsync on an
+    /// async worker would stall every request on it).
+    inline: bool,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// A commit or an index step is running (on the writer thread or in a request).
+    busy: bool,
+    /// The writer has stopped: jobs are refused.
+    stopped: bool,
+    /// Sessions appended by requests' own commits, for the writer's index backlog.
+    appended: Vec<SessionId>,
+}
+
 /// The handle requests queue jobs on.
 #[derive(Clone)]
 pub struct WriterHandle {
-    tx: mpsc::Sender<Job>,
-    depth: Arc<AtomicUsize>,
-    /// The writer's thread, unparked by a job someone waits for (it ends the linger early).
-    thread: std::thread::Thread,
+    shared: Arc<Shared>,
 }
 
 pub struct Writer {
@@ -73,19 +96,23 @@ pub struct Writer {
 }
 
 impl Writer {
-    pub fn start(engine: Arc<Engine<SqliteStore>>) -> std::io::Result<Self> {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let depth = Arc::new(AtomicUsize::new(0));
-        let thread_depth = depth.clone();
+    /// Start the writer thread. `inline`: requests may commit their own awaited jobs.
+    pub fn start(engine: Arc<Engine<SqliteStore>>, inline: bool) -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            ready: Condvar::new(),
+            depth: AtomicUsize::new(0),
+            engine,
+            inline,
+        });
+        let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("ctxd-writer".into())
-            .spawn(move || run(&engine, &rx, &thread_depth))?;
-        let handle = WriterHandle {
-            tx,
-            depth,
-            thread: thread.thread().clone(),
-        };
-        Ok(Writer { handle, thread })
+            .spawn(move || run(&thread_shared))?;
+        Ok(Writer {
+            handle: WriterHandle { shared },
+            thread,
+        })
     }
 
     pub fn handle(&self) -> WriterHandle {
@@ -103,23 +130,97 @@ impl Writer {
     }
 }
 
-impl WriterHandle {
-    pub fn send(&self, job: Job) {
-        let awaited = job.awaited();
-        self.depth.fetch_add(1, Ordering::Relaxed);
-        // Moved by increments, not set from `depth`: a set racing the writer's could leave the
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // Nothing holding this lock can leave the queue half-changed.
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn queued(&self, n: usize) {
+        self.depth.fetch_add(n, Ordering::Relaxed);
+        // Moved by increments, not set from `depth`: a set racing another could leave the
         // gauge at 0 with work queued.
-        metrics::gauge!("ctxd_store_queue_depth").increment(1.0);
-        if self.tx.send(job).is_err() {
-            self.depth.fetch_sub(1, Ordering::Relaxed);
-            metrics::gauge!("ctxd_store_queue_depth").decrement(1.0);
-            metrics::counter!("ctxd_store_write_errors_total").increment(1);
-            tracing::error!("store writer is stopped: a write was refused");
+        metrics::gauge!("ctxd_store_queue_depth").increment(n as f64);
+    }
+
+    fn dequeued(&self, n: usize) {
+        self.depth.fetch_sub(n, Ordering::Relaxed);
+        metrics::gauge!("ctxd_store_queue_depth").decrement(n as f64);
+    }
+}
+
+/// A job refused because the writer has stopped: its ack (dropped) answers with an error.
+fn refused() {
+    metrics::counter!("ctxd_store_write_errors_total").increment(1);
+    tracing::error!("store writer is stopped: a write was refused");
+}
+
+impl WriterHandle {
+    /// Queue `job` for the writer thread.
+    pub fn send(&self, job: Job) {
+        let shared = &self.shared;
+        let mut q = shared.lock();
+        if q.stopped {
+            drop(q);
+            refused();
             return;
         }
-        if awaited {
-            // Someone waits: a lingering writer commits now.
-            self.thread.unpark();
+        // The writer needs waking when it may be asleep on an empty queue, or lingering when
+        // someone now waits.
+        let wake = job.awaited() || q.jobs.is_empty();
+        q.jobs.push_back(job);
+        shared.queued(1);
+        drop(q);
+        if wake {
+            shared.ready.notify_one();
+        }
+    }
+
+    /// Commit `job` (one with an ack) now, in this thread, with everything queued before it,
+    /// when nothing else is writing; otherwise queue it for the writer thread. Its ack answers
+    /// either way.
+    pub fn commit(&self, job: Job) {
+        let shared = &self.shared;
+        if !shared.inline {
+            return self.send(job);
+        }
+        let mut q = shared.lock();
+        if q.stopped || q.busy || q.jobs.iter().any(|j| matches!(j, Job::Stop)) {
+            drop(q);
+            return self.send(job);
+        }
+        let taken = q.jobs.len();
+        let mut jobs: Vec<Job> = q.jobs.drain(..).collect();
+        jobs.push(job);
+        q.busy = true;
+        drop(q);
+        let store = shared.engine.store();
+        let appended = appended_sessions(&jobs);
+        let outcome = write_group(&jobs, |writes| store.try_write_group(writes));
+        let mut q = shared.lock();
+        q.busy = false;
+        match outcome {
+            Some(results) => {
+                metrics::counter!("ctxd_store_commits_total", "by" => "request").increment(1);
+                q.appended.extend(appended);
+                drop(q);
+                answer(jobs, results);
+                shared.dequeued(taken);
+                q = shared.lock();
+            }
+            None => {
+                // The store's connection is held (a session loading, a history read): the
+                // writer thread commits them, in their order, ahead of anything queued since.
+                shared.queued(1);
+                for job in jobs.into_iter().rev() {
+                    q.jobs.push_front(job);
+                }
+            }
+        }
+        let more = !q.jobs.is_empty();
+        drop(q);
+        if more {
+            shared.ready.notify_one();
         }
     }
 
@@ -131,7 +232,7 @@ impl WriterHandle {
     }
 
     pub fn depth(&self) -> usize {
-        self.depth.load(Ordering::Relaxed)
+        self.shared.depth.load(Ordering::Relaxed)
     }
 }
 
@@ -148,72 +249,121 @@ const MAX_GROUP: usize = 256;
 /// messages: their response's commit carries them at the latest).
 const LINGER: Duration = Duration::from_millis(20);
 
-fn run(engine: &Engine<SqliteStore>, rx: &mpsc::Receiver<Job>, depth: &AtomicUsize) {
-    let store = engine.store();
+fn run(shared: &Shared) {
+    let store = shared.engine.store();
     let mut backlog = IndexBacklog::default();
     let mut idle = false;
-    let mut stopping = false;
-    while !stopping {
-        let first = if backlog.is_empty() {
-            match rx.recv() {
-                Ok(job) => job,
-                Err(_) => break,
+    let mut q = shared.lock();
+    loop {
+        for session in q.appended.drain(..) {
+            backlog.add(session);
+        }
+        if q.busy {
+            // A request is committing: look again when it is done (it signals when it leaves
+            // jobs behind) or after a while (for the index backlog).
+            q = wait(shared, q, Some(IDLE));
+            continue;
+        }
+        if q.jobs.is_empty() {
+            if backlog.is_empty() {
+                q = wait(shared, q, None);
+            } else if idle {
+                // Idle: index a step, then look at the queue again.
+                q.busy = true;
+                drop(q);
+                backlog.step(store);
+                q = shared.lock();
+                q.busy = false;
+            } else {
+                let started = Instant::now();
+                q = wait(shared, q, Some(IDLE));
+                idle = q.jobs.is_empty() && started.elapsed() >= IDLE;
             }
-        } else if idle {
-            // Idle: index a step at a time, back to commits as soon as one is queued.
-            match rx.try_recv() {
-                Ok(job) => job,
-                Err(mpsc::TryRecvError::Empty) => {
-                    backlog.step(store);
-                    continue;
-                }
-                Err(mpsc::TryRecvError::Disconnected) => break,
-            }
-        } else {
-            match rx.recv_timeout(IDLE) {
-                Ok(job) => job,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    idle = true;
-                    continue;
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            }
-        };
+            continue;
+        }
         idle = false;
         // What is queued joins this commit (group commit). With nobody waiting the writer
-        // sleeps through the linger (requests queueing meanwhile wake no thread); a job someone
-        // waits for unparks it.
-        let mut jobs = vec![first];
-        let deadline = std::time::Instant::now() + LINGER;
+        // sleeps through the linger; a job someone waits for ends it.
+        let deadline = Instant::now() + LINGER;
         loop {
-            while jobs.len() < MAX_GROUP && !matches!(jobs.last(), Some(Job::Stop)) {
-                match rx.try_recv() {
-                    Ok(job) => jobs.push(job),
-                    Err(_) => break,
-                }
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if jobs.iter().any(Job::awaited) || jobs.len() >= MAX_GROUP || left.is_zero() {
+            let now = Instant::now();
+            if q.busy
+                || q.jobs.is_empty()
+                || q.jobs.len() >= MAX_GROUP
+                || q.jobs.iter().any(Job::awaited)
+                || now >= deadline
+            {
                 break;
             }
-            std::thread::park_timeout(left);
+            q = wait(shared, q, Some(deadline - now));
         }
-        stopping = matches!(jobs.last(), Some(Job::Stop));
+        if q.busy || q.jobs.is_empty() {
+            continue; // a request took them
+        }
+        let take = q
+            .jobs
+            .iter()
+            .position(|j| matches!(j, Job::Stop))
+            .map_or(q.jobs.len().min(MAX_GROUP), |stop| stop + 1);
+        let jobs: Vec<Job> = q.jobs.drain(..take).collect();
+        let stopping = matches!(jobs.last(), Some(Job::Stop));
+        q.busy = true;
+        drop(q);
+        for session in appended_sessions(&jobs) {
+            backlog.add(session);
+        }
         let count = jobs.len();
-        for job in &jobs {
-            if let Job::Append { session, .. } = job {
-                backlog.add(*session);
-            }
+        let results =
+            write_group(&jobs, |writes| Some(store.write_group(writes))).unwrap_or_default();
+        metrics::counter!("ctxd_store_commits_total", "by" => "writer").increment(1);
+        answer(jobs, results);
+        shared.dequeued(count);
+        q = shared.lock();
+        q.busy = false;
+        if stopping {
+            q.stopped = true;
+            // Jobs queued after the stop are dropped: their acks report an error.
+            let dropped = q.jobs.len();
+            q.jobs.clear();
+            shared.dequeued(dropped);
+            break;
         }
-        write_group(store, jobs);
-        depth.fetch_sub(count, Ordering::Relaxed);
-        metrics::gauge!("ctxd_store_queue_depth").decrement(count as f64);
         if backlog.overdue() {
+            q.busy = true;
+            drop(q);
             backlog.step(store);
+            q = shared.lock();
+            q.busy = false;
         }
     }
-    // Jobs queued after the stop are dropped with the channel: their acks report an error.
     // Sessions still behind are caught up by their next history read.
+}
+
+/// Wait for a signal, at most `limit`.
+fn wait<'a>(
+    shared: &'a Shared,
+    q: MutexGuard<'a, Queue>,
+    limit: Option<Duration>,
+) -> MutexGuard<'a, Queue> {
+    match limit {
+        None => shared.ready.wait(q).unwrap_or_else(|p| p.into_inner()),
+        Some(limit) => {
+            shared
+                .ready
+                .wait_timeout(q, limit)
+                .unwrap_or_else(|p| p.into_inner())
+                .0
+        }
+    }
+}
+
+fn appended_sessions(jobs: &[Job]) -> Vec<SessionId> {
+    jobs.iter()
+        .filter_map(|j| match j {
+            Job::Append { session, .. } => Some(*session),
+            _ => None,
+        })
+        .collect()
 }
 
 /// No commit for this long: the writer is idle and catches the indexes up.
@@ -288,51 +438,56 @@ impl IndexBacklog {
     }
 }
 
-/// Commit `jobs` in one transaction, then answer their acks and barriers.
-fn write_group(store: &SqliteStore, jobs: Vec<Job>) {
-    let mut writes = Vec::with_capacity(jobs.len());
-    let mut waiting = Vec::with_capacity(jobs.len());
-    let mut barriers = Vec::new();
-    for job in &jobs {
-        match job {
+/// Commit `jobs` with `commit`: each write's outcome, in order; `None` when `commit` wrote
+/// nothing (the store was busy).
+fn write_group(
+    jobs: &[Job],
+    commit: impl FnOnce(&[GroupWrite<'_>]) -> Option<GroupResult>,
+) -> Option<Vec<Result<(), String>>> {
+    let writes: Vec<GroupWrite<'_>> = jobs
+        .iter()
+        .filter_map(|job| match job {
             Job::Append {
                 session, entries, ..
-            } => writes.push(GroupWrite::Append {
+            } => Some(GroupWrite::Append {
                 session: *session,
                 entries,
             }),
-            Job::SetLeaf { session, leaf, .. } => writes.push(GroupWrite::SetLeaf {
+            Job::SetLeaf { session, leaf, .. } => Some(GroupWrite::SetLeaf {
                 session: *session,
                 leaf,
             }),
-            Job::Barrier(_) | Job::Stop => {}
-        }
-    }
-    let started = std::time::Instant::now();
+            Job::Barrier(_) | Job::Stop => None,
+        })
+        .collect();
+    let started = Instant::now();
     let results = if writes.is_empty() {
         Ok(Vec::new())
     } else {
-        store.write_group(&writes)
+        commit(&writes)?
     };
     if !writes.is_empty() {
         metrics::histogram!("ctxd_store_commit_seconds").record(started.elapsed().as_secs_f64());
         metrics::histogram!("ctxd_store_group_writes").record(writes.len() as f64);
     }
-    drop(writes);
-    let mut results = match results {
+    Some(match results {
         Ok(r) => r
             .into_iter()
             .map(|r| r.map_err(|e| e.to_string()))
             .collect(),
         Err(e) => {
             let e = e.to_string();
-            jobs.iter()
-                .filter(|j| matches!(j, Job::Append { .. } | Job::SetLeaf { .. }))
-                .map(|_| Err(e.clone()))
-                .collect::<Vec<_>>()
+            writes.iter().map(|_| Err(e.clone())).collect()
         }
-    }
-    .into_iter();
+    })
+}
+
+/// Answer the acks and barriers of `jobs` with `results` (one per write, in order), marking
+/// the sessions of failed writes stale.
+fn answer(jobs: Vec<Job>, results: Vec<Result<(), String>>) {
+    let mut results = results.into_iter();
+    let mut waiting = Vec::with_capacity(jobs.len());
+    let mut barriers = Vec::new();
     for job in jobs {
         match job {
             Job::Append {
@@ -408,7 +563,7 @@ mod tests {
             .open_session("t", "k", &SessionMeta::default())
             .unwrap();
         let engine = Arc::new(Engine::new(store));
-        let writer = Writer::start(engine.clone()).unwrap();
+        let writer = Writer::start(engine.clone(), true).unwrap();
         let h = writer.handle();
         // A job nobody waits for, then one somebody does: the ack ends the linger, and the
         // store holds both once it answers.
@@ -433,5 +588,70 @@ mod tests {
         let (tx, rx) = tokio::sync::oneshot::channel();
         h.send(append(record.id, vec![entry("c", Some("b"))], Some(tx)));
         assert!(rx.await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_request_commits_its_own_job_with_what_was_queued_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            SqliteStore::open(&dir.path().join("w.db"), ctxd_store::Durability::Normal).unwrap();
+        let record = store
+            .open_session("t", "k", &SessionMeta::default())
+            .unwrap();
+        let engine = Arc::new(Engine::new(store));
+        let writer = Writer::start(engine.clone(), true).unwrap();
+        let h = writer.handle();
+        // Nothing else writing (a fresh writer): committed in this thread, answered on return.
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        h.commit(append(record.id, vec![entry("p", None)], Some(tx)));
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            Ok(()),
+            "answered before commit returned"
+        );
+        // A request's own messages, queued (lingering), then its response: committed together
+        // in this thread, or by the writer thread if it took the queued job first; in order
+        // either way.
+        h.send(append(record.id, vec![entry("q", Some("p"))], None));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        h.commit(append(record.id, vec![entry("r", Some("q"))], Some(tx)));
+        assert_eq!(rx.await.unwrap(), Ok(()));
+        let ids: Vec<String> = engine
+            .store()
+            .load(record.id)
+            .unwrap()
+            .entries
+            .iter()
+            .map(|e| e.id.0.clone())
+            .collect();
+        assert_eq!(ids, ["p", "q", "r"]);
+        assert_eq!(h.depth(), 0);
+        // A failing write answers its ack with the error.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        h.commit(append(record.id, vec![entry("r", Some("q"))], Some(tx)));
+        assert!(rx.await.unwrap().is_err());
+        // After the stop, a commit is refused: its ack is dropped, never answered Ok.
+        writer.shutdown();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        h.commit(append(record.id, vec![entry("s", Some("r"))], Some(tx)));
+        assert!(rx.await.is_err());
+    }
+
+    #[tokio::test]
+    async fn without_inline_commits_the_writer_thread_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            SqliteStore::open(&dir.path().join("w.db"), ctxd_store::Durability::Full).unwrap();
+        let record = store
+            .open_session("t", "k", &SessionMeta::default())
+            .unwrap();
+        let engine = Arc::new(Engine::new(store));
+        let writer = Writer::start(engine.clone(), false).unwrap();
+        let h = writer.handle();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        h.commit(append(record.id, vec![entry("a", None)], Some(tx)));
+        assert_eq!(rx.await.unwrap(), Ok(()));
+        assert_eq!(engine.store().load(record.id).unwrap().entries.len(), 1);
+        writer.shutdown();
     }
 }

@@ -29,7 +29,7 @@ pub use error::StoreError;
 pub use notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::history::{HistoryRow, HistoryStore, Visit, WindowRow};
-pub use sqlite::{Checkpointer, Durability, GroupWrite, SqliteStore};
+pub use sqlite::{Checkpointer, Durability, GroupResult, GroupWrite, SqliteStore};
 
 /// The store's own id of a session (stable for the life of the store).
 pub type SessionId = i64;

@@ -33,31 +33,43 @@ pub enum GroupWrite<'a> {
 impl SqliteStore {
     /// Apply `writes` in order. The outer error is a transaction's own (a commit that failed);
     /// otherwise each write's result, in order.
-    pub fn write_group(
-        &self,
-        writes: &[GroupWrite<'_>],
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    pub fn write_group(&self, writes: &[GroupWrite<'_>]) -> GroupResult {
         let mut conn = self.conn();
-        if writes.len() > 1 {
-            let tx = super::write_transaction(&mut conn)?;
-            if writes.iter().try_for_each(|w| apply(&tx, w)).is_ok() {
-                tx.commit()?;
-                return Ok(writes.iter().map(|_| Ok(())).collect());
-            }
-            // Dropped: rolled back. Rare (a write the gateway's own checks let through), so
-            // the group is simply replayed one write per transaction to isolate it.
-        }
-        let mut results = Vec::with_capacity(writes.len());
-        for write in writes {
-            let tx = super::write_transaction(&mut conn)?;
-            let result = apply(&tx, write);
-            if result.is_ok() {
-                tx.commit()?;
-            }
-            results.push(result);
-        }
-        Ok(results)
+        write_group_in(&mut conn, writes)
     }
+
+    /// [`SqliteStore::write_group`] when the store's connection is free now; `None`, having
+    /// written nothing, when another call holds it (a caller that must not block, such as an
+    /// async worker, hands the group to a thread instead).
+    pub fn try_write_group(&self, writes: &[GroupWrite<'_>]) -> Option<GroupResult> {
+        let mut conn = self.try_conn()?;
+        Some(write_group_in(&mut conn, writes))
+    }
+}
+
+/// Each write's result in order, or the error of a transaction itself (a failed commit).
+pub type GroupResult = Result<Vec<Result<(), StoreError>>, StoreError>;
+
+fn write_group_in(conn: &mut rusqlite::Connection, writes: &[GroupWrite<'_>]) -> GroupResult {
+    if writes.len() > 1 {
+        let tx = super::write_transaction(conn)?;
+        if writes.iter().try_for_each(|w| apply(&tx, w)).is_ok() {
+            tx.commit()?;
+            return Ok(writes.iter().map(|_| Ok(())).collect());
+        }
+        // Dropped: rolled back. Rare (a write the gateway's own checks let through), so the
+        // group is simply replayed one write per transaction to isolate it.
+    }
+    let mut results = Vec::with_capacity(writes.len());
+    for write in writes {
+        let tx = super::write_transaction(conn)?;
+        let result = apply(&tx, write);
+        if result.is_ok() {
+            tx.commit()?;
+        }
+        results.push(result);
+    }
+    Ok(results)
 }
 
 fn apply(conn: &rusqlite::Connection, write: &GroupWrite<'_>) -> Result<(), StoreError> {

@@ -2,7 +2,7 @@
 
 mod group;
 pub(crate) mod history;
-pub use group::GroupWrite;
+pub use group::{GroupResult, GroupWrite};
 mod notes;
 mod sessions;
 
@@ -77,6 +77,15 @@ impl SqliteStore {
         self.conn
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The connection if no other call holds it now.
+    pub(crate) fn try_conn(&self) -> Option<MutexGuard<'_, Connection>> {
+        match self.conn.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     /// `PRAGMA integrity_check`: `ok`, or what is wrong.
