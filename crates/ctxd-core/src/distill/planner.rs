@@ -44,6 +44,8 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
     }
 
     let mut out = empty(run);
+    // Per item, its projection index (where later calls start).
+    let mut output_at: Vec<usize> = Vec::new();
     let start = out.run.prompt.map_or(0, |p| p + 1);
     for (at, vitem) in items.iter().enumerate().skip(start) {
         let ViewKind::Message {
@@ -112,13 +114,7 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
                     continue;
                 }
             }
-            let is_quoted = |t: &str| {
-                t.lines().any(|l| {
-                    quoted
-                        .get(signals::strip_line_number(l))
-                        .is_some_and(|&q| q > at)
-                })
-            };
+            let is_quoted = |t: &str| quoted_after(&quoted, t, at);
             let later_from = out
                 .run
                 .steps
@@ -148,13 +144,8 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
                 messages: 1,
             };
             if text.len() >= cfg.min_result_chars {
+                // Chunked once the pass is known to go ahead (below).
                 item.kind = ItemKind::Large;
-                item.chunks = chunk_output(&text);
-                item.forced = item
-                    .chunks
-                    .iter()
-                    .map(|c| !quoted.is_empty() && is_quoted(c.text(&text)))
-                    .collect();
             } else {
                 // A stub would not be shorter: nothing to gain.
                 let stub = super::render::output_stub(
@@ -168,6 +159,7 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
                 }
                 item.quoted = !quoted.is_empty() && is_quoted(&text);
             }
+            output_at.push(at);
             let _ = message;
             item.text = text;
             out.items.push(item);
@@ -199,8 +191,27 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
             exchanges(session, items, prompt, cfg, &memo, &mut out.items);
         }
     }
+    for (item, &at) in out.items.iter_mut().zip(&output_at) {
+        if item.kind == ItemKind::Large {
+            item.chunks = chunk_output(&item.text);
+            item.forced = item
+                .chunks
+                .iter()
+                .map(|c| !quoted.is_empty() && quoted_after(&quoted, c.text(&item.text), at))
+                .collect();
+        }
+    }
     ask(&mut out, cfg);
     out
+}
+
+/// Some line of `text` is quoted by a call after projection index `at`.
+fn quoted_after(quoted: &HashMap<String, usize>, text: &str, at: usize) -> bool {
+    text.lines().any(|l| {
+        quoted
+            .get(signals::strip_line_number(l))
+            .is_some_and(|&q| q > at)
+    })
 }
 
 /// The text blocks of a tool result, joined by newlines.
