@@ -246,14 +246,14 @@ fn write_text(
         "clf ms"
     )?;
     let line = |out: &mut dyn Write,
-                    name: &str,
-                    reqs: usize,
-                    all: &Sent,
-                    ctxd: &Sent,
-                    last: &Sent,
-                    rc: &Retention,
-                    rl: &Retention,
-                    ms: f64|
+                name: &str,
+                reqs: usize,
+                all: &Sent,
+                ctxd: &Sent,
+                last: &Sent,
+                rc: &Retention,
+                rl: &Retention,
+                ms: f64|
      -> std::io::Result<()> {
         writeln!(
             out,

@@ -101,6 +101,8 @@ pub struct Outcome {
     /// Time in the classifier (asking), and in the whole policy (plan, ask, decide).
     pub classifier_us: u64,
     pub policy_us: u64,
+    /// Items judged, by kind and reason: (count, characters before, characters after).
+    pub reasons: std::collections::BTreeMap<String, (usize, usize, usize)>,
     pub misses: Vec<Miss>,
 }
 
@@ -220,7 +222,9 @@ fn masked(p: &Projection<'_>, n: usize) -> HashSet<usize> {
         .items
         .iter()
         .enumerate()
-        .filter(|(_, it)| matches!(&it.kind, ViewKind::Message { content, .. } if has_results(content)))
+        .filter(
+            |(_, it)| matches!(&it.kind, ViewKind::Message { content, .. } if has_results(content)),
+        )
         .map(|(i, _)| i)
         .collect();
     let keep_from = with_results.len().saturating_sub(n);
@@ -230,7 +234,9 @@ fn masked(p: &Projection<'_>, n: usize) -> HashSet<usize> {
 /// The eval's own term scanner (kept apart from the local classifier's, so tuning the
 /// classifier never changes the measurement): paths, identifiers, numbers of 3+ digits.
 pub fn used_terms(text: &str, mut f: impl FnMut(&str)) {
-    for raw in text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-'))) {
+    for raw in
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-')))
+    {
         let t = raw.trim_matches(['.', '/', '-']);
         if t.len() < 3 {
             continue;
@@ -311,7 +317,12 @@ struct LineState {
 }
 
 /// Does the item of `raw_pos` show `line`, else does any shown result show it?
-fn visible(p: &Projection<'_>, w_pos: Option<usize>, line: &str, masked: Option<&HashSet<usize>>) -> bool {
+fn visible(
+    p: &Projection<'_>,
+    w_pos: Option<usize>,
+    line: &str,
+    masked: Option<&HashSet<usize>>,
+) -> bool {
     let mut found_item = false;
     for (i, item) in p.items.iter().enumerate() {
         if Some(item.entry) != w_pos {
@@ -321,7 +332,10 @@ fn visible(p: &Projection<'_>, w_pos: Option<usize>, line: &str, masked: Option<
         if masked.is_some_and(|m| m.contains(&i)) {
             break;
         }
-        if let ViewKind::Message { content, edited, .. } = &item.kind {
+        if let ViewKind::Message {
+            content, edited, ..
+        } = &item.kind
+        {
             if !edited || result_text(content).contains(line) {
                 return true;
             }
@@ -376,14 +390,24 @@ pub fn replay(session: &Session, opts: &Options<'_>) -> Outcome {
     for (k, entry) in entries.iter().enumerate() {
         let assistant = is_assistant(entry);
         let starts_request = assistant.is_some_and(|m| {
-            k == 0 || !entries[k - 1..k].iter().any(|p| is_assistant(p).is_some_and(|pm| same_response(pm, m)))
+            k == 0
+                || !entries[k - 1..k]
+                    .iter()
+                    .any(|p| is_assistant(p).is_some_and(|pm| same_response(pm, m)))
         });
         if starts_request {
             // A checkpoint first, when a tool batch just completed.
             let after_results = k > 0
                 && matches!(&entries[k - 1].kind, EntryKind::Message(m) if has_results(&m.content));
             if after_results {
-                run_pass(&mut work, Phase::MidRun, opts, &limits, &mut out, &mut drafts);
+                run_pass(
+                    &mut work,
+                    Phase::MidRun,
+                    opts,
+                    &limits,
+                    &mut out,
+                    &mut drafts,
+                );
             }
             out.requests += 1;
             let wb: Vec<usize> = (0..work.entries.len()).collect();
@@ -395,10 +419,16 @@ pub fn replay(session: &Session, opts: &Options<'_>) -> Outcome {
                 continue;
             };
             let mask_set = masked(&pr, opts.last_n);
-            out.all.add(&price(&request_keys(&pr, &mut tokens, None), &mut prev_all));
-            out.ctxd.add(&price(&request_keys(&pw, &mut tokens, None), &mut prev_ctxd));
-            out.last_n
-                .add(&price(&request_keys(&pr, &mut tokens, Some(&mask_set)), &mut prev_mask));
+            out.all
+                .add(&price(&request_keys(&pr, &mut tokens, None), &mut prev_all));
+            out.ctxd.add(&price(
+                &request_keys(&pw, &mut tokens, None),
+                &mut prev_ctxd,
+            ));
+            out.last_n.add(&price(
+                &request_keys(&pr, &mut tokens, Some(&mask_set)),
+                &mut prev_mask,
+            ));
 
             // What this response uses of earlier outputs.
             let mut used_text = String::new();
@@ -419,7 +449,9 @@ pub fn replay(session: &Session, opts: &Options<'_>) -> Outcome {
             used.sort_by_key(|u| (u.1, u.2));
             used.dedup_by_key(|u| (u.1, u.2));
             for (term, o, l) in used {
-                let Some(output) = outputs.get(&o) else { continue };
+                let Some(output) = outputs.get(&o) else {
+                    continue;
+                };
                 let line = output.lines[l].trim();
                 let state = lines.entry((o, l)).or_insert(LineState {
                     ctxd: true,
@@ -517,7 +549,14 @@ pub fn replay(session: &Session, opts: &Options<'_>) -> Outcome {
                 .iter()
                 .any(|b| matches!(b, ContentBlock::ToolCall { .. }));
             if !next_same && !calls {
-                run_pass(&mut work, Phase::RunEnd, opts, &limits, &mut out, &mut drafts);
+                run_pass(
+                    &mut work,
+                    Phase::RunEnd,
+                    opts,
+                    &limits,
+                    &mut out,
+                    &mut drafts,
+                );
             }
         }
     }
@@ -544,13 +583,25 @@ fn run_pass(
         return;
     }
     let asked = Instant::now();
-    let answered = opts
-        .runtime
-        .block_on(ask(&LocalClassifier, &plan, limits));
+    let answered = opts.runtime.block_on(ask(&LocalClassifier, &plan, limits));
     out.classifier_us += asked.elapsed().as_micros() as u64;
     let decisions = distill::decide(work, &plan, &answered.answers, &opts.config);
     out.passes += 1;
     out.edits += decisions.edits.len();
+    for r in &decisions.results {
+        let key = format!(
+            "{}/{}",
+            serde_json::to_value(r.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            r.reason
+        );
+        let e = out.reasons.entry(key).or_default();
+        e.0 += 1;
+        e.1 += r.before_chars;
+        e.2 += r.after_chars;
+    }
     out.saved_chars += decisions.saved_chars;
     out.classifier.add(&answered.usage);
     for kind in decisions.drafts(

@@ -139,6 +139,7 @@ pub fn decide(
                     Ok(a) => {
                         let p = yes(&a);
                         result.trace.push(format!("p{}", fmt_p(p)));
+                        // A later edit quotes it: its text stays verbatim.
                         if item.quoted {
                             result.reason = "quoted".to_owned();
                         } else if p >= cfg.small_keep {

@@ -146,6 +146,9 @@ pub enum ItemKind {
 pub struct Signals {
     /// A later call made this output out of date (what and when, in words).
     pub superseded: Option<String>,
+    /// Superseded only in part: a later edit replaced some text of the file this read shows
+    /// (the rest of the read is still the file's content).
+    pub partly: bool,
     /// The tool reported an error.
     pub is_error: bool,
     /// Assistant turns since the call (0: the call of the last turn).

@@ -122,6 +122,9 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
                 .position(|s| s.at > at)
                 .unwrap_or(out.run.steps.len());
             let signals = Signals {
+                partly: superseded
+                    .as_deref()
+                    .is_some_and(|s| s.starts_with(signals::PARTLY_PREFIX)),
                 superseded,
                 is_error: *is_error,
                 age_turns,
@@ -379,6 +382,10 @@ fn exchanges(
                 ok = false;
                 break;
             };
+            // Any edit: the exchange's outputs were already judged (ctxd's own edits) or what
+            // the model sees is not ours to restore (someone else's). The seed also omits
+            // exchanges holding ctxd's own edits; measured on the shared sessions that cut
+            // retention from 87% to 61% (docs/eval.md), so ctxd does not.
             if *edited {
                 ok = false;
                 break;

@@ -196,6 +196,10 @@ fn turns(n: usize) -> String {
     }
 }
 
+/// How [`superseded_by`] says a read was changed by a later edit that replaced text in it (not
+/// a whole rewrite).
+pub const PARTLY_PREFIX: &str = "part of this file was changed after this read";
+
 /// Why `call`'s output is out of date, judged from the calls after it (`later`, in order).
 pub fn superseded_by<'a>(call: &Call, later: impl IntoIterator<Item = &'a Call>) -> Option<String> {
     let read = read_path(&call.name, &call.arguments);
@@ -207,10 +211,17 @@ pub fn superseded_by<'a>(call: &Call, later: impl IntoIterator<Item = &'a Call>)
                 .into_iter()
                 .find(|e| same_path(e, p))
             {
-                return Some(format!(
-                    "this file was changed after this read ({} {e}, {after})",
-                    l.name
-                ));
+                let partial = l.arguments.as_object().is_some_and(|o| {
+                    QUOTE_KEYS.iter().any(|k| o.contains_key(*k))
+                        || o.values()
+                            .any(|v| v.as_str().is_some_and(|s| s.contains("*** Update File:")))
+                });
+                let what = if partial {
+                    PARTLY_PREFIX
+                } else {
+                    "this file was changed after this read"
+                };
+                return Some(format!("{what} ({} {e}, {after})", l.name));
             }
         }
         if l.name == call.name && l.arguments == call.arguments {
@@ -343,9 +354,14 @@ mod tests {
         let why = superseded_by(&read, [&other, &edit]).unwrap();
         assert_eq!(
             why,
-            "this file was changed after this read (Edit src/a.rs, 3 turns later)"
+            "part of this file was changed after this read (Edit src/a.rs, 3 turns later)"
         );
         assert_eq!(superseded_by(&read, [&other]), None);
+        let write = call("Write", json!({"file_path": "src/a.rs", "content": "x"}), 2);
+        assert_eq!(
+            superseded_by(&read, [&write]).unwrap(),
+            "this file was changed after this read (Write src/a.rs, 2 turns later)"
+        );
     }
 
     #[test]
