@@ -184,8 +184,7 @@ fn has_results(blocks: &[ContentBlock]) -> bool {
         .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
 }
 
-/// A request's keys: system, tools, items (`mask_before`: items with results at an index below
-/// it are masked).
+/// A request's keys: system, tools, items (`masked_items`: the items shown masked).
 fn request_keys(
     p: &Projection<'_>,
     tokens: &mut Tokens<'_>,
@@ -323,12 +322,10 @@ fn visible(
     line: &str,
     masked: Option<&HashSet<usize>>,
 ) -> bool {
-    let mut found_item = false;
     for (i, item) in p.items.iter().enumerate() {
         if Some(item.entry) != w_pos {
             continue;
         }
-        found_item = true;
         if masked.is_some_and(|m| m.contains(&i)) {
             break;
         }
@@ -341,7 +338,6 @@ fn visible(
             }
         }
     }
-    let _ = found_item;
     p.items.iter().enumerate().any(|(i, item)| {
         !masked.is_some_and(|m| m.contains(&i))
             && matches!(&item.kind, ViewKind::Message { content, .. }

@@ -49,9 +49,9 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
     let start = out.run.prompt.map_or(0, |p| p + 1);
     for (at, vitem) in items.iter().enumerate().skip(start) {
         let ViewKind::Message {
-            message,
             content,
             edited: false,
+            ..
         } = &vitem.kind
         else {
             continue;
@@ -163,7 +163,6 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
                 item.quoted = !quoted.is_empty() && is_quoted(&text);
             }
             output_at.push(at);
-            let _ = message;
             item.text = text;
             out.items.push(item);
         }

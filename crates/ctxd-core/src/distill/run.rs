@@ -126,8 +126,8 @@ pub fn is_steering(items: &[ViewItem<'_>], at: usize) -> bool {
     false
 }
 
-/// The text a prompt contributes to a question.
-pub fn prompt_text(m: &Message, content: &[ContentBlock]) -> String {
+/// The text a prompt contributes to a question (`content`: what the model sees of `_m`).
+pub fn prompt_text(_m: &Message, content: &[ContentBlock]) -> String {
     let mut out = String::new();
     for b in content {
         if let ContentBlock::Text { text } = b {
@@ -138,7 +138,6 @@ pub fn prompt_text(m: &Message, content: &[ContentBlock]) -> String {
         }
     }
     if out.trim().is_empty() {
-        let _ = m;
         return IMAGE_ONLY.to_owned();
     }
     out
@@ -146,14 +145,9 @@ pub fn prompt_text(m: &Message, content: &[ContentBlock]) -> String {
 
 /// Index of the prompt that started the run the projection ends in.
 pub fn find_run_start(items: &[ViewItem<'_>]) -> Option<usize> {
-    (0..items.len()).rev().find(|&i| {
-        shown(&items[i]).is_some_and(|(m, c)| {
-            is_prompt(m) && m.role == Role::User && {
-                let _ = c;
-                !is_steering(items, i)
-            }
-        })
-    })
+    (0..items.len())
+        .rev()
+        .find(|&i| shown(&items[i]).is_some_and(|(m, _)| is_prompt(m)) && !is_steering(items, i))
 }
 
 /// Clip to the last `max` characters (on a char boundary).
