@@ -117,6 +117,10 @@ pub enum Command {
     Recall(crate::recall_cmd::RecallArgs),
     /// Serve ctxd's tools (notes, history, recall, windows) over MCP on stdin/stdout.
     Mcp(crate::mcp_cmd::McpArgs),
+    /// Replay recorded sessions through distillation, as if live: tokens and cache-adjusted
+    /// cost with and without ctxd, retention of what the agent used afterwards, beside a
+    /// keep-the-last-N-outputs baseline.
+    Eval(crate::eval_cmd::EvalArgs),
     /// Measure import and report speed (MB/s, ms) and peak memory on session files.
     Bench(crate::bench_cmd::BenchArgs),
     /// Internal: one measured run in a child process, so each gets its own peak RSS.

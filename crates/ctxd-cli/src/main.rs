@@ -4,6 +4,7 @@
 
 mod bench_cmd;
 mod cli;
+mod eval_cmd;
 mod history_cmd;
 mod import_cmd;
 mod load;
@@ -61,6 +62,7 @@ fn main() -> ExitCode {
         cli::Command::History(cmd) => history_cmd::run(&cmd, &store),
         cli::Command::Recall(args) => recall_cmd::run(&args, &store),
         cli::Command::Mcp(args) => mcp_cmd::run(&args, &store),
+        cli::Command::Eval(args) => eval_cmd::run(&args),
         cli::Command::Bench(args) => bench_cmd::run(&args),
         cli::Command::BenchOne(args) => bench_cmd::run_one(&args),
         cli::Command::BenchGateway(args) => bench_cmd::gateway::run(&args),

@@ -154,6 +154,16 @@ pub enum EntryKind {
     },
 }
 
+impl EntryKind {
+    /// The message an entry records, if it is one.
+    pub fn as_message(&self) -> Option<&Message> {
+        match self {
+            EntryKind::Message(m) => Some(m),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Compaction {
     pub summary: String,

@@ -6,6 +6,7 @@
 //! the CLI and the MCP server are thin adapters over it. Model-facing tools are executed through
 //! one registry ([`tools`]).
 
+pub mod distill;
 mod error;
 pub mod history;
 pub mod import;

@@ -1,0 +1,339 @@
+//! `ctxd eval FILE...`: recorded sessions replayed through the distillation policy, measured
+//! against sending everything and against keep-the-last-N-outputs masking (see
+//! [`replay`] for what each figure means).
+
+mod replay;
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::Args;
+use serde::Serialize;
+
+use crate::load;
+use replay::{Miss, Outcome, Retention, Sent};
+
+/// The classifiers `--classifier` names.
+const CLASSIFIERS: &[&str] = &["local"];
+/// Misses listed per session in the text output.
+const TEXT_MISSES: usize = 3;
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Session files (every format `ctxd report` reads), or directories searched for them
+    /// (`*.jsonl`, `*.json`, `*.traj`).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Print JSON (schema `ctxd.eval/1`): per session and in total, with every miss.
+    #[arg(long)]
+    pub json: bool,
+    /// The classifier deciding what to keep: `local` (no network, no model files).
+    #[arg(long, value_name = "NAME", default_value = "local")]
+    pub classifier: String,
+    /// The baseline: keep the last N tool outputs, mask older ones (SWE-agent's rule).
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub baseline_last: usize,
+}
+
+#[derive(Serialize)]
+struct SessionRow {
+    file: String,
+    agent: String,
+    bytes: u64,
+    ms: f64,
+    #[serde(flatten)]
+    outcome: Outcome,
+}
+
+#[derive(Serialize, Default)]
+struct Total {
+    sessions: usize,
+    bytes: u64,
+    requests: usize,
+    all: Sent,
+    ctxd: Sent,
+    last_n: Sent,
+    retention_ctxd: Retention,
+    retention_last_n: Retention,
+    passes: usize,
+    edits: usize,
+    classifier_ms: f64,
+    policy_ms: f64,
+    seconds: f64,
+    mb_per_second: f64,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    schema: &'static str,
+    classifier: &'a str,
+    baseline_last: usize,
+    sessions: &'a [SessionRow],
+    total: &'a Total,
+}
+
+/// The session files named (directories searched, sorted).
+fn collect(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            walk(p, &mut out)?;
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    found.sort();
+    for p in found {
+        if p.is_dir() {
+            walk(&p, out)?;
+        } else if p
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| matches!(e, "jsonl" | "json" | "traj"))
+        {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        1.0
+    } else {
+        a / b
+    }
+}
+
+pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
+    if !CLASSIFIERS.contains(&args.classifier.as_str()) {
+        anyhow::bail!(
+            "unknown classifier {:?}: the classifiers are {}",
+            args.classifier,
+            CLASSIFIERS.join(", ")
+        );
+    }
+    let files = collect(&args.files)?;
+    if files.is_empty() {
+        anyhow::bail!("no session files found");
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()?;
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(files.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    let mut total = Total::default();
+    for path in &files {
+        if let Some(bar) = &bar {
+            bar.set_message(path.display().to_string());
+        }
+        let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let t0 = Instant::now();
+        let import = load::import(path)?;
+        let counter = load::tokenizer(&import.session);
+        let opts = replay::Options {
+            config: ctxd_core::distill::Config::default(),
+            last_n: args.baseline_last,
+            counter: &counter,
+            runtime: &runtime,
+        };
+        let outcome = replay::replay(&import.session, &opts);
+        let ms = t0.elapsed().as_secs_f64() * 1_000.0;
+        total.sessions += 1;
+        total.bytes += bytes;
+        total.requests += outcome.requests;
+        total.all.add(&outcome.all);
+        total.ctxd.add(&outcome.ctxd);
+        total.last_n.add(&outcome.last_n);
+        total.retention_ctxd.add(&outcome.retention_ctxd);
+        total.retention_last_n.add(&outcome.retention_last_n);
+        total.passes += outcome.passes;
+        total.edits += outcome.edits;
+        total.classifier_ms += outcome.classifier_us as f64 / 1_000.0;
+        total.policy_ms += outcome.policy_us as f64 / 1_000.0;
+        rows.push(SessionRow {
+            file: path.display().to_string(),
+            agent: import
+                .session
+                .meta
+                .agent
+                .map_or("unknown", |a| a.as_str())
+                .to_owned(),
+            bytes,
+            ms,
+            outcome,
+        });
+        if let Some(bar) = &bar {
+            bar.inc(1);
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    total.seconds = started.elapsed().as_secs_f64();
+    total.mb_per_second = total.bytes as f64 / 1e6 / total.seconds.max(1e-9);
+
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        let report = Report {
+            schema: "ctxd.eval/1",
+            classifier: &args.classifier,
+            baseline_last: args.baseline_last,
+            sessions: &rows,
+            total: &total,
+        };
+        serde_json::to_writer(&mut stdout, &report)?;
+        writeln!(stdout)?;
+        return Ok(());
+    }
+    write_text(&mut stdout, args, &rows, &total)?;
+    Ok(())
+}
+
+fn name_of(file: &str) -> String {
+    let name = Path::new(file)
+        .file_name()
+        .map_or_else(|| file.to_owned(), |n| n.to_string_lossy().into_owned());
+    if name.chars().count() > 28 {
+        let head: String = name.chars().take(27).collect();
+        format!("{head}…")
+    } else {
+        name
+    }
+}
+
+fn write_text(
+    out: &mut impl Write,
+    args: &EvalArgs,
+    rows: &[SessionRow],
+    total: &Total,
+) -> std::io::Result<()> {
+    let n = args.baseline_last;
+    writeln!(
+        out,
+        "ctxd eval: classifier {}, baseline last-{n} masking; tokens and cache-adjusted cost as a share of sending everything",
+        args.classifier
+    )?;
+    writeln!(
+        out,
+        "{:<28} {:>5} {:>11} {:>7} {:>7} {:>7} {:>7} {:>15} {:>15} {:>7}",
+        "session",
+        "reqs",
+        "all tokens",
+        "ctxd",
+        format!("last-{n}"),
+        "cost",
+        format!("last-{n}"),
+        "retained ctxd",
+        format!("last-{n}"),
+        "clf ms"
+    )?;
+    let line = |out: &mut dyn Write,
+                name: &str,
+                reqs: usize,
+                all: &Sent,
+                ctxd: &Sent,
+                last: &Sent,
+                rc: &Retention,
+                rl: &Retention,
+                ms: f64|
+     -> std::io::Result<()> {
+        writeln!(
+            out,
+            "{:<28} {:>5} {:>11} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>6.1}% {:>7} {:>6.1}% {:>7} {:>7.1}",
+            name,
+            reqs,
+            all.input_tokens,
+            ratio(ctxd.input_tokens as f64, all.input_tokens as f64),
+            ratio(last.input_tokens as f64, all.input_tokens as f64),
+            ratio(ctxd.cost, all.cost),
+            ratio(last.cost, all.cost),
+            rc.share() * 100.0,
+            format!("({}/{})", rc.retained, rc.used_lines),
+            rl.share() * 100.0,
+            format!("({}/{})", rl.retained, rl.used_lines),
+            ms
+        )
+    };
+    for r in rows {
+        let o = &r.outcome;
+        line(
+            out,
+            &name_of(&r.file),
+            o.requests,
+            &o.all,
+            &o.ctxd,
+            &o.last_n,
+            &o.retention_ctxd,
+            &o.retention_last_n,
+            o.classifier_us as f64 / 1_000.0,
+        )?;
+    }
+    line(
+        out,
+        "total",
+        total.requests,
+        &total.all,
+        &total.ctxd,
+        &total.last_n,
+        &total.retention_ctxd,
+        &total.retention_last_n,
+        total.classifier_ms,
+    )?;
+    writeln!(
+        out,
+        "{} sessions, {:.2} MB in {:.2} s: {:.1} MB/s; {} passes, {} edits; policy {:.1} ms, classifier {:.1} ms",
+        total.sessions,
+        total.bytes as f64 / 1e6,
+        total.seconds,
+        total.mb_per_second,
+        total.passes,
+        total.edits,
+        total.policy_ms,
+        total.classifier_ms
+    )?;
+    let misses: Vec<(&str, &Miss)> = rows
+        .iter()
+        .flat_map(|r| {
+            r.outcome
+                .misses
+                .iter()
+                .take(TEXT_MISSES)
+                .map(move |m| (r.file.as_str(), m))
+        })
+        .collect();
+    if !misses.is_empty() {
+        writeln!(out, "Misses (a few per session; all with --json):")?;
+        for (file, m) in misses {
+            writeln!(
+                out,
+                "  {} request {}: {} {} line {} ({}): {}",
+                name_of(file),
+                m.request,
+                m.tool,
+                m.entry,
+                m.line,
+                m.term,
+                m.text
+            )?;
+        }
+    }
+    Ok(())
+}

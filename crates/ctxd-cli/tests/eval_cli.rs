@@ -1,0 +1,166 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! `ctxd eval` on the real binary: a small Pi session of two runs, replayed as if live.
+
+mod common;
+
+use serde_json::{json, Value};
+
+/// Two runs: a 10-file grep whose answer cites two files, then a question that uses one of
+/// them and one the distillation dropped.
+fn session() -> String {
+    let mut lines = vec![
+        json!({"type": "session", "version": 3, "id": "eval-1", "timestamp": "2025-12-01T10:00:00.000Z", "cwd": "/work/demo"}),
+    ];
+    let mut parent: Option<String> = None;
+    let mut n = 0;
+    let mut push = |message: Value, lines: &mut Vec<Value>| {
+        n += 1;
+        let id = format!("m{n}");
+        lines.push(json!({"type": "message", "id": id, "parentId": parent, "timestamp": "2025-12-01T10:00:01.000Z", "message": message}));
+        parent = Some(id);
+    };
+    let assistant = |content: Value, n: usize| json!({"role": "assistant", "content": content, "api": "anthropic-messages", "provider": "anthropic", "model": "claude-sonnet-4-5", "responseId": format!("msg_{n}"), "stopReason": "stop", "timestamp": 1});
+    let mut grep = String::new();
+    for f in [
+        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
+    ] {
+        for k in 1..=8 {
+            grep.push_str(&format!(
+                "src/{f}.rs:{}:    let badge = render_badge_{f}_{k}(item);\n",
+                k * 10
+            ));
+        }
+    }
+    push(
+        json!({"role": "user", "content": "where is the badge rendered?", "timestamp": 1}),
+        &mut lines,
+    );
+    push(
+        assistant(
+            json!([{"type": "toolCall", "id": "c1", "name": "bash", "arguments": {"command": "rg -n badge src"}}]),
+            1,
+        ),
+        &mut lines,
+    );
+    push(
+        json!({"role": "toolResult", "toolCallId": "c1", "toolName": "bash", "content": [{"type": "text", "text": grep}], "isError": false, "timestamp": 1}),
+        &mut lines,
+    );
+    push(
+        assistant(
+            json!([{"type": "text", "text": "In src/charlie.rs (render_badge_charlie_3) and src/golf.rs."}]),
+            2,
+        ),
+        &mut lines,
+    );
+    push(
+        json!({"role": "user", "content": "change the third charlie badge", "timestamp": 1}),
+        &mut lines,
+    );
+    push(
+        assistant(
+            json!([{"type": "toolCall", "id": "c2", "name": "edit", "arguments": {"path": "src/charlie.rs", "old_string": "render_badge_charlie_3(item)", "new_string": "render_badge_charlie_3(item, true)"}}]),
+            3,
+        ),
+        &mut lines,
+    );
+    push(
+        json!({"role": "toolResult", "toolCallId": "c2", "toolName": "edit", "content": [{"type": "text", "text": "ok"}], "isError": false, "timestamp": 1}),
+        &mut lines,
+    );
+    push(
+        assistant(
+            json!([{"type": "text", "text": "Done; render_badge_india_5 may need the same change."}]),
+            4,
+        ),
+        &mut lines,
+    );
+    lines.iter().map(|l| l.to_string() + "\n").collect()
+}
+
+#[test]
+fn eval_replays_a_session_and_measures_savings_retention_and_the_baseline() {
+    let dir = common::fresh_dir("eval");
+    let file = dir.join("session.jsonl");
+    std::fs::write(&file, session()).unwrap();
+
+    let out = common::ctxd()
+        .args(["eval", "--json", "--baseline-last", "1"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema"], "ctxd.eval/1");
+    assert_eq!(v["classifier"], "local");
+    assert_eq!(v["baseline_last"], 1);
+    let s = &v["sessions"][0];
+    assert_eq!(s["agent"], "pi");
+    // Four responses, four requests.
+    assert_eq!(s["requests"], 4);
+    // The grep was distilled at the first run's end: the second run's requests are smaller.
+    let all = s["all"]["input_tokens"].as_u64().unwrap();
+    let ctxd = s["ctxd"]["input_tokens"].as_u64().unwrap();
+    assert!(ctxd < all * 8 / 10, "ctxd {ctxd} vs all {all}");
+    // Costs lie between every token read from the cache and every token written to it.
+    for v in ["all", "ctxd", "last_n"] {
+        let t = s[v]["input_tokens"].as_f64().unwrap();
+        let c = s[v]["cost"].as_f64().unwrap();
+        assert!(c > 0.1 * t && c < 1.25 * t, "{v}: cost {c} for {t} tokens");
+    }
+    // Sending everything only appends: each request reads the previous one from the cache.
+    // The edit after the first run makes ctxd's third request rewrite from the grep on.
+    assert!(s["all"]["cost"].as_f64().unwrap() < 0.7 * all as f64);
+    // One pass with something to judge: the first run's end (the second run has nothing).
+    assert_eq!(s["passes"], 1);
+    assert_eq!(s["reasons"]["large/chunks"][0], 1, "{}", s["reasons"]);
+    // Used lines: charlie_3 (kept: the answer cited it) and india_5 (dropped): one miss,
+    // listed with the entry `recall` takes.
+    assert_eq!(s["retention_ctxd"]["used_lines"], 2, "{s}");
+    assert_eq!(s["retention_ctxd"]["retained"], 1);
+    let miss = &s["misses"][0];
+    assert_eq!(miss["entry"], "m3");
+    assert_eq!(miss["term"], "render_badge_india_5");
+    assert_eq!(miss["request"], 4);
+    assert!(miss["text"]
+        .as_str()
+        .unwrap()
+        .starts_with("src/india.rs:50:"));
+    // The baseline keeps only the last output: the grep was still the last one when charlie_3
+    // was used, and masked behind the edit's output when india_5 was.
+    assert_eq!(s["retention_last_n"]["used_lines"], 2);
+    assert_eq!(s["retention_last_n"]["retained"], 1);
+    assert_eq!(v["total"]["sessions"], 1);
+    assert!(v["total"]["mb_per_second"].as_f64().unwrap() > 0.0);
+
+    // Text: the table, the throughput line and the miss.
+    let out = common::ctxd().args(["eval"]).arg(&dir).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("session.jsonl"), "{text}");
+    assert!(
+        text.contains("1 sessions,") && text.contains("MB/s"),
+        "{text}"
+    );
+    assert!(text.contains("render_badge_india_5"), "{text}");
+
+    // An unknown classifier is one line and exit code 2.
+    let out = common::ctxd()
+        .args(["eval", "--classifier", "gpt"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("unknown classifier \"gpt\""), "{err}");
+}

@@ -1,0 +1,427 @@
+//! Answers → decisions → drafts, under the seed's thresholds. A question without an answer
+//! keeps its item.
+
+use std::collections::BTreeMap;
+
+use super::record::{blocks_chars, ItemResult, Outcome as RecordOutcome, Record, Usage};
+use super::{planner, render, Answer, Config, Item, ItemKind, Missing, Phase, Plan, Target};
+use crate::model::{ContentBlock, EntryId, EntryKind, Session};
+
+pub use super::record::Outcome;
+
+/// What a pass decided: per item results, and the edits.
+#[derive(Clone, Debug, Default)]
+pub struct Decisions {
+    pub phase: Option<Phase>,
+    pub results: Vec<ItemResult>,
+    /// New content per entry (`None` omits it), in entry order.
+    pub edits: Vec<(EntryId, Option<Vec<ContentBlock>>)>,
+    pub saved_chars: usize,
+}
+
+impl Decisions {
+    /// The entries to append: the edits, then the record (when anything was judged).
+    pub fn drafts(&self, classifier: &str, usage: Usage, timed_out: bool) -> Vec<EntryKind> {
+        let mut out: Vec<EntryKind> = self
+            .edits
+            .iter()
+            .map(|(target, replacement)| EntryKind::ContextEdit {
+                target: target.clone(),
+                replacement: replacement.clone(),
+            })
+            .collect();
+        if !self.results.is_empty() {
+            out.push(
+                Record {
+                    v: 1,
+                    phase: self.phase.unwrap_or(Phase::RunEnd),
+                    classifier: classifier.to_owned(),
+                    saved_chars: self.saved_chars,
+                    usage,
+                    timed_out,
+                    results: self.results.clone(),
+                }
+                .to_entry(),
+            );
+        }
+        out
+    }
+}
+
+fn fmt_p(p: f32) -> String {
+    let s = format!("{:.2}", p.clamp(0.0, 1.0));
+    s.trim_start_matches('0').to_owned()
+}
+
+/// Decide every item of `plan` from `answers` (one per question; `Err` says why there is
+/// none).
+pub fn decide(
+    session: &Session,
+    plan: &Plan,
+    answers: &[Result<Answer, Missing>],
+    cfg: &Config,
+) -> Decisions {
+    let mut d = Decisions {
+        phase: Some(plan.phase),
+        results: plan.pinned.clone(),
+        ..Decisions::default()
+    };
+    // Per item, its questions' indices.
+    let mut by_item: Vec<Vec<usize>> = vec![Vec::new(); plan.items.len()];
+    for (q, question) in plan.questions.iter().enumerate() {
+        by_item[question.item].push(q);
+    }
+    // New content per (entry position, block).
+    let mut blocks: BTreeMap<usize, BTreeMap<usize, Vec<ContentBlock>>> = BTreeMap::new();
+    let mut exchange_omits: Vec<(usize, ItemResult)> = Vec::new();
+    for (i, item) in plan.items.iter().enumerate() {
+        let answer = |q: usize| answers.get(q).cloned().unwrap_or(Err(Missing::NoAnswer));
+        let recall_id = cfg.recall_id(&item.entry_id);
+        let mut result = ItemResult {
+            kind: item.kind,
+            entry_id: item.entry_id.0.clone(),
+            tool: item.tool.clone(),
+            label: item.label.clone(),
+            outcome: RecordOutcome::Kept,
+            reason: String::new(),
+            before_chars: item.before_chars,
+            after_chars: item.before_chars,
+            trace: Vec::new(),
+            omitted: Vec::new(),
+        };
+        match item.kind {
+            ItemKind::Image => {
+                let Some(content) = result_content(session, item) else {
+                    continue;
+                };
+                let sizes: Vec<_> = content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::Image(img) => Some((img.width, img.height)),
+                        _ => None,
+                    })
+                    .collect();
+                let tokens: u64 = content
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::Image(img) => Some(crate::tokens::image_tokens(img)),
+                        _ => None,
+                    })
+                    .sum();
+                let mut new = vec![ContentBlock::text(render::image_stub(
+                    &sizes,
+                    tokens,
+                    item.signals.age_turns,
+                    &recall_id,
+                ))];
+                new.extend(
+                    content
+                        .iter()
+                        .filter(|b| !matches!(b, ContentBlock::Image(_)))
+                        .cloned(),
+                );
+                result.after_chars = blocks_chars(&new);
+                result.outcome = RecordOutcome::Removed;
+                result.reason = format!("{} turns old", item.signals.age_turns);
+                blocks
+                    .entry(item.entry)
+                    .or_default()
+                    .insert(item.block, new);
+            }
+            ItemKind::Small => {
+                let qs = &by_item[i];
+                let a = qs
+                    .first()
+                    .map(|&q| answer(q))
+                    .unwrap_or(Err(Missing::NoAnswer));
+                match a {
+                    Err(m) => result.reason = m.as_str().to_owned(),
+                    Ok(a) => {
+                        let p = yes(&a);
+                        result.trace.push(format!("p{}", fmt_p(p)));
+                        // A later edit quotes it: its text stays verbatim.
+                        if item.quoted {
+                            result.reason = "quoted".to_owned();
+                        } else if p >= cfg.small_keep {
+                            result.reason = "needed".to_owned();
+                        } else {
+                            let why = match &item.signals.superseded {
+                                Some(s) => format!("out of date: {s}"),
+                                None => "judged no longer needed".to_owned(),
+                            };
+                            let stub = render::output_stub(
+                                &item.label,
+                                item.before_chars,
+                                &recall_id,
+                                &why,
+                            );
+                            result.outcome = RecordOutcome::Removed;
+                            result.reason = if item.signals.superseded.is_some() {
+                                "not-needed,superseded".to_owned()
+                            } else {
+                                "not-needed".to_owned()
+                            };
+                            result.after_chars = stub.len();
+                            blocks
+                                .entry(item.entry)
+                                .or_default()
+                                .insert(item.block, vec![ContentBlock::text(stub)]);
+                        }
+                    }
+                }
+            }
+            ItemKind::Exchange => {
+                let a = by_item[i]
+                    .first()
+                    .map(|&q| answer(q))
+                    .unwrap_or(Err(Missing::NoAnswer));
+                match a {
+                    Err(m) => result.reason = m.as_str().to_owned(),
+                    Ok(a) => {
+                        let p = yes(&a);
+                        result.trace.push(format!("p{}", fmt_p(p)));
+                        if p < cfg.exchange_omit {
+                            result.outcome = RecordOutcome::Omitted;
+                            result.reason = "unrelated".to_owned();
+                            exchange_omits.push((i, result));
+                            continue;
+                        }
+                        result.reason = "relevant".to_owned();
+                    }
+                }
+            }
+            ItemKind::Large => {
+                let keep = large(item, &by_item[i], plan, answers, cfg, &mut result);
+                if let Some(keep) = keep {
+                    let text = &item.text;
+                    let new_text = if keep.iter().any(|k| *k) {
+                        let base = session.entries[item.entry]
+                            .kind
+                            .as_message()
+                            .map_or(0, |m| planner::base_line(m, item.block));
+                        render::distilled(&item.label, &recall_id, text, &item.chunks, &keep, base)
+                    } else {
+                        let why = match &item.signals.superseded {
+                            Some(s) => format!("out of date: {s}"),
+                            None => "judged no longer needed".to_owned(),
+                        };
+                        render::output_stub(&item.label, item.before_chars, &recall_id, &why)
+                    };
+                    result.after_chars = new_text.len();
+                    blocks
+                        .entry(item.entry)
+                        .or_default()
+                        .insert(item.block, vec![ContentBlock::text(new_text)]);
+                }
+            }
+        }
+        d.results.push(result);
+    }
+
+    // Exchanges: together they must save enough, or they wait for a later run end.
+    let saving: usize = exchange_omits
+        .iter()
+        .map(|(i, _)| plan.items[*i].before_chars)
+        .sum();
+    for (i, mut result) in exchange_omits {
+        let item = &plan.items[i];
+        if saving < cfg.exchange_min_saving {
+            result.outcome = RecordOutcome::Kept;
+            result.reason = "deferred".to_owned();
+            d.results.push(result);
+            continue;
+        }
+        let prompt = match session.entries[item.entry].kind.as_message() {
+            Some(m) => super::run::prompt_text(m, &m.content),
+            None => String::new(),
+        };
+        let stub = render::exchange_stub(
+            &prompt,
+            item.messages,
+            item.before_chars / 4,
+            &cfg.recall_id(&item.entry_id),
+        );
+        result.after_chars = stub.len();
+        result.omitted = item
+            .omit
+            .iter()
+            .map(|&p| session.entries[p].id.0.clone())
+            .collect();
+        d.edits
+            .push((item.entry_id.clone(), Some(vec![ContentBlock::text(stub)])));
+        for &p in &item.omit {
+            d.edits.push((session.entries[p].id.clone(), None));
+        }
+        d.results.push(result);
+    }
+
+    // One edit per tool-result message, its other blocks as they are.
+    for (pos, new_blocks) in blocks {
+        let Some(m) = session.entries[pos].kind.as_message() else {
+            continue;
+        };
+        let mut content = m.content.clone();
+        for (b, new) in new_blocks {
+            if let Some(ContentBlock::ToolResult { content: c, .. }) = content.get_mut(b) {
+                *c = new;
+            }
+        }
+        d.edits
+            .push((session.entries[pos].id.clone(), Some(content)));
+    }
+    d.saved_chars = d
+        .results
+        .iter()
+        .map(|r| r.before_chars.saturating_sub(r.after_chars))
+        .sum();
+    d
+}
+
+fn yes(a: &Answer) -> f32 {
+    match a {
+        Answer::Yes(p) => *p,
+        Answer::Choice(ps) => ps.first().copied().unwrap_or(0.0),
+    }
+}
+
+fn result_content<'a>(session: &'a Session, item: &Item) -> Option<&'a [ContentBlock]> {
+    match session.entries[item.entry]
+        .kind
+        .as_message()?
+        .content
+        .get(item.block)?
+    {
+        ContentBlock::ToolResult { content, .. } => Some(content),
+        _ => None,
+    }
+}
+
+/// A large output's chunks to keep (`None`: keep it as it is), the result's reason and trace
+/// filled in.
+fn large(
+    item: &Item,
+    questions: &[usize],
+    plan: &Plan,
+    answers: &[Result<Answer, Missing>],
+    cfg: &Config,
+    result: &mut ItemResult,
+) -> Option<Vec<bool>> {
+    let n = item.chunks.len();
+    let mut p_chunk: Vec<Option<f32>> = vec![None; n];
+    let mut kw: Option<f32> = None;
+    let mut focus: Vec<(usize, usize, Vec<f32>)> = Vec::new();
+    for &q in questions {
+        let a = match answers.get(q) {
+            Some(Ok(a)) => a,
+            Some(Err(m)) => {
+                result.reason = m.as_str().to_owned();
+                return None;
+            }
+            None => {
+                result.reason = Missing::NoAnswer.as_str().to_owned();
+                return None;
+            }
+        };
+        match (plan.questions[q].target, a) {
+            (Target::Whole, a) => kw = Some(yes(a)),
+            (Target::Chunk(k), a) => p_chunk[k] = Some(yes(a)),
+            (Target::Focus { first, count }, Answer::Choice(ps)) => {
+                focus.push((first, count, ps.clone()));
+            }
+            (Target::Focus { .. }, Answer::Yes(_)) => {
+                result.reason = Missing::NoAnswer.as_str().to_owned();
+                return None;
+            }
+        }
+    }
+    let kw = kw.unwrap_or(0.0);
+    let mut keep = vec![false; n];
+    let mut reasons: Vec<&'static str> = Vec::new();
+    for (first, count, ps) in &focus {
+        let (best, p_best) = ps
+            .iter()
+            .copied()
+            .enumerate()
+            .fold(
+                (0, f32::MIN),
+                |acc, (i, p)| if p > acc.1 { (i, p) } else { acc },
+            );
+        let focus_name = if best < *count {
+            format!("chunk_{}", first + best + 1)
+        } else if best == *count {
+            "whole".to_owned()
+        } else {
+            "none".to_owned()
+        };
+        let seg = *first..first + count;
+        let mut seg_keep = 0usize;
+        for k in seg.clone() {
+            if item.forced.get(k).copied().unwrap_or(false)
+                || p_chunk[k].unwrap_or(1.0) >= cfg.chunk_keep
+            {
+                keep[k] = true;
+                seg_keep += 1;
+            }
+        }
+        let mut note = "";
+        if kw >= cfg.chunk_keep {
+            seg.clone().for_each(|k| keep[k] = true);
+            note = " (whole-needed)";
+            reasons.push("whole-needed");
+        } else if best == *count {
+            seg.clone().for_each(|k| keep[k] = true);
+            note = " (whole-chosen)";
+            reasons.push("whole-chosen");
+        } else if seg_keep == 0 && best < *count {
+            // No chunk passed its own question, and "none" did not win: keep the focus.
+            keep[first + best] = true;
+        } else if seg_keep == 0 && p_best < cfg.none_threshold {
+            // "none" won, but not clearly: keep the best chunk by its own answer.
+            if let Some(k) = seg.clone().max_by(|a, b| {
+                p_chunk[*a]
+                    .unwrap_or(0.0)
+                    .total_cmp(&p_chunk[*b].unwrap_or(0.0))
+            }) {
+                keep[k] = true;
+            }
+        }
+        let kept = seg.clone().filter(|k| keep[*k]).count();
+        result.trace.push(format!(
+            "kw{} focus={focus_name}:{} keep {kept}/{}{note}",
+            fmt_p(kw),
+            fmt_p(p_best),
+            seg.len()
+        ));
+    }
+    let total: usize = item.chunks.iter().map(|c| c.chars()).sum();
+    let kept_chars: usize = item
+        .chunks
+        .iter()
+        .zip(&keep)
+        .filter(|(_, k)| **k)
+        .map(|(c, _)| c.chars())
+        .sum();
+    let mut reason = |r: &'static str| {
+        reasons.push(r);
+        result.reason = reasons.join(",");
+    };
+    if keep.iter().all(|k| *k) {
+        if reasons.is_empty() {
+            reasons.push("all-chunks");
+        }
+        result.reason = reasons.join(",");
+        return None;
+    }
+    if !keep.iter().any(|k| *k) {
+        result.outcome = RecordOutcome::Removed;
+        reason("none-needed");
+        return Some(keep);
+    }
+    if kept_chars as f32 > cfg.max_keep_ratio * total as f32 {
+        reason("not-worth");
+        return None;
+    }
+    result.outcome = RecordOutcome::Distilled;
+    reason("chunks");
+    Some(keep)
+}

@@ -1,0 +1,573 @@
+//! [`plan`]: the items of a pass and the questions about them.
+
+use std::collections::{HashMap, HashSet};
+
+use super::chunk::{chunk_output, segments};
+use super::record::{blocks_chars, ItemResult, Outcome, Record};
+use super::run::{self, Call, Run};
+use super::signals;
+use super::{Ask, Batch, Config, Item, ItemKind, Phase, Plan, Question, Signals, Target};
+use crate::model::{ContentBlock, Message, Role, Session};
+use crate::view::{self, Item as ViewItem, ItemKind as ViewKind};
+
+/// Lay out the pass `phase` on `branch` (positions, root first).
+///
+/// Run end: every output of the run that is not already ctxd's (large, small), old images,
+/// old exchanges. Mid-run: outputs of the run at least `mid_run_min_age_turns` old not judged
+/// mid-run before, only when they reach `mid_run_batch_chars` and the break-even rule says the
+/// one-time cache rewrite pays off; otherwise an empty plan.
+pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> Plan {
+    let empty = |run: Run| Plan {
+        phase,
+        run,
+        items: Vec::new(),
+        questions: Vec::new(),
+        batches: Vec::new(),
+        pinned: Vec::new(),
+    };
+    let Ok(projection) = view::project_checked(session, branch) else {
+        return empty(Run::default());
+    };
+    let items = &projection.items;
+    let run = run::collect(items);
+    let memo = Memo::read(session, branch, run.prompt.map(|p| items[p].entry));
+
+    let mut calls: Vec<Call> = run.calls.values().cloned().collect();
+    calls.sort_by(|a, b| (a.at, &a.id).cmp(&(b.at, &b.id)));
+    // A quoted line → the last projection index of a call quoting it.
+    let mut quoted: HashMap<String, usize> = HashMap::new();
+    for c in &calls {
+        for line in signals::quoted_lines([c]) {
+            let at = quoted.entry(line).or_insert(c.at);
+            *at = (*at).max(c.at);
+        }
+    }
+
+    let mut out = empty(run);
+    // Per item, its projection index (where later calls start).
+    let mut output_at: Vec<usize> = Vec::new();
+    let start = out.run.prompt.map_or(0, |p| p + 1);
+    for (at, vitem) in items.iter().enumerate().skip(start) {
+        let ViewKind::Message {
+            content,
+            edited: false,
+            ..
+        } = &vitem.kind
+        else {
+            continue;
+        };
+        for (b, block) in content.iter().enumerate() {
+            let ContentBlock::ToolResult {
+                call_id,
+                tool_name,
+                content: result,
+                is_error,
+            } = block
+            else {
+                continue;
+            };
+            let text = result_text(result);
+            if text.len() < cfg.small_min_chars {
+                continue;
+            }
+            let call = out.run.calls.get(call_id);
+            let tool = call
+                .map(|c| c.name.clone())
+                .or_else(|| tool_name.clone())
+                .unwrap_or_else(|| "tool".to_owned());
+            let label =
+                call.map_or_else(|| tool.clone(), |c| signals::label(&c.name, &c.arguments));
+            let entry_id = session.entries[vitem.entry].id.clone();
+            let turn = call.map_or(out.run.turns, |c| c.turn);
+            let age_turns = out.run.turns.saturating_sub(turn + 1);
+            let later: Vec<&Call> = calls.iter().filter(|c| c.at > at).collect();
+            let superseded = call.and_then(|c| signals::superseded_by(c, later.iter().copied()));
+            let pinned_as = |reason: &str| ItemResult {
+                kind: if text.len() >= cfg.min_result_chars {
+                    ItemKind::Large
+                } else {
+                    ItemKind::Small
+                },
+                entry_id: entry_id.0.clone(),
+                tool: tool.clone(),
+                label: label.clone(),
+                outcome: Outcome::Kept,
+                reason: reason.to_owned(),
+                before_chars: text.len(),
+                after_chars: text.len(),
+                trace: Vec::new(),
+                omitted: Vec::new(),
+            };
+            if cfg.exclude_tools.iter().any(|t| t == &tool) {
+                out.pinned.push(pinned_as("pinned:excluded-tool"));
+                continue;
+            }
+            if phase == Phase::MidRun {
+                if age_turns < cfg.mid_run_min_age_turns
+                    || memo.mid_run.contains(entry_id.as_str())
+                    || tool == "recall"
+                {
+                    continue;
+                }
+                if *is_error && superseded.is_none() {
+                    out.pinned.push(pinned_as("pinned:error"));
+                    continue;
+                }
+            }
+            let is_quoted = |t: &str| quoted_after(&quoted, t, at);
+            let later_from = out
+                .run
+                .steps
+                .iter()
+                .position(|s| s.at > at)
+                .unwrap_or(out.run.steps.len());
+            let signals = Signals {
+                partly: superseded
+                    .as_deref()
+                    .is_some_and(|s| s.starts_with(signals::PARTLY_PREFIX)),
+                superseded,
+                is_error: *is_error,
+                age_turns,
+            };
+            let mut item = Item {
+                kind: ItemKind::Small,
+                entry: vitem.entry,
+                entry_id,
+                block: b,
+                tool,
+                label,
+                text: String::new(),
+                before_chars: text.len(),
+                later_from,
+                signals,
+                chunks: Vec::new(),
+                forced: Vec::new(),
+                quoted: false,
+                omit: Vec::new(),
+                messages: 1,
+            };
+            if text.len() >= cfg.min_result_chars {
+                // Chunked once the pass is known to go ahead (below).
+                item.kind = ItemKind::Large;
+            } else {
+                // A stub would not be shorter: nothing to gain.
+                let stub = super::render::output_stub(
+                    &item.label,
+                    text.len(),
+                    &cfg.recall_id(&item.entry_id),
+                    "judged no longer needed",
+                );
+                if stub.len() >= text.len() {
+                    continue;
+                }
+                item.quoted = !quoted.is_empty() && is_quoted(&text);
+            }
+            output_at.push(at);
+            item.text = text;
+            out.items.push(item);
+        }
+    }
+
+    if phase == Phase::MidRun {
+        let pending: usize = out.items.iter().map(|i| i.before_chars).sum();
+        let first = out.items.first().map(|i| i.entry);
+        let rewrite: usize = match first {
+            Some(first) => items
+                .iter()
+                .skip_while(|it| it.entry != first)
+                .map(item_chars)
+                .sum(),
+            None => 0,
+        };
+        let pays = pending >= cfg.mid_run_batch_chars
+            && pending.saturating_mul(out.run.turns.max(1))
+                >= cfg.break_even_factor.saturating_mul(rewrite);
+        if !pays {
+            out.items.clear();
+            out.pinned.clear();
+            return out;
+        }
+    } else {
+        images(session, items, cfg, &mut out.items);
+        if let Some(prompt) = out.run.prompt {
+            exchanges(session, items, prompt, cfg, &memo, &mut out.items);
+        }
+    }
+    for (item, &at) in out.items.iter_mut().zip(&output_at) {
+        if item.kind == ItemKind::Large {
+            item.chunks = chunk_output(&item.text);
+            item.forced = item
+                .chunks
+                .iter()
+                .map(|c| !quoted.is_empty() && quoted_after(&quoted, c.text(&item.text), at))
+                .collect();
+        }
+    }
+    ask(&mut out, cfg);
+    out
+}
+
+/// Some line of `text` is quoted by a call after projection index `at`.
+fn quoted_after(quoted: &HashMap<String, usize>, text: &str, at: usize) -> bool {
+    text.lines().any(|l| {
+        quoted
+            .get(signals::strip_line_number(l))
+            .is_some_and(|&q| q > at)
+    })
+}
+
+/// The text blocks of a tool result, joined by newlines.
+pub fn result_text(blocks: &[ContentBlock]) -> String {
+    let mut out = String::new();
+    for b in blocks {
+        if let ContentBlock::Text { text } = b {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(text);
+        }
+    }
+    out
+}
+
+fn item_chars(item: &ViewItem<'_>) -> usize {
+    match &item.kind {
+        ViewKind::Message { content, .. } => blocks_chars(content),
+        ViewKind::Summary { text, .. } => text.len(),
+    }
+}
+
+/// What earlier records on the branch say was judged.
+struct Memo {
+    /// Entries judged at a checkpoint (with an answer).
+    mid_run: HashSet<String>,
+    /// Exchange prompts judged in this run (not deferred).
+    exchanges: HashSet<String>,
+}
+
+impl Memo {
+    fn read(session: &Session, branch: &[usize], prompt_entry: Option<usize>) -> Self {
+        let mut memo = Memo {
+            mid_run: HashSet::new(),
+            exchanges: HashSet::new(),
+        };
+        let after = prompt_entry
+            .and_then(|p| branch.iter().position(|&q| q == p))
+            .unwrap_or(0);
+        for &p in &branch[after..] {
+            let Some(r) = session
+                .entries
+                .get(p)
+                .and_then(|e| Record::from_entry(&e.kind))
+            else {
+                continue;
+            };
+            for res in &r.results {
+                let unanswered = ["no-answer", "error", "timeout"]
+                    .iter()
+                    .any(|m| res.reason.split(',').any(|r| r == *m));
+                if r.phase == Phase::MidRun && res.kind != ItemKind::Exchange && !unanswered {
+                    memo.mid_run.insert(res.entry_id.clone());
+                }
+                if res.kind == ItemKind::Exchange && !unanswered && res.reason != "deferred" {
+                    memo.exchanges.insert(res.entry_id.clone());
+                }
+            }
+        }
+        memo
+    }
+}
+
+/// Tool results with images that at least `image_keep_turns` assistant messages follow.
+fn images(session: &Session, items: &[ViewItem<'_>], cfg: &Config, out: &mut Vec<Item>) {
+    let mut after = 0usize; // assistant messages after the item
+    let mut found = Vec::new();
+    for vitem in items.iter().rev() {
+        let Some((m, content)) = run::shown(vitem) else {
+            continue;
+        };
+        if m.role == Role::Assistant {
+            after += 1;
+            continue;
+        }
+        if after < cfg.image_keep_turns {
+            continue;
+        }
+        let ViewKind::Message { edited: false, .. } = &vitem.kind else {
+            continue;
+        };
+        for (b, block) in content.iter().enumerate() {
+            if let ContentBlock::ToolResult {
+                call_id,
+                tool_name,
+                content,
+                ..
+            } = block
+            {
+                let n = content
+                    .iter()
+                    .filter(|c| matches!(c, ContentBlock::Image(_)))
+                    .count();
+                if n == 0 {
+                    continue;
+                }
+                let entry_id = session.entries[vitem.entry].id.clone();
+                let tool = tool_name.clone().unwrap_or_else(|| "tool".to_owned());
+                found.push(Item {
+                    kind: ItemKind::Image,
+                    entry: vitem.entry,
+                    entry_id,
+                    block: b,
+                    label: format!("{tool} ({call_id})"),
+                    tool,
+                    text: String::new(),
+                    before_chars: blocks_chars(content),
+                    later_from: 0,
+                    signals: Signals {
+                        age_turns: after,
+                        ..Signals::default()
+                    },
+                    chunks: Vec::new(),
+                    forced: Vec::new(),
+                    quoted: false,
+                    omit: Vec::new(),
+                    messages: 1,
+                });
+            }
+        }
+    }
+    found.reverse();
+    out.extend(found);
+}
+
+/// Old exchanges before the run's prompt (`prompt`, a projection index) that may be omitted.
+fn exchanges(
+    session: &Session,
+    items: &[ViewItem<'_>],
+    prompt: usize,
+    cfg: &Config,
+    memo: &Memo,
+    out: &mut Vec<Item>,
+) {
+    // Starts of exchanges: prompts that are not steering messages.
+    let starts: Vec<usize> = (0..prompt)
+        .filter(|&i| {
+            run::shown(&items[i]).is_some_and(|(m, _)| run::is_prompt(m))
+                && !run::is_steering(items, i)
+        })
+        .collect();
+    let eligible = starts.len().saturating_sub(cfg.keep_recent_exchanges);
+    for (k, &s) in starts[..eligible].iter().enumerate() {
+        let end = starts.get(k + 1).copied().unwrap_or(prompt);
+        let span = &items[s..end];
+        let entry_id = session.entries[items[s].entry].id.clone();
+        if memo.exchanges.contains(entry_id.as_str()) {
+            continue;
+        }
+        // Every item as written (nobody's edit, no summary inside), completed, no correction.
+        let mut ok = true;
+        let mut chars = 0usize;
+        let mut last_calls = false;
+        let mut last_text = String::new();
+        let mut prompt_text = String::new();
+        let mut tools: Vec<String> = Vec::new();
+        for (j, it) in span.iter().enumerate() {
+            let ViewKind::Message {
+                message,
+                content,
+                edited,
+            } = &it.kind
+            else {
+                ok = false;
+                break;
+            };
+            // Any edit: the exchange's outputs were already judged (ctxd's own edits) or what
+            // the model sees is not ours to restore (someone else's). The seed also omits
+            // exchanges holding ctxd's own edits; measured on the shared sessions that cut
+            // retention from 87% to 61% (docs/eval.md), so ctxd does not.
+            if *edited {
+                ok = false;
+                break;
+            }
+            chars += blocks_chars(content);
+            if run::is_prompt(message) {
+                let t = run::prompt_text(message, content);
+                if signals::is_correction(&t) {
+                    ok = false;
+                    break;
+                }
+                if j == 0 {
+                    prompt_text = t;
+                }
+            }
+            if message.role == Role::Assistant {
+                last_calls = run::has_calls(message, content);
+                let t = run::message_text(message);
+                if !t.trim().is_empty() {
+                    last_text = t;
+                }
+                for b in content.iter() {
+                    if let ContentBlock::ToolCall {
+                        name, arguments, ..
+                    } = b
+                    {
+                        if tools.len() < 20 {
+                            tools.push(signals::label(name, arguments));
+                        }
+                    }
+                }
+            }
+        }
+        if !ok || last_calls || chars < cfg.exchange_min_chars {
+            continue;
+        }
+        let messages = span.len();
+        let stub = super::render::exchange_stub(
+            &prompt_text,
+            messages,
+            chars / 4,
+            &cfg.recall_id(&entry_id),
+        );
+        if stub.len() >= chars {
+            continue;
+        }
+        let mut text = String::new();
+        text.push_str("prompt: ");
+        text.push_str(run::clip_head(&prompt_text, 600));
+        if !tools.is_empty() {
+            text.push_str("\ntools: ");
+            text.push_str(&tools.join("; "));
+        }
+        if !last_text.is_empty() {
+            text.push_str("\nanswer: ");
+            text.push_str(run::clip_head(&last_text, 800));
+        }
+        out.push(Item {
+            kind: ItemKind::Exchange,
+            entry: items[s].entry,
+            entry_id,
+            block: 0,
+            tool: "exchange".to_owned(),
+            label: format!("exchange \"{}\"", run::clip_head(prompt_text.trim(), 60)),
+            text,
+            before_chars: chars,
+            later_from: 0,
+            signals: Signals::default(),
+            chunks: Vec::new(),
+            forced: Vec::new(),
+            quoted: false,
+            omit: span[1..].iter().map(|it| it.entry).collect(),
+            messages,
+        });
+    }
+}
+
+/// The questions of the plan's items, in batches.
+fn ask(plan: &mut Plan, cfg: &Config) {
+    let run_end = plan.phase == Phase::RunEnd;
+    let mut wholes: Vec<usize> = Vec::new();
+    for (i, item) in plan.items.iter().enumerate() {
+        match item.kind {
+            ItemKind::Image => {}
+            ItemKind::Small | ItemKind::Exchange => wholes.push(i),
+            ItemKind::Large => {
+                for (s, seg) in segments(
+                    &item.chunks,
+                    cfg.max_segment_chars,
+                    cfg.max_chunks_per_segment,
+                )
+                .into_iter()
+                .enumerate()
+                {
+                    let mut batch = Batch {
+                        questions: Vec::new(),
+                        chars: item.chunks[seg.clone()].iter().map(|c| c.chars()).sum(),
+                    };
+                    let mut push = |q: Question| {
+                        batch.questions.push(plan.questions.len());
+                        plan.questions.push(q);
+                    };
+                    if s == 0 {
+                        push(Question {
+                            item: i,
+                            target: Target::Whole,
+                            ask: Ask::YesNo,
+                            text: format!(
+                                "Is the whole output of {} still needed, as it is, for user_question?",
+                                item.label
+                            ),
+                        });
+                    }
+                    let mut options: Vec<String> =
+                        seg.clone().map(|k| format!("chunk_{}", k + 1)).collect();
+                    options.push("whole".to_owned());
+                    options.push("none".to_owned());
+                    push(Question {
+                        item: i,
+                        target: Target::Focus {
+                            first: seg.start,
+                            count: seg.len(),
+                        },
+                        ask: Ask::Choice(options),
+                        text: "Which part of this output matters most for the work: one chunk, the whole output, or none of it?".to_owned(),
+                    });
+                    for k in seg {
+                        let text = if run_end {
+                            format!("Does chunk_{} contain anything final_answer relies on, or that a likely follow-up would need?", k + 1)
+                        } else {
+                            format!("To finish user_question, will the agent still need the lines in chunk_{}? Lines that are out of date or that the agent has already acted on and moved past are not needed.", k + 1)
+                        };
+                        push(Question {
+                            item: i,
+                            target: Target::Chunk(k),
+                            ask: Ask::YesNo,
+                            text,
+                        });
+                    }
+                    plan.batches.push(batch);
+                }
+            }
+        }
+    }
+    let mut batch = Batch::default();
+    for i in wholes {
+        let item = &plan.items[i];
+        let chars = item.text.len().min(4_000);
+        if !batch.questions.is_empty()
+            && (batch.chars + chars > cfg.max_segment_chars
+                || batch.questions.len() >= cfg.max_chunks_per_segment)
+        {
+            plan.batches.push(std::mem::take(&mut batch));
+        }
+        let text = match (item.kind, run_end) {
+            (ItemKind::Exchange, _) => "Is this exchange still relevant to the current work (user_question and what the agent is doing for it)? Relevant means the agent may need its details: the same files, task, decisions or facts.".to_owned(),
+            (_, true) => "Does this output contain anything that final_answer relies on, or that a likely follow-up would need? An output marked superseded is out of date.".to_owned(),
+            (_, false) => "Will the agent still need this output? An output marked superseded is out of date.".to_owned(),
+        };
+        batch.questions.push(plan.questions.len());
+        batch.chars += chars;
+        plan.questions.push(Question {
+            item: i,
+            target: Target::Whole,
+            ask: Ask::YesNo,
+            text,
+        });
+    }
+    if !batch.questions.is_empty() {
+        plan.batches.push(batch);
+    }
+}
+
+/// Lines of the recalled text of a message before its block `b` (where an output starts).
+pub fn base_line(message: &Message, b: usize) -> usize {
+    let before = Message::new(
+        message.role,
+        message.content[..b.min(message.content.len())].to_vec(),
+    );
+    let text = crate::recall::entry_text(&crate::model::EntryKind::Message(before));
+    if text.is_empty() {
+        0
+    } else {
+        text.split('\n').count()
+    }
+}

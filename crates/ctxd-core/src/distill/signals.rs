@@ -1,0 +1,410 @@
+//! What tool calls say about outputs: labels, superseded outputs, text a later edit quotes, and
+//! user corrections (pinned).
+//!
+//! Tools are recognised by their arguments as much as by their names, so the rules work for
+//! every agent: a read names a file (`path`, `file_path`, …) under a read-like name (or is a
+//! shell `cat`/`head`/`tail`/`nl`/`sed -n` of one file), an edit names a file under an edit-like
+//! name (or carries a `*** Update File:` patch), a command is a `command`/`cmd` argument.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use super::run::Call;
+
+const PATH_KEYS: &[&str] = &[
+    "path",
+    "file_path",
+    "filePath",
+    "file",
+    "filename",
+    "notebook_path",
+];
+const QUOTE_KEYS: &[&str] = &[
+    "old_string",
+    "old_str",
+    "oldText",
+    "old_text",
+    "search",
+    "old",
+];
+/// Quoted lines shorter than this (trimmed) are too common to pin a chunk.
+const MIN_QUOTE_LINE: usize = 8;
+
+fn str_arg<'a>(args: &'a Value, keys: &[&str]) -> Option<&'a str> {
+    let obj = args.as_object()?;
+    keys.iter()
+        .find_map(|k| obj.get(*k).and_then(Value::as_str))
+}
+
+/// The shell command of a call, whitespace collapsed and a trailing `2>&1` dropped.
+pub fn command(args: &Value) -> Option<String> {
+    let raw = match args {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => match o.get("command").or_else(|| o.get("cmd")) {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Array(a)) => Some(
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            _ => None,
+        },
+        _ => None,
+    }?;
+    let mut norm = raw.split_whitespace().collect::<Vec<_>>().join(" ");
+    while let Some(s) = norm.strip_suffix("2>&1") {
+        norm = s.trim_end().to_owned();
+    }
+    (!norm.is_empty()).then_some(norm)
+}
+
+/// The main argument of a call, for labels.
+pub fn main_argument(args: &Value) -> Option<String> {
+    if let Some(c) = command(args) {
+        return Some(c);
+    }
+    str_arg(
+        args,
+        &[
+            "path",
+            "file_path",
+            "filePath",
+            "pattern",
+            "query",
+            "url",
+            "file",
+            "filename",
+            "description",
+        ],
+    )
+    .map(str::to_owned)
+}
+
+/// `name \`main argument\`` (the argument clipped to 80 characters).
+pub fn label(name: &str, args: &Value) -> String {
+    match main_argument(args) {
+        Some(a) => {
+            let one_line = a.split_whitespace().collect::<Vec<_>>().join(" ");
+            let clipped = super::run::clip_head(&one_line, 80);
+            let more = if clipped.len() < one_line.len() {
+                "…"
+            } else {
+                ""
+            };
+            format!("{name} `{clipped}{more}`")
+        }
+        None => name.to_owned(),
+    }
+}
+
+fn lower(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
+/// The file a call reads, when it is a read.
+pub fn read_path(name: &str, args: &Value) -> Option<String> {
+    let n = lower(name);
+    let sub = str_arg(args, &["command"]).unwrap_or_default();
+    if n.contains("read") || n == "view" || (n.contains("editor") && sub == "view") {
+        return str_arg(args, PATH_KEYS).map(normal_path);
+    }
+    let cmd = command(args)?;
+    let mut words = cmd.split(' ');
+    let first = words.next()?;
+    if !matches!(first, "cat" | "head" | "tail" | "nl" | "sed" | "less") {
+        return None;
+    }
+    if cmd.contains(['|', ';', '>', '&']) || (first == "sed" && !cmd.contains(" -n")) {
+        return None;
+    }
+    let last = cmd.rsplit(' ').next()?;
+    (last.contains('.') || last.contains('/')).then(|| normal_path(last))
+}
+
+/// The files a call changes, when it is an edit (or a patch).
+pub fn edit_paths(name: &str, args: &Value) -> Vec<String> {
+    let n = lower(name);
+    let sub = str_arg(args, &["command"]).unwrap_or_default();
+    let mut out = Vec::new();
+    let edit_name = ["edit", "write", "replace", "patch", "create", "insert"]
+        .iter()
+        .any(|k| n.contains(k))
+        || (n.contains("editor") && matches!(sub, "str_replace" | "create" | "insert"));
+    if edit_name {
+        if let Some(p) = str_arg(args, PATH_KEYS) {
+            out.push(normal_path(p));
+        }
+    }
+    for s in strings(args) {
+        if !s.contains("*** ") {
+            continue;
+        }
+        for line in s.lines() {
+            for head in ["*** Update File: ", "*** Add File: ", "*** Delete File: "] {
+                if let Some(p) = line.strip_prefix(head) {
+                    out.push(normal_path(p.trim()));
+                }
+            }
+        }
+    }
+    if let Some(cmd) = command(args) {
+        if cmd.starts_with("sed -i") || cmd.contains(" sed -i") {
+            if let Some(last) = cmd.rsplit(' ').next() {
+                out.push(normal_path(last));
+            }
+        }
+    }
+    out
+}
+
+fn strings(v: &Value) -> Vec<&str> {
+    let mut out = Vec::new();
+    fn walk<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::String(s) => out.push(s),
+            Value::Array(a) => a.iter().for_each(|v| walk(v, out)),
+            Value::Object(o) => o.values().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    walk(v, &mut out);
+    out
+}
+
+fn normal_path(p: &str) -> String {
+    p.trim()
+        .trim_matches(['"', '\''])
+        .trim_start_matches("./")
+        .to_owned()
+}
+
+/// The same file: equal, or one ends with the other at a `/`.
+pub fn same_path(a: &str, b: &str) -> bool {
+    let (long, short) = if a.len() >= b.len() { (a, b) } else { (b, a) };
+    !short.is_empty()
+        && long.ends_with(short)
+        && (long.len() == short.len() || long.as_bytes()[long.len() - short.len() - 1] == b'/')
+}
+
+fn turns(n: usize) -> String {
+    match n {
+        0 => "in the same turn".to_owned(),
+        1 => "1 turn later".to_owned(),
+        n => format!("{n} turns later"),
+    }
+}
+
+/// How [`superseded_by`] says a read was changed by a later edit that replaced text in it (not
+/// a whole rewrite).
+pub const PARTLY_PREFIX: &str = "part of this file was changed after this read";
+
+/// Why `call`'s output is out of date, judged from the calls after it (`later`, in order).
+pub fn superseded_by<'a>(call: &Call, later: impl IntoIterator<Item = &'a Call>) -> Option<String> {
+    let read = read_path(&call.name, &call.arguments);
+    let cmd = command(&call.arguments);
+    for l in later {
+        let after = turns(l.turn.saturating_sub(call.turn));
+        if let Some(p) = &read {
+            if let Some(e) = edit_paths(&l.name, &l.arguments)
+                .into_iter()
+                .find(|e| same_path(e, p))
+            {
+                let partial = l.arguments.as_object().is_some_and(|o| {
+                    QUOTE_KEYS.iter().any(|k| o.contains_key(*k))
+                        || o.values()
+                            .any(|v| v.as_str().is_some_and(|s| s.contains("*** Update File:")))
+                });
+                let what = if partial {
+                    PARTLY_PREFIX
+                } else {
+                    "this file was changed after this read"
+                };
+                return Some(format!("{what} ({} {e}, {after})", l.name));
+            }
+        }
+        if l.name == call.name && l.arguments == call.arguments {
+            return Some(match (&read, &cmd) {
+                (Some(_), _) => format!("the file was read again ({after})"),
+                (_, Some(_)) => format!("the command ran again ({after})"),
+                _ => format!("called again with the same arguments ({after})"),
+            });
+        }
+        if let (Some(c), Some(lc)) = (&cmd, command(&l.arguments)) {
+            if *c == lc {
+                return Some(format!("the command ran again ({after})"));
+            }
+        }
+    }
+    None
+}
+
+/// The text later edits quote (old strings, a patch's removed and context lines), as trimmed
+/// lines of at least [`MIN_QUOTE_LINE`] characters.
+pub fn quoted_lines<'a>(later: impl IntoIterator<Item = &'a Call>) -> HashSet<String> {
+    let mut out = HashSet::new();
+    for l in later {
+        if let Some(obj) = l.arguments.as_object() {
+            for k in QUOTE_KEYS {
+                if let Some(s) = obj.get(*k).and_then(Value::as_str) {
+                    out.extend(
+                        s.lines()
+                            .map(str::trim)
+                            .filter(|t| t.len() >= MIN_QUOTE_LINE)
+                            .map(str::to_owned),
+                    );
+                }
+            }
+        }
+        for s in strings(&l.arguments) {
+            if !s.contains("*** Update File:") {
+                continue;
+            }
+            for line in s.lines() {
+                if line.starts_with("---") || line.starts_with("***") {
+                    continue;
+                }
+                if let Some(rest) = line.strip_prefix('-').or_else(|| line.strip_prefix(' ')) {
+                    let t = rest.trim();
+                    if t.len() >= MIN_QUOTE_LINE {
+                        out.insert(t.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A line of a read without the number the tool printed before it (`   12→`, `12\t`, `12:`,
+/// `12|`), trimmed.
+pub fn strip_line_number(line: &str) -> &str {
+    let t = line.trim_start();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    if digits > 0 {
+        let rest = &t[digits..];
+        for sep in ["→", "\t", ":", "|"] {
+            if let Some(r) = rest.strip_prefix(sep) {
+                return r.trim();
+            }
+        }
+    }
+    line.trim()
+}
+
+/// Some line of `text` is quoted by a later edit.
+pub fn quotes_any(text: &str, quoted: &HashSet<String>) -> bool {
+    !quoted.is_empty() && text.lines().any(|l| quoted.contains(strip_line_number(l)))
+}
+
+/// A prompt that corrects the agent ("no, …", "don't …", "that's wrong", "actually …"): its
+/// exchange is pinned.
+pub fn is_correction(prompt: &str) -> bool {
+    let t = prompt.trim_start().to_ascii_lowercase();
+    const STARTS: &[&str] = &[
+        "no,",
+        "no.",
+        "no ",
+        "nope",
+        "don't",
+        "do not",
+        "dont ",
+        "stop",
+        "wrong",
+        "that's wrong",
+        "thats wrong",
+        "that is wrong",
+        "actually",
+        "instead",
+        "not what",
+        "you didn't",
+        "you did not",
+        "why did you",
+        "undo",
+        "revert",
+    ];
+    STARTS.iter().any(|s| t.starts_with(s)) || t.contains("that's not what") || t == "no"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(name: &str, args: Value, turn: usize) -> Call {
+        Call {
+            id: format!("c{turn}"),
+            name: name.into(),
+            arguments: args,
+            turn,
+            at: turn,
+        }
+    }
+
+    #[test]
+    fn a_read_is_superseded_by_an_edit_of_its_file() {
+        let read = call("Read", json!({"file_path": "/repo/src/a.rs"}), 0);
+        let other = call("Edit", json!({"file_path": "/repo/src/b.rs"}), 1);
+        let edit = call(
+            "Edit",
+            json!({"file_path": "src/a.rs", "old_string": "x"}),
+            3,
+        );
+        let why = superseded_by(&read, [&other, &edit]).unwrap();
+        assert_eq!(
+            why,
+            "part of this file was changed after this read (Edit src/a.rs, 3 turns later)"
+        );
+        assert_eq!(superseded_by(&read, [&other]), None);
+        let write = call("Write", json!({"file_path": "src/a.rs", "content": "x"}), 2);
+        assert_eq!(
+            superseded_by(&read, [&write]).unwrap(),
+            "this file was changed after this read (Write src/a.rs, 2 turns later)"
+        );
+    }
+
+    #[test]
+    fn a_rerun_command_is_superseded() {
+        let first = call("bash", json!({"command": "cargo  test 2>&1"}), 0);
+        let again = call("bash", json!({"command": "cargo test"}), 2);
+        assert_eq!(
+            superseded_by(&first, [&again]).as_deref(),
+            Some("the command ran again (2 turns later)")
+        );
+        let other = call("bash", json!({"command": "cargo build"}), 1);
+        assert_eq!(superseded_by(&first, [&other]), None);
+        let search = call("grep", json!({"pattern": "x"}), 0);
+        let same = call("grep", json!({"pattern": "x"}), 1);
+        assert!(superseded_by(&search, [&same])
+            .unwrap()
+            .contains("same arguments"));
+    }
+
+    #[test]
+    fn shell_reads_and_patches() {
+        assert_eq!(
+            read_path("bash", &json!({"command": "cat src/lib.rs"})).as_deref(),
+            Some("src/lib.rs")
+        );
+        assert_eq!(read_path("bash", &json!({"command": "cat a | wc"})), None);
+        let patch = json!({"input": "*** Begin Patch\n*** Update File: src/lib.rs\n@@\n-    let old_value = 1;\n+    let new = 2;\n*** End Patch"});
+        assert_eq!(edit_paths("apply_patch", &patch), vec!["src/lib.rs"]);
+        let q = quoted_lines([&call("apply_patch", patch, 1)]);
+        assert!(q.contains("let old_value = 1;"));
+    }
+
+    #[test]
+    fn line_numbers_are_stripped_for_quotes() {
+        assert_eq!(strip_line_number("    12→    let a = 1;"), "let a = 1;");
+        assert_eq!(strip_line_number("12\tfoo bar"), "foo bar");
+        assert_eq!(strip_line_number("  plain"), "plain");
+    }
+
+    #[test]
+    fn corrections() {
+        assert!(is_correction("No, use the other config file"));
+        assert!(is_correction("don't touch the tests"));
+        assert!(!is_correction("Now add a test for it"));
+    }
+}
