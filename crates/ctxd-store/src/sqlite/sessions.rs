@@ -268,15 +268,14 @@ pub(crate) fn append_in(
     if exists.is_none() {
         return Err(StoreError::NoSession(session.to_string()));
     }
-    // The last entry holds both the highest seq and the highest batch (appends are ordered):
-    // one primary-key probe, not a scan of the session.
+    // Two index probes (the primary key, `entries_batch`): reading `batch` from the last row
+    // itself would walk the overflow pages of its `body` and `raw` first.
     let (mut seq, batch_no): (i64, i64) = conn
         .prepare_cached(
-            "SELECT seq, batch + 1 FROM entries WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1",
+            "SELECT COALESCE((SELECT MAX(seq) FROM entries WHERE session_id = ?1), 0), \
+                    COALESCE((SELECT MAX(batch) FROM entries WHERE session_id = ?1), 0) + 1",
         )?
-        .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?
-        .unwrap_or((0, 1));
+        .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?)))?;
     // The indexes follow in the same transaction when asked and current (not behind: a
     // session stored by an older build, or appended with `Indexing::Deferred`); otherwise
     // `history_sync` catches them up later.
