@@ -554,16 +554,29 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn an_ack_answers_after_the_commit_and_reports_a_failed_write() {
+    /// A writer on a fresh store with one session.
+    fn started(
+        durability: ctxd_store::Durability,
+        inline: bool,
+    ) -> (
+        tempfile::TempDir,
+        Arc<Engine<SqliteStore>>,
+        ctxd_store::SessionRecord,
+        Writer,
+    ) {
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            SqliteStore::open(&dir.path().join("w.db"), ctxd_store::Durability::Normal).unwrap();
+        let store = SqliteStore::open(&dir.path().join("w.db"), durability).unwrap();
         let record = store
             .open_session("t", "k", &SessionMeta::default())
             .unwrap();
         let engine = Arc::new(Engine::new(store));
-        let writer = Writer::start(engine.clone(), true).unwrap();
+        let writer = Writer::start(engine.clone(), inline).unwrap();
+        (dir, engine, record, writer)
+    }
+
+    #[tokio::test]
+    async fn an_ack_answers_after_the_commit_and_reports_a_failed_write() {
+        let (_dir, engine, record, writer) = started(ctxd_store::Durability::Normal, true);
         let h = writer.handle();
         // A job nobody waits for, then one somebody does: the ack ends the linger, and the
         // store holds both once it answers.
@@ -592,14 +605,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_commits_its_own_job_with_what_was_queued_before_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            SqliteStore::open(&dir.path().join("w.db"), ctxd_store::Durability::Normal).unwrap();
-        let record = store
-            .open_session("t", "k", &SessionMeta::default())
-            .unwrap();
-        let engine = Arc::new(Engine::new(store));
-        let writer = Writer::start(engine.clone(), true).unwrap();
+        let (_dir, engine, record, writer) = started(ctxd_store::Durability::Normal, true);
         let h = writer.handle();
         // Nothing else writing (a fresh writer): committed in this thread, answered on return.
         let (tx, mut rx) = tokio::sync::oneshot::channel();
@@ -639,14 +645,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_inline_commits_the_writer_thread_commits() {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            SqliteStore::open(&dir.path().join("w.db"), ctxd_store::Durability::Full).unwrap();
-        let record = store
-            .open_session("t", "k", &SessionMeta::default())
-            .unwrap();
-        let engine = Arc::new(Engine::new(store));
-        let writer = Writer::start(engine.clone(), false).unwrap();
+        let (_dir, engine, record, writer) = started(ctxd_store::Durability::Full, false);
         let h = writer.handle();
         let (tx, rx) = tokio::sync::oneshot::channel();
         h.commit(append(record.id, vec![entry("a", None)], Some(tx)));
