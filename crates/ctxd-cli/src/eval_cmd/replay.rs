@@ -16,7 +16,7 @@
 //! reappears in a later assistant message's text or tool-call arguments; it is *retained* when,
 //! at every such use, the request that produced the message showed the line verbatim.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::time::{Duration, Instant};
 
 use ctxd_core::distill::{self, record::Usage, Config, Phase};
@@ -370,13 +370,13 @@ pub fn replay(session: &Session, opts: &Options<'_>) -> Outcome {
     let mut w_of: Vec<usize> = Vec::with_capacity(entries.len());
     let mut tokens = Tokens {
         counter: opts.counter,
-        memo: HashMap::new(),
+        memo: HashMap::default(),
     };
     let (mut prev_all, mut prev_ctxd, mut prev_mask) = (Vec::new(), Vec::new(), Vec::new());
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut pending: HashMap<String, Vec<(usize, usize)>> = HashMap::new();
-    let mut outputs: HashMap<usize, Output> = HashMap::new();
-    let mut lines: HashMap<(usize, usize), LineState> = HashMap::new();
+    let mut seen: HashSet<String> = HashSet::default();
+    let mut pending: HashMap<String, Vec<(usize, usize)>> = HashMap::default();
+    let mut outputs: HashMap<usize, Output> = HashMap::default();
+    let mut lines: HashMap<(usize, usize), LineState> = HashMap::default();
     let mut drafts = 0usize;
     let limits = Limits {
         budget: Duration::from_secs(20),
@@ -486,7 +486,7 @@ pub fn replay(session: &Session, opts: &Options<'_>) -> Outcome {
             if has_results(&m.content) {
                 let text = result_text(&m.content);
                 let out_lines: Vec<String> = text.lines().map(str::to_owned).collect();
-                let mut by_term: HashMap<String, Vec<usize>> = HashMap::new();
+                let mut by_term: HashMap<String, Vec<usize>> = HashMap::default();
                 for (l, line) in out_lines.iter().enumerate() {
                     if line.trim().len() < 4 {
                         continue;

@@ -10,7 +10,7 @@
 //! (×0.55); an error output not superseded stays likely needed; the run's last output gets a
 //! little recency.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::{Answer, Ask, Batch, Item, ItemKind, Missing, Plan, Target};
 
@@ -171,7 +171,7 @@ const COMMON_MIN_EXCHANGES: usize = 4;
 
 impl Index {
     pub fn new(plan: &Plan) -> Self {
-        let mut cited: HashMap<String, usize> = HashMap::new();
+        let mut cited: HashMap<String, usize> = HashMap::default();
         let mut add = |text: &str, step: usize| {
             terms(text, |t, _| {
                 let e = cited.entry(t.to_owned()).or_insert(step);
@@ -183,7 +183,7 @@ impl Index {
         for (i, s) in plan.run.steps.iter().enumerate() {
             add(&s.text, i);
         }
-        let mut current = HashSet::new();
+        let mut current = HashSet::default();
         let strong = |text: &str, into: &mut HashSet<String>| {
             terms(text, |t, _| {
                 into.insert(t.to_owned());
@@ -194,11 +194,11 @@ impl Index {
         for s in &plan.run.steps {
             strong(&s.text, &mut current);
         }
-        let mut df: HashMap<String, usize> = HashMap::new();
+        let mut df: HashMap<String, usize> = HashMap::default();
         let mut n = 0usize;
         for item in plan.items.iter().filter(|i| i.kind == ItemKind::Exchange) {
             n += 1;
-            let mut own = HashSet::new();
+            let mut own = HashSet::default();
             strong(&item.text, &mut own);
             for t in own {
                 *df.entry(t).or_default() += 1;
@@ -210,7 +210,7 @@ impl Index {
                 .map(|(t, _)| t)
                 .collect()
         } else {
-            HashSet::new()
+            HashSet::default()
         };
         Index {
             cited,
@@ -222,7 +222,7 @@ impl Index {
     /// The weight of an old exchange's distinct terms the current run also names (the
     /// project's common names aside).
     pub fn exchange_overlap(&self, text: &str) -> f32 {
-        let mut seen: HashSet<&str> = HashSet::new();
+        let mut seen: HashSet<&str> = HashSet::default();
         let mut s = 0.0;
         terms(text, |t, w| {
             if !self.common.contains(t) {
@@ -238,7 +238,7 @@ impl Index {
 
     /// The weight of the distinct terms of `text` cited from step `from` on.
     pub fn score(&self, text: &str, from: usize) -> f32 {
-        let mut seen: HashSet<&str> = HashSet::new();
+        let mut seen: HashSet<&str> = HashSet::default();
         let mut s = 0.0;
         terms(text, |t, w| {
             if let Some((k, &step)) = self.cited.get_key_value(t) {
@@ -277,7 +277,7 @@ fn adjust(p: f32, item: &Item) -> f32 {
 
 /// Answers to a batch's questions.
 pub fn answer_batch(plan: &Plan, index: &Index, batch: &Batch) -> Vec<Answer> {
-    let mut chunk_scores: HashMap<(usize, usize), f32> = HashMap::new();
+    let mut chunk_scores: HashMap<(usize, usize), f32> = HashMap::default();
     let mut chunk_score = |item: usize, k: usize| -> f32 {
         *chunk_scores.entry((item, k)).or_insert_with(|| {
             let it = &plan.items[item];

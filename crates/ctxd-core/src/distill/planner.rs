@@ -1,6 +1,6 @@
 //! [`plan`]: the items of a pass and the questions about them.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::chunk::{chunk_output, segments};
 use super::record::{blocks_chars, ItemResult, Outcome, Record};
@@ -35,7 +35,7 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
     let mut calls: Vec<Call> = run.calls.values().cloned().collect();
     calls.sort_by(|a, b| (a.at, &a.id).cmp(&(b.at, &b.id)));
     // A quoted line → the last projection index of a call quoting it.
-    let mut quoted: HashMap<String, usize> = HashMap::new();
+    let mut quoted: HashMap<String, usize> = HashMap::default();
     for c in &calls {
         for line in signals::quoted_lines([c]) {
             let at = quoted.entry(line).or_insert(c.at);
@@ -248,8 +248,8 @@ struct Memo {
 impl Memo {
     fn read(session: &Session, branch: &[usize], prompt_entry: Option<usize>) -> Self {
         let mut memo = Memo {
-            mid_run: HashSet::new(),
-            exchanges: HashSet::new(),
+            mid_run: HashSet::default(),
+            exchanges: HashSet::default(),
         };
         let after = prompt_entry
             .and_then(|p| branch.iter().position(|&q| q == p))

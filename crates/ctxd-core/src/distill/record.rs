@@ -170,8 +170,7 @@ pub fn savings(session: &Session, branch: &[usize]) -> Savings {
         }
     }
     let projector = crate::view::project(session, branch);
-    let shown: std::collections::HashSet<usize> =
-        projector.items.iter().map(|it| it.entry).collect();
+    let shown: rustc_hash::FxHashSet<usize> = projector.items.iter().map(|it| it.entry).collect();
     for item in &projector.items {
         if let crate::view::ItemKind::Message {
             message,

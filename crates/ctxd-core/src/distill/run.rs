@@ -7,7 +7,7 @@
 //! [`STEERING_PREFIX`]. A prompt with only an image reads [`IMAGE_ONLY`], so an older question
 //! is never reused.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::model::{ContentBlock, Message, Role};
 use crate::view::{Item as ViewItem, ItemKind as ViewKind};

@@ -6,7 +6,7 @@
 //! shell `cat`/`head`/`tail`/`nl`/`sed -n` of one file), an edit names a file under an edit-like
 //! name (or carries a `*** Update File:` patch), a command is a `command`/`cmd` argument.
 
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 
 use serde_json::Value;
 
@@ -243,7 +243,7 @@ pub fn superseded_by<'a>(call: &Call, later: impl IntoIterator<Item = &'a Call>)
 /// The text later edits quote (old strings, a patch's removed and context lines), as trimmed
 /// lines of at least [`MIN_QUOTE_LINE`] characters.
 pub fn quoted_lines<'a>(later: impl IntoIterator<Item = &'a Call>) -> HashSet<String> {
-    let mut out = HashSet::new();
+    let mut out = HashSet::default();
     for l in later {
         if let Some(obj) = l.arguments.as_object() {
             for k in QUOTE_KEYS {
