@@ -185,7 +185,13 @@ impl WriterHandle {
             return self.send(job);
         }
         let mut q = shared.lock();
-        if q.stopped || q.busy || q.jobs.iter().any(|j| matches!(j, Job::Stop)) {
+        // A long queue is the writer thread's (in groups of at most MAX_GROUP): a request
+        // never commits more than a group on the async worker.
+        if q.stopped
+            || q.busy
+            || q.jobs.len() >= MAX_GROUP
+            || q.jobs.iter().any(|j| matches!(j, Job::Stop))
+        {
             drop(q);
             return self.send(job);
         }
