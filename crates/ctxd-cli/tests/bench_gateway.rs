@@ -55,24 +55,19 @@ fn direct_only_measures_the_mock() {
 
 #[test]
 fn text_table_has_a_row_per_mode() {
-    let out = common::ctxd()
-        .args([
-            "bench-gateway",
-            "--direct-only",
-            "--rate",
-            "20",
-            "--duration",
-            "0.5",
-            "--sizes",
-            "100k",
-        ])
-        .args(["--modes", "sse", "--sessions", "2"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeed(
+        common::ctxd()
+            .args([
+                "bench-gateway",
+                "--direct-only",
+                "--rate",
+                "20",
+                "--duration",
+                "0.5",
+                "--sizes",
+                "100k",
+            ])
+            .args(["--modes", "sse", "--sessions", "2"]),
     );
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();

@@ -85,15 +85,10 @@ fn eval_replays_a_session_and_measures_savings_retention_and_the_baseline() {
     let file = dir.join("session.jsonl");
     std::fs::write(&file, session()).unwrap();
 
-    let out = common::ctxd()
-        .args(["eval", "--json", "--baseline-last", "1"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeed(
+        common::ctxd()
+            .args(["eval", "--json", "--baseline-last", "1"])
+            .arg(&file),
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["schema"], "ctxd.eval/1");

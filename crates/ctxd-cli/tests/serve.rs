@@ -82,15 +82,8 @@ fn serve(store: &std::path::Path, upstream: &str) -> Gateway {
 
 /// `ctxd report KEY --store STORE --json`, which must succeed.
 fn report_json(store: &std::path::Path, key: &str) -> serde_json::Value {
-    let out = ctxd()
-        .args(["report", key, "--store", store.to_str().unwrap(), "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out =
+        common::succeed(ctxd().args(["report", key, "--store", store.to_str().unwrap(), "--json"]));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -383,26 +376,16 @@ fn a_second_gateway_on_the_same_store_is_refused_and_cli_writes_stay_correct() {
     let fixture = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../ctxd-formats/tests/fixtures/pi/tree-v3.jsonl");
     for i in 0..10 {
-        let out = ctxd()
-            .args(["--store", store.to_str().unwrap(), "notes", "write"])
-            .args([&format!("@human/n{i}.md"), "beside the gateway"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        common::succeed(
+            ctxd()
+                .args(["--store", store.to_str().unwrap(), "notes", "write"])
+                .args([&format!("@human/n{i}.md"), "beside the gateway"]),
         );
     }
-    let out = ctxd()
-        .args(["--store", store.to_str().unwrap(), "import"])
-        .arg(&fixture)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::succeed(
+        ctxd()
+            .args(["--store", store.to_str().unwrap(), "import"])
+            .arg(&fixture),
     );
     turns.join().unwrap();
 

@@ -30,16 +30,11 @@ fn rust_version_is_the_locked_dependencies_minimum() {
         .find_map(|l| l.strip_prefix("host: "))
         .unwrap();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
-        .current_dir(repo())
-        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
-        .args(["--filter-platform", host])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeed(
+        Command::new(cargo)
+            .current_dir(repo())
+            .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+            .args(["--filter-platform", host]),
     );
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let packages = meta["packages"].as_array().unwrap();

@@ -46,3 +46,14 @@ pub fn fresh_dir(name: &str) -> PathBuf {
 pub fn default_store(home: &Path) -> PathBuf {
     home.join(".local/share/ctxd/ctxd.db")
 }
+
+/// Run `cmd`, which must succeed (its stderr is the failure message); its output.
+pub fn succeed(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
