@@ -73,6 +73,96 @@ pub struct Management {
     /// Context windows by model-name prefix, checked before ctxd's own table (longest prefix
     /// wins).
     pub model_windows: Vec<(String, u64)>,
+    /// ctxd's tools the gateway offers the model and answers itself, unless `agents` says
+    /// otherwise.
+    pub tools: ToolsSetting,
+}
+
+/// Which of ctxd's tools the gateway adds to a request's tool list (`--tools`, `tools = ...`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ToolsSetting {
+    /// Every tool of the engine's registry.
+    All,
+    /// None: the client's tools go upstream alone.
+    #[default]
+    None,
+    /// These tools, by name or group (`reset`, `remaining`, `notes`, `history`, `recall`).
+    Names(Vec<String>),
+}
+
+impl ToolsSetting {
+    /// `all`, `none`, or a comma-separated list of tool and group names.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let spec = spec.trim();
+        match spec.to_ascii_lowercase().as_str() {
+            "all" => return Ok(ToolsSetting::All),
+            "none" | "" => return Ok(ToolsSetting::None),
+            _ => {}
+        }
+        let known: Vec<&str> = ctxd_engine::tools::specs().iter().map(|s| s.name).collect();
+        let names: Vec<String> = spec
+            .split(',')
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty())
+            .collect();
+        for n in &names {
+            if !known.contains(&n.as_str()) && group(n).is_none() {
+                return Err(format!(
+                    "tools {n:?}: not one of ctxd's tools ({}) nor a group (reset, remaining, notes, history, recall)",
+                    known.join(", ")
+                ));
+            }
+        }
+        Ok(ToolsSetting::Names(names))
+    }
+
+    /// The tool names this setting offers, in the registry's order.
+    pub fn names(&self) -> Vec<&'static str> {
+        let all = ctxd_engine::tools::specs();
+        match self {
+            ToolsSetting::All => all.iter().map(|s| s.name).collect(),
+            ToolsSetting::None => Vec::new(),
+            ToolsSetting::Names(names) => {
+                let wanted = |tool: &str| {
+                    names
+                        .iter()
+                        .any(|n| n == tool || group(n).is_some_and(|g| g.contains(&tool)))
+                };
+                all.iter().map(|s| s.name).filter(|n| wanted(n)).collect()
+            }
+        }
+    }
+}
+
+/// The tools of a group name.
+fn group(name: &str) -> Option<Vec<&'static str>> {
+    use ctxd_core::offered as o;
+    Some(match name {
+        "reset" => vec![o::RESET_TOOL, o::RESET_ALIAS],
+        "remaining" => vec![o::REMAINING_TOOL],
+        "notes" => o::NOTES_TOOLS.to_vec(),
+        "history" => o::HISTORY_TOOLS.to_vec(),
+        "recall" => vec![o::RECALL_TOOL],
+        _ => return None,
+    })
+}
+
+impl<'de> Deserialize<'de> for ToolsSetting {
+    /// `"all"`, `"none"`, `"notes,recall"`, or a list `["notes", "recall"]`.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            One(String),
+            List(Vec<String>),
+        }
+        let spec = match Raw::deserialize(d)? {
+            Raw::One(s) => s,
+            Raw::List(l) if l.is_empty() => "none".to_owned(),
+            Raw::List(l) => l.join(","),
+        };
+        ToolsSetting::parse(&spec).map_err(serde::de::Error::custom)
+    }
 }
 
 /// Which management mechanisms act. Both on by default: they are what keeps a long session
@@ -94,12 +184,13 @@ impl Default for Mechanisms {
     }
 }
 
-/// An agent's departures from the default [`Mechanisms`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+/// An agent's departures from the default [`Mechanisms`] and tools.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct MechanismOverrides {
     pub reminders: Option<bool>,
     pub resets: Option<bool>,
+    pub tools: Option<ToolsSetting>,
 }
 
 impl Management {
@@ -111,6 +202,14 @@ impl Management {
             m.resets = o.resets.unwrap_or(m.resets);
         }
         m
+    }
+
+    /// ctxd's tools offered to agent `agent`'s model.
+    pub fn tools_for(&self, agent: &str) -> &ToolsSetting {
+        self.agents
+            .get(agent)
+            .and_then(|o| o.tools.as_ref())
+            .unwrap_or(&self.tools)
     }
 
     /// The configured window of `model` (longest matching prefix, case-insensitive).
@@ -253,6 +352,9 @@ impl Settings {
         if let Some(b) = file.resets {
             m.mechanisms.resets = b;
         }
+        if let Some(t) = file.tools {
+            m.tools = t;
+        }
         m.agents.extend(file.agents);
         // Flags given later are pushed after these and win (see `configured_window`: the
         // longest prefix wins, and among equal prefixes the last).
@@ -334,7 +436,8 @@ struct FileSettings {
     warning_runway: Option<u64>,
     reminders: Option<bool>,
     resets: Option<bool>,
-    /// `[agents.NAME]` tables: `reminders`, `resets`.
+    tools: Option<ToolsSetting>,
+    /// `[agents.NAME]` tables: `reminders`, `resets`, `tools`.
     #[serde(default)]
     agents: BTreeMap<String, MechanismOverrides>,
     /// `[model-windows]` table: `"MODEL_PREFIX" = TOKENS`.

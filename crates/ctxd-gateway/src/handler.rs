@@ -15,11 +15,13 @@ use ctxd_core::model::{Role, SessionMeta};
 use ctxd_core::view::ProjectionError;
 use ctxd_engine::windows::{TurnEnd, WindowPolicy};
 use ctxd_engine::{now_ms, Caller};
-use futures_util::StreamExt;
+use futures_util::{Stream, StreamExt};
+use std::pin::Pin;
 use tracing::Instrument;
 
 use crate::api::Api;
 use crate::budget;
+use crate::config::ToolsSetting;
 use crate::hash;
 use crate::identity;
 use crate::log::SessionLog;
@@ -28,6 +30,7 @@ use crate::policy;
 use crate::relay::{Completion, Outcome, Relay};
 use crate::request::{ParsedRequest, PrevRequest};
 use crate::rewrite::splice;
+use crate::served::{Insert, Offer};
 use crate::server::Gateway;
 use crate::sessions::{Loaded, Slot};
 use crate::turn;
@@ -232,15 +235,20 @@ struct Planned {
     /// The request's bodies counted against the budget of bodies in flight, until the
     /// upstream has them.
     bodies: budget::Held,
+    /// ctxd's tools on this request (answered by the gateway).
+    offer: Offer,
 }
 
-/// The request as parsed, to project it again once a recovery window has opened.
-struct Replan {
-    req: ParsedRequest,
-    decoded: Bytes,
+/// The request as parsed, to project it again once a recovery window has opened or ctxd has
+/// answered the model's calls.
+pub(crate) struct Replan {
+    pub req: ParsedRequest,
+    pub decoded: Bytes,
     /// The log entry of each of the request's elements.
-    element_entries: Vec<usize>,
-    policy: WindowPolicy,
+    pub element_entries: Vec<usize>,
+    pub policy: WindowPolicy,
+    /// ctxd's tool definitions, added to every body sent for this request.
+    pub insert: Option<Insert>,
 }
 
 pub(crate) async fn conversation(
@@ -360,12 +368,24 @@ async fn prepare(
     let now = ctxd_core::windows::iso8601(now_ms());
     let mut plan = plan_request(&mut loaded.log, &req, &decoded, &now);
     let management = &app.settings.management;
+    let agent_name = caller.agent.as_deref().unwrap_or("sdk");
+    let offer = if matches!(management.tools_for(agent_name), ToolsSetting::None) {
+        Offer::default()
+    } else {
+        let client = req.tools(&decoded);
+        Offer::new(
+            management,
+            agent_name,
+            client.iter().map(|t| t.name.as_str()),
+        )
+    };
     let policy = policy::window_policy(
         management,
-        caller.agent.as_deref().unwrap_or("sdk"),
+        agent_name,
         req.model.as_deref(),
         policy::wants_1m_context(headers),
         loaded.log.accepted_tokens(),
+        offer.model_tools(),
     );
     let mut appended = std::mem::take(&mut plan.appended);
     // The results that complete a tool batch end the turn that called the tools (the seed's
@@ -417,9 +437,14 @@ async fn prepare(
     );
     drop(state);
 
-    let (upstream_body, encoded, rewritten) = match parts {
-        None => (raw, true, false),
-        Some(parts) => (Bytes::from(splice(&req, &decoded, &parts)), false, true),
+    let insert = crate::served::inject(&req, &decoded, &offer);
+    let (upstream_body, encoded, rewritten) = match (parts, &insert) {
+        (None, None) => (raw, true, false),
+        (parts, insert) => (
+            Bytes::from(splice(&req, &decoded, parts.as_deref(), insert.as_ref())),
+            false,
+            true,
+        ),
     };
     if rewritten {
         metrics::counter!("ctxd_rewritten_total", "route" => api.route()).increment(1);
@@ -429,6 +454,7 @@ async fn prepare(
         decoded,
         element_entries: std::mem::take(&mut plan.element_entries),
         policy,
+        insert,
     });
     let completion = Completion::new(
         app.clone(),
@@ -447,6 +473,7 @@ async fn prepare(
         completion,
         replan,
         bodies: held,
+        offer,
     })
 }
 
@@ -514,7 +541,12 @@ async fn recover_overflow(
     };
     completion.reattach(leaf_id(&loaded.log));
     metrics::counter!("ctxd_rewritten_total", "route" => api.route()).increment(1);
-    Some(Bytes::from(splice(&replan.req, &replan.decoded, &parts)))
+    Some(Bytes::from(splice(
+        &replan.req,
+        &replan.decoded,
+        Some(&parts),
+        replan.insert.as_ref(),
+    )))
 }
 
 /// A window marker without its boot: the seed's narrow repair, then the client retries.
@@ -614,6 +646,7 @@ async fn forward(
         mut completion,
         mut replan,
         bodies: _bodies,
+        offer,
     } = planned;
     let mut body = upstream_body;
     let mut encoded = encoded;
@@ -658,7 +691,24 @@ async fn forward(
         );
 
         if status.is_success() && is_sse {
-            return relay_stream(api, status, out_headers, resp, completion, waited).await;
+            let body: Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>> =
+                match exchange_context(
+                    app,
+                    api,
+                    &method,
+                    path,
+                    headers,
+                    &completion,
+                    replan,
+                    &offer,
+                ) {
+                    Some(cx) => Box::pin(crate::served::exchange::spliced(cx, resp.bytes_stream())),
+                    None => Box::pin(
+                        resp.bytes_stream()
+                            .map(|r| r.map_err(|e| e.without_url().to_string())),
+                    ),
+                };
+            return relay_stream(api, status, out_headers, body, completion, waited).await;
         }
 
         let answer = match resp.bytes().await {
@@ -688,9 +738,37 @@ async fn forward(
                 }
             }
         }
+        let mut answer = answer;
         let outcome = if status.is_success() {
             match ctxd_formats::wire::stream::assemble_json(api.stream_api(), &answer) {
-                Ok(a) => Outcome::Response(a),
+                Ok(a) => {
+                    match exchange_context(
+                        app,
+                        api,
+                        &method,
+                        path,
+                        headers,
+                        &completion,
+                        replan.take(),
+                        &offer,
+                    ) {
+                        Some(cx) => {
+                            match crate::served::exchange::json_rounds(&cx, &answer, a).await {
+                                Ok((body, view)) => {
+                                    if let Some(body) = body {
+                                        answer = body;
+                                    }
+                                    Outcome::Response(view)
+                                }
+                                Err((status, message)) => {
+                                    completion.finish(Outcome::Failed, sent.elapsed());
+                                    return api_error(api, status, &message);
+                                }
+                            }
+                        }
+                        None => Outcome::Response(a),
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "response not recorded");
                     Outcome::Failed
@@ -718,17 +796,46 @@ async fn forward(
     }
 }
 
+/// The exchange answering ctxd's calls for this request, when it was offered ctxd's tools.
+#[allow(clippy::too_many_arguments)]
+fn exchange_context(
+    app: &Arc<Gateway>,
+    api: Api,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    completion: &Completion,
+    replan: Option<Replan>,
+    offer: &Offer,
+) -> Option<crate::served::exchange::Context> {
+    if offer.is_empty() {
+        return None;
+    }
+    Some(crate::served::exchange::Context {
+        app: app.clone(),
+        api,
+        slot: completion.slot().clone(),
+        caller: completion.caller().clone(),
+        tail: completion.tail(),
+        replan: Arc::new(replan?),
+        offer: offer.clone(),
+        method: method.clone(),
+        path: path.to_owned(),
+        headers: headers.clone(),
+    })
+}
+
 /// A successful streamed response, relayed as it arrives (see [`Relay`]).
 async fn relay_stream(
     api: Api,
     status: StatusCode,
     mut out_headers: HeaderMap,
-    resp: reqwest::Response,
+    body: Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>>,
     completion: Completion,
     waited: Duration,
 ) -> Response {
     out_headers.remove(header::CONTENT_LENGTH);
-    let mut relay = Relay::new(api, resp.bytes_stream(), completion, waited);
+    let mut relay = Relay::new(api, body, completion, waited);
     // The headers go out with the first events when those follow at once (one write, one
     // wake-up of the client instead of two); a provider slow to its first event gets its
     // headers relayed alone after a moment.

@@ -23,6 +23,7 @@ mod relay;
 pub mod render;
 pub mod request;
 pub mod rewrite;
+pub mod served;
 mod server;
 mod sessions;
 mod turn;

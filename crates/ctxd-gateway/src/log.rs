@@ -131,10 +131,21 @@ impl SessionLog {
         if let Some(u) = usage {
             self.accepted_tokens = self.accepted_tokens.max(u.prompt_tokens());
         }
-        self.hashes.push(match &entry.kind {
+        let own_hash = match &entry.kind {
             EntryKind::Message(m) if is_conversation(&entry) => Some(hash::message(m)),
+            EntryKind::Event { .. } => crate::served::read_view(&entry).map(|(shown, covers)| {
+                // A hidden exchange: the client echoes what it was shown (this event), never
+                // the entries it stands for, which become ctxd's own (followed through).
+                for id in covers {
+                    if let Some(&p) = self.positions.get(&EntryId::new(id)) {
+                        self.hashes[p] = None;
+                    }
+                }
+                hash::message(&shown)
+            }),
             _ => None,
-        });
+        };
+        self.hashes.push(own_hash);
         self.session.leaf = Some(entry.id.clone());
         self.session.entries.push(entry);
         self.leaf = Some(pos);

@@ -37,23 +37,29 @@ pub fn model_window(management: &Management, model: Option<&str>, beta_1m: bool)
 }
 
 /// The policy of one request of agent `agent`: the window (at least `accepted`, the largest
-/// prompt the provider reported for the session), the thresholds fitted to it, the mechanisms.
+/// prompt the provider reported for the session), the thresholds fitted to it, the mechanisms,
+/// and `offered`, ctxd's tools the gateway gives the model on this request (the texts it reads
+/// name no others; a `new_context` it was not given is the client's own tool, no request to
+/// ctxd).
 pub fn window_policy(
     management: &Management,
     agent: &str,
     model: Option<&str>,
     beta_1m: bool,
     accepted: u64,
+    offered: ModelTools,
 ) -> WindowPolicy {
     let window = model_window(management, model, beta_1m).map(|w| w.max(accepted));
     let mut policy = WindowPolicy::new(management.thresholds, window);
     let mechanisms = management.mechanisms_for(agent);
     policy.reminders = mechanisms.reminders && !management.record_only;
     policy.automatic = mechanisms.resets && !management.record_only;
-    // The model is not offered ctxd's tools through the gateway yet: a `new_context` it calls
-    // is the client's own tool, not a request to ctxd, and no text may ask for a ctxd tool.
-    policy.requested = false;
-    policy.tools = ModelTools::NONE;
+    policy.requested = offered.reset && !management.record_only;
+    policy.tools = if management.record_only {
+        ModelTools::NONE
+    } else {
+        offered
+    };
     policy
 }
 
@@ -67,16 +73,37 @@ mod tests {
     #[test]
     fn the_window_is_the_largest_known() {
         let m = Management::default();
-        let p = window_policy(&m, "sdk", Some("claude-sonnet-4-5"), false, 0);
+        let p = window_policy(
+            &m,
+            "sdk",
+            Some("claude-sonnet-4-5"),
+            false,
+            0,
+            ModelTools::NONE,
+        );
         assert_eq!(p.context_window, Some(200_000));
         // The beta header opens 1M.
-        let p = window_policy(&m, "sdk", Some("claude-sonnet-4-5"), true, 0);
+        let p = window_policy(
+            &m,
+            "sdk",
+            Some("claude-sonnet-4-5"),
+            true,
+            0,
+            ModelTools::NONE,
+        );
         assert_eq!(p.context_window, Some(1_000_000));
         // The provider accepted more than the table allows: the window is at least that.
-        let p = window_policy(&m, "sdk", Some("claude-sonnet-4-5"), false, 450_000);
+        let p = window_policy(
+            &m,
+            "sdk",
+            Some("claude-sonnet-4-5"),
+            false,
+            450_000,
+            ModelTools::NONE,
+        );
         assert_eq!(p.context_window, Some(450_000));
         // Unknown models stay unknown (no threshold, no reminder).
-        let p = window_policy(&m, "sdk", Some("llama-3"), false, 1_000);
+        let p = window_policy(&m, "sdk", Some("llama-3"), false, 1_000, ModelTools::NONE);
         assert_eq!(p.context_window, None);
     }
 
@@ -86,7 +113,8 @@ mod tests {
         m.model_windows.push(("claude".into(), 300_000));
         m.model_windows.push(("claude-sonnet".into(), 500_000));
         m.model_windows.push(("llama".into(), 8_192));
-        let w = |model| window_policy(&m, "sdk", Some(model), true, 0).context_window;
+        let w =
+            |model| window_policy(&m, "sdk", Some(model), true, 0, ModelTools::NONE).context_window;
         assert_eq!(w("claude-sonnet-4-5"), Some(500_000), "longest prefix");
         assert_eq!(w("Claude-Opus-4"), Some(300_000));
         assert_eq!(w("llama-3"), Some(8_192));
@@ -95,10 +123,10 @@ mod tests {
     #[test]
     fn small_windows_get_fitted_thresholds() {
         let m = Management::default();
-        let p = window_policy(&m, "sdk", Some("gpt-4"), false, 0);
+        let p = window_policy(&m, "sdk", Some("gpt-4"), false, 0, ModelTools::NONE);
         assert_eq!(p.context_window, Some(8_192));
         assert!(p.thresholds.reminder_line() <= 4_096, "{p:?}");
-        let p = window_policy(&m, "sdk", Some("gpt-4o"), false, 0);
+        let p = window_policy(&m, "sdk", Some("gpt-4o"), false, 0, ModelTools::NONE);
         assert_eq!(p.thresholds, m.thresholds, "128k keeps the seed's lines");
     }
 
@@ -110,14 +138,15 @@ mod tests {
             MechanismOverrides {
                 reminders: Some(false),
                 resets: None,
+                tools: None,
             },
         );
-        let p = window_policy(&m, "codex", Some("gpt-5"), false, 0);
+        let p = window_policy(&m, "codex", Some("gpt-5"), false, 0, ModelTools::NONE);
         assert!(!p.reminders && p.automatic);
-        let p = window_policy(&m, "pi", Some("gpt-5"), false, 0);
+        let p = window_policy(&m, "pi", Some("gpt-5"), false, 0, ModelTools::NONE);
         assert!(p.reminders && p.automatic && !p.requested);
         m.record_only = true;
-        let p = window_policy(&m, "pi", Some("gpt-5"), false, 0);
+        let p = window_policy(&m, "pi", Some("gpt-5"), false, 0, ModelTools::NONE);
         assert!(!p.reminders && !p.automatic);
     }
 

@@ -27,6 +27,7 @@ use tokio::sync::oneshot;
 
 use crate::api::Api;
 use crate::hash;
+use crate::served::exchange::{Hidden, SharedTail, Tail};
 use crate::server::Gateway;
 use crate::sessions::Slot;
 use crate::writer::Job;
@@ -50,8 +51,9 @@ pub struct Completion {
     caller: Caller,
     /// The request's budget policy (the turn boundary's, when the response ends the turn).
     policy: WindowPolicy,
-    /// The request's last entry: the response attaches under it.
-    attach: Option<EntryId>,
+    /// Where the response attaches (the request's last entry, or the leaf after ctxd's hidden
+    /// rounds), and what those rounds left to record; shared with the exchange.
+    tail: SharedTail,
     api: Api,
     started: Instant,
     /// Time spent in the gateway before the upstream request (parse, plan, project).
@@ -78,7 +80,10 @@ impl Completion {
             slot,
             caller,
             policy,
-            attach,
+            tail: Arc::new(std::sync::Mutex::new(Tail {
+                attach,
+                hidden: None,
+            })),
             api,
             started,
             before_upstream,
@@ -98,7 +103,12 @@ impl Completion {
     /// The response now attaches under `attach` (the request was re-planned: a window opened
     /// after it).
     pub fn reattach(&mut self, attach: Option<EntryId>) {
-        self.attach = attach;
+        self.tail.lock().unwrap_or_else(|p| p.into_inner()).attach = attach;
+    }
+
+    /// The attachment point and hidden rounds, for an exchange answering ctxd's calls.
+    pub fn tail(&self) -> SharedTail {
+        self.tail.clone()
     }
 
     /// Record `outcome` without waiting for the store (a failure or an abort: nothing the
@@ -154,13 +164,18 @@ impl Completion {
         }
         // Until the outcome is in the log, the session's next request waits (see
         // `Slot::settled`), and shutdown waits too.
+        let (attach, hidden) = {
+            let mut tail = self.tail.lock().unwrap_or_else(|p| p.into_inner());
+            (tail.attach.clone(), tail.hidden.take())
+        };
         Some(TurnRecord {
             ticket: Recording::start(&self.app, &self.slot),
             app: self.app.clone(),
             slot: self.slot.clone(),
             caller: self.caller.clone(),
             policy: self.policy,
-            attach: self.attach.clone(),
+            attach,
+            hidden,
             outcome,
         })
     }
@@ -175,6 +190,8 @@ struct TurnRecord {
     caller: Caller,
     policy: WindowPolicy,
     attach: Option<EntryId>,
+    /// ctxd answered calls in this request: the response is the client's view of them.
+    hidden: Option<Hidden>,
     outcome: Outcome,
 }
 
@@ -216,6 +233,7 @@ impl TurnRecord {
             caller,
             policy,
             attach,
+            hidden,
             outcome,
         } = self;
         tokio::spawn(async move {
@@ -234,13 +252,17 @@ impl TurnRecord {
             // The response and the boundary's drafts go to the store as one batch.
             let mut batch = Vec::new();
             let mut leaf = None;
-            let end = match outcome {
-                Outcome::Response(assembled) => {
+            let end = match (outcome, hidden) {
+                (Outcome::Response(assembled), None) => {
                     (batch, leaf) = append_response(loaded, attach.as_ref(), assembled);
                     TurnEnd::Completed
                 }
-                Outcome::Aborted => TurnEnd::Aborted,
-                Outcome::Failed => {
+                (Outcome::Response(view), Some(hidden)) => {
+                    batch = append_view(loaded, attach.as_ref(), hidden, view);
+                    TurnEnd::Completed
+                }
+                (Outcome::Aborted, _) => TurnEnd::Aborted,
+                (Outcome::Failed, _) => {
                     let _ = done.send(Ok(()));
                     return;
                 }
@@ -276,9 +298,61 @@ impl TurnRecord {
     }
 }
 
+/// After ctxd's hidden rounds: the last upstream response (when it is not in the log yet) under
+/// `attach`, then one view event per element the client was shown (`view`), so its echo finds
+/// the exchange. The entries for the store.
+fn append_view(
+    loaded: &mut crate::sessions::Loaded,
+    attach: Option<&EntryId>,
+    hidden: Hidden,
+    view: Assembled,
+) -> Vec<NewEntry> {
+    let Hidden { mut covered, last } = hidden;
+    let mut batch = Vec::new();
+    let mut parent = attach.and_then(|id| loaded.log.position(id));
+    if let Some(last) = last {
+        let start = parent;
+        let (entries, _) = append_response(loaded, attach, last);
+        batch = entries;
+        let path = loaded.log.branch();
+        let from = start
+            .and_then(|s| path.iter().position(|&p| p == s))
+            .map_or(0, |i| i + 1);
+        covered.extend(
+            path[from..]
+                .iter()
+                .filter_map(|&p| loaded.log.entry(p))
+                .map(|e| e.id.as_str().to_owned()),
+        );
+        parent = loaded.log.leaf();
+    }
+    let shown: Vec<ctxd_core::model::Message> =
+        view.elements.iter().map(|e| e.message.clone()).collect();
+    let stamp = Some(ctxd_core::windows::iso8601(now_ms()));
+    for (kind, el) in crate::served::view_events(&shown, &covered)
+        .into_iter()
+        .zip(&view.elements)
+    {
+        let h = hash::message(&el.message);
+        loaded.log.remember_raw(hash::raw(&el.wire), h);
+        let entry = Entry {
+            id: loaded.log.new_id(parent, "client_view", &h),
+            parent: parent
+                .and_then(|p| loaded.log.entry(p))
+                .map(|e| e.id.clone()),
+            timestamp: stamp.clone(),
+            sidechain: false,
+            kind,
+        };
+        parent = Some(loaded.log.push(entry.clone()));
+        batch.push(NewEntry::new(entry));
+    }
+    batch
+}
+
 /// The response's elements into the log under `attach` (those already there are found, not
 /// appended again): the entries for the store, or, when all were there, the leaf to move to.
-fn append_response(
+pub(crate) fn append_response(
     loaded: &mut crate::sessions::Loaded,
     attach: Option<&EntryId>,
     assembled: Assembled,
@@ -367,7 +441,8 @@ impl Drop for Completion {
     }
 }
 
-type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+/// The upstream's body (or ctxd's spliced one); an error is only logged.
+type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>>;
 
 /// The response's terminal part, held until the store has committed the turn.
 struct Held {
@@ -391,7 +466,7 @@ pub struct Relay {
     waiting_since: Instant,
     /// The upstream's end (`None`) or failure, seen while gathering chunks, handled on the
     /// next poll once what came before it is out.
-    closing: Option<Option<reqwest::Error>>,
+    closing: Option<Option<String>>,
     /// Chunks gathered, not yet sent (see `poll_next`).
     held: Option<BytesMut>,
     /// Yields in a row that brought no new chunk.
@@ -404,7 +479,7 @@ pub struct Relay {
 impl Relay {
     pub fn new(
         api: Api,
-        inner: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+        inner: impl Stream<Item = Result<Bytes, String>> + Send + 'static,
         completion: Completion,
         upstream: Duration,
     ) -> Self {
@@ -504,7 +579,7 @@ impl Relay {
 
     /// The upstream stream ended (`None`) or failed: what the client gets last (a response
     /// the end completed waits for its commit in `held_end`).
-    fn close(&mut self, end: Option<reqwest::Error>) -> Option<Bytes> {
+    fn close(&mut self, end: Option<String>) -> Option<Bytes> {
         self.ended = true;
         if let Some(e) = end {
             // The response was complete: a broken tail changes nothing.

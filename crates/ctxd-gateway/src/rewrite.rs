@@ -7,14 +7,42 @@ use crate::api::Api;
 use crate::plan::Part;
 use crate::render;
 use crate::request::ParsedRequest;
+use crate::served::Insert;
 
-/// `body` with its conversation array rebuilt from `parts`.
-pub fn splice(req: &ParsedRequest, body: &[u8], parts: &[Part]) -> Vec<u8> {
-    let Some(array) = req.array.clone() else {
-        return body.to_vec();
-    };
+/// `body` with its conversation array rebuilt from `parts` (`None`: kept) and `insert` (ctxd's
+/// tool definitions) added.
+pub fn splice(
+    req: &ParsedRequest,
+    body: &[u8],
+    parts: Option<&[Part]>,
+    insert: Option<&Insert>,
+) -> Vec<u8> {
+    let mut edits: Vec<(std::ops::Range<usize>, Vec<u8>)> = Vec::with_capacity(2);
+    if let (Some(parts), Some(array)) = (parts, req.array.clone()) {
+        edits.push((array, array_bytes(req, body, parts)));
+    }
+    if let Some(ins) = insert {
+        edits.push((ins.at..ins.at, ins.bytes.clone()));
+    }
+    edits.sort_by_key(|(r, _)| r.start);
+    let extra: usize = edits.iter().map(|(_, b)| b.len()).sum();
+    let mut out = Vec::with_capacity(body.len() + extra);
+    let mut at = 0;
+    for (range, bytes) in edits {
+        if range.start < at {
+            continue; // overlapping edits cannot come from one parse
+        }
+        out.extend_from_slice(&body[at..range.start]);
+        out.extend_from_slice(&bytes);
+        at = range.end;
+    }
+    out.extend_from_slice(&body[at..]);
+    out
+}
+
+/// The conversation array of `parts`: the client's elements as their bytes, ctxd's rendered.
+fn array_bytes(req: &ParsedRequest, body: &[u8], parts: &[Part]) -> Vec<u8> {
     let mut out = Vec::with_capacity(body.len() + 1024);
-    out.extend_from_slice(&body[..array.start]);
     out.push(b'[');
     let mut first = true;
     let mut push = |out: &mut Vec<u8>, bytes: &[u8]| {
@@ -42,7 +70,6 @@ pub fn splice(req: &ParsedRequest, body: &[u8], parts: &[Part]) -> Vec<u8> {
         }
     }
     out.push(b']');
-    out.extend_from_slice(&body[array.end..]);
     out
 }
 
@@ -60,7 +87,7 @@ mod tests {
             Part::Rendered(Message::text(Role::User, "boot")),
             Part::Client(2),
         ];
-        let out = splice(&req, body, &parts);
+        let out = splice(&req, body, Some(&parts), None);
         let text = String::from_utf8(out).unwrap();
         assert_eq!(
             text,
@@ -78,7 +105,7 @@ mod tests {
             Part::Rendered(Message::text(Role::User, "boot")),
             Part::Client(0),
         ];
-        let out = splice(&req, body, &parts);
+        let out = splice(&req, body, Some(&parts), None);
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["input"][1]["content"][0]["text"], "hello");
         assert_eq!(v["input"][0]["type"], "message");

@@ -87,7 +87,7 @@ proptest! {
         let b = body(api, &texts, None);
         let req = ParsedRequest::parse(api, &b).unwrap();
         let parts: Vec<Part> = (0..texts.len()).filter(|&i| keep[i]).map(Part::Client).collect();
-        let out = splice(&req, &b, &parts);
+        let out = splice(&req, &b, Some(&parts), None);
         let again = ParsedRequest::parse(api, &out).unwrap();
         prop_assert_eq!(again.elements.len(), parts.len());
         for (k, part) in parts.iter().enumerate() {

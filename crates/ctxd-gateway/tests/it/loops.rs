@@ -21,14 +21,14 @@ const OUTPUT_BYTES: usize = 20_000;
 const WINDOW: u64 = 200_000;
 
 #[derive(Clone, Copy, Debug)]
-enum Api {
+pub(crate) enum Api {
     Anthropic,
     Chat,
     Responses,
 }
 
 impl Api {
-    fn path(self) -> &'static str {
+    pub(crate) fn path(self) -> &'static str {
         match self {
             Api::Anthropic => "/v1/messages",
             Api::Chat => "/v1/chat/completions",
@@ -36,7 +36,7 @@ impl Api {
         }
     }
 
-    fn wire(self) -> WireApi {
+    pub(crate) fn wire(self) -> WireApi {
         match self {
             Api::Anthropic => WireApi::Anthropic,
             Api::Chat => WireApi::OpenAiChat,
@@ -44,7 +44,7 @@ impl Api {
         }
     }
 
-    fn model(self) -> &'static str {
+    pub(crate) fn model(self) -> &'static str {
         match self {
             Api::Anthropic => "claude-sonnet-4-5",
             // 200k in ctxd's table and in the mock's.
@@ -52,7 +52,7 @@ impl Api {
         }
     }
 
-    fn headers(self) -> [(&'static str, &'static str); 2] {
+    pub(crate) fn headers(self) -> [(&'static str, &'static str); 2] {
         match self {
             Api::Anthropic => [("x-api-key", "sk-loop"), ("x-ctxd-session", "loop")],
             _ => [
@@ -62,7 +62,7 @@ impl Api {
         }
     }
 
-    fn first_messages(self) -> Vec<Value> {
+    pub(crate) fn first_messages(self) -> Vec<Value> {
         let task = "Find why the test suite fails and fix it.";
         match self {
             Api::Anthropic => vec![json!({"role": "user", "content": task})],
@@ -75,7 +75,7 @@ impl Api {
         }
     }
 
-    fn body(self, conversation: &[Value], stream: bool, thinking: bool) -> Value {
+    pub(crate) fn body(self, conversation: &[Value], stream: bool, thinking: bool) -> Value {
         let mut body = self.plain_body(conversation, stream);
         if thinking {
             match self {
@@ -93,7 +93,7 @@ impl Api {
         body
     }
 
-    fn plain_body(self, conversation: &[Value], stream: bool) -> Value {
+    pub(crate) fn plain_body(self, conversation: &[Value], stream: bool) -> Value {
         match self {
             Api::Anthropic => json!({"model": self.model(), "max_tokens": 1024,
                 "system": "You are a coding agent.", "stream": stream,
@@ -121,7 +121,7 @@ impl Api {
     }
 
     /// The client's answer to each call of the response's elements.
-    fn results(self, elements: &[Value], output: &str) -> Vec<Value> {
+    pub(crate) fn results(self, elements: &[Value], output: &str) -> Vec<Value> {
         let mut calls = Vec::new();
         for el in elements {
             match self {
@@ -164,7 +164,7 @@ impl Api {
 
 /// ~`bytes` of plausible shell output (test names, paths, a few numbers), distinct per turn
 /// (so nothing dedups by accident).
-fn shell_output(turn: usize, bytes: usize) -> String {
+pub(crate) fn shell_output(turn: usize, bytes: usize) -> String {
     const WORDS: [&str; 16] = [
         "parser", "handles", "empty", "input", "returns", "error", "when", "token", "stream",
         "closes", "early", "nested", "block", "comment", "keeps", "position",

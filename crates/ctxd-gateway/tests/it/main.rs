@@ -10,5 +10,6 @@ mod errors;
 mod limits;
 mod loops;
 mod passthrough;
+mod served;
 mod support;
 mod window;

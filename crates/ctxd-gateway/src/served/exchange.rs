@@ -1,0 +1,472 @@
+//! A hidden exchange, the adapter side: run ctxd's calls of a response, put the response and
+//! the results into the log (committed before the tools read the store: `new_context` counts
+//! the call it answers), end the turn when the batch is complete (a reset the model asked for
+//! opens here), and build the continuation's body from the projection. The JSON path loops in
+//! [`json_rounds`]; a stream goes through [`spliced`], which the relay reads like any upstream.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use axum::http::{HeaderMap, Method, StatusCode};
+use bytes::Bytes;
+use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role};
+use ctxd_engine::windows::TurnEnd;
+use ctxd_engine::Caller;
+use ctxd_formats::wire::stream::{Assembled, Assembler, SseEvent, SseParser};
+use ctxd_store::NewEntry;
+use futures_util::{Stream, StreamExt};
+use serde_json::Value;
+
+use super::splice::{End, Splicer};
+use super::{Calls, Offer};
+use crate::api::Api;
+use crate::handler::Replan;
+use crate::hash;
+use crate::server::Gateway;
+use crate::sessions::Slot;
+use crate::writer::Job;
+
+/// Hidden rounds at most per client request: a model calling ctxd's tools without end gets an
+/// ordinary end of turn after these.
+pub const MAX_ROUNDS: u32 = 8;
+
+/// What the final record of the client's request needs from the exchange (shared by the
+/// exchange and the request's `Completion`).
+#[derive(Debug, Default)]
+pub struct Tail {
+    /// Where the response attaches: the log's leaf after the last hidden round.
+    pub attach: Option<EntryId>,
+    /// Set once ctxd answered calls in this request: the entries the client did not see, and
+    /// the last upstream response when it still has to be appended (it called no ctxd tool).
+    pub hidden: Option<Hidden>,
+}
+
+#[derive(Debug, Default)]
+pub struct Hidden {
+    pub covered: Vec<String>,
+    pub last: Option<Assembled>,
+}
+
+pub type SharedTail = Arc<Mutex<Tail>>;
+
+/// Who the exchange runs for.
+#[derive(Clone)]
+pub struct Context {
+    pub app: Arc<Gateway>,
+    pub api: Api,
+    pub slot: Arc<Slot>,
+    pub caller: Caller,
+    pub tail: SharedTail,
+    pub replan: Arc<Replan>,
+    pub offer: Offer,
+    pub method: Method,
+    pub path: String,
+    pub headers: HeaderMap,
+}
+
+fn lock(tail: &SharedTail) -> std::sync::MutexGuard<'_, Tail> {
+    tail.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Context {
+    /// Run ctxd's calls of `assembled` (a response of this request): the response and the
+    /// results go into the log and the store, the covered entries into the tail. With
+    /// `continues`, the turn ends (the batch is complete) and the continuation's body is
+    /// returned.
+    pub async fn run_calls(
+        &self,
+        assembled: Assembled,
+        continues: bool,
+    ) -> Result<Option<Bytes>, String> {
+        let calls: Vec<(String, String, Value)> = assembled
+            .elements
+            .iter()
+            .flat_map(|el| {
+                self.offer
+                    .calls_in(&el.message.content)
+                    .map(|(id, n, a)| (id.to_owned(), n.to_owned(), a.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let mut state = self.slot.state.lock().await;
+        if self.slot.stale.load(std::sync::atomic::Ordering::Acquire) {
+            return Err("an earlier write of this session failed".into());
+        }
+        let loaded = state.as_mut().ok_or("the session is not loaded")?;
+        let attach = lock(&self.tail).attach.clone();
+        let start = attach.as_ref().and_then(|id| loaded.log.position(id));
+        let (batch, _) = crate::relay::append_response(loaded, attach.as_ref(), assembled);
+        let mut covered = tail_ids(&loaded.log, start);
+        // The call must be in the store before the tools read it.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let session = loaded.record.id;
+        if !batch.is_empty() {
+            self.app.writer.commit(Job::Append {
+                session,
+                entries: batch,
+                stale: self.slot.stale.clone(),
+                ack: Some(tx),
+            });
+            match rx.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err("the store writer has stopped".into()),
+            }
+        }
+        let engine = self.app.engine.clone();
+        let caller = self.caller.clone();
+        let run = calls.clone();
+        let outputs = tokio::task::spawn_blocking(move || {
+            run.iter()
+                .map(
+                    |(_, name, args)| match engine.call_tool(&caller, name, args) {
+                        Ok(out) => (out.text, out.is_error),
+                        Err(e) => (format!("ctxd: {name} failed: {e}"), true),
+                    },
+                )
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| format!("tool task: {e}"))?;
+        for (_, name, _) in &calls {
+            metrics::counter!("ctxd_tool_calls_total", "tool" => name.clone()).increment(1);
+        }
+        let results = result_messages(self.api, &calls, outputs);
+        let mut batch = Vec::new();
+        let stamp = Some(ctxd_core::windows::iso8601(ctxd_engine::now_ms()));
+        for message in results {
+            let h = hash::message(&message);
+            let parent = loaded.log.leaf();
+            let entry = Entry {
+                id: loaded.log.new_id(parent, "message", &h),
+                parent: parent
+                    .and_then(|p| loaded.log.entry(p))
+                    .map(|e| e.id.clone()),
+                timestamp: stamp.clone(),
+                sidechain: false,
+                kind: EntryKind::Message(message),
+            };
+            covered.push(entry.id.as_str().to_owned());
+            loaded.log.push(entry.clone());
+            batch.push(NewEntry::new(entry));
+        }
+        let mut body = None;
+        if continues {
+            let branch = loaded.log.branch();
+            let (_, drafts) = crate::turn::end_turn(
+                &self.app,
+                loaded,
+                &branch,
+                &self.caller,
+                &self.replan.policy,
+                TurnEnd::Completed,
+            )
+            .await;
+            covered.extend(drafts.iter().map(|d| d.entry.id.as_str().to_owned()));
+            batch.extend(drafts);
+        }
+        self.app.writer.send(Job::Append {
+            session,
+            entries: batch,
+            stale: self.slot.stale.clone(),
+            ack: None,
+        });
+        let leaf = loaded
+            .log
+            .leaf()
+            .and_then(|p| loaded.log.entry(p))
+            .map(|e| e.id.clone());
+        if continues {
+            let parts = crate::plan::upstream_parts(&loaded.log, &self.replan.element_entries)
+                .map_err(|e| format!("projection: {e:?}"))?
+                .unwrap_or_else(|| {
+                    (0..self.replan.req.elements.len())
+                        .map(crate::plan::Part::Client)
+                        .collect()
+                });
+            body = Some(Bytes::from(crate::rewrite::splice(
+                &self.replan.req,
+                &self.replan.decoded,
+                Some(&parts),
+                self.replan.insert.as_ref(),
+            )));
+        }
+        let mut tail = lock(&self.tail);
+        tail.attach = leaf;
+        tail.hidden
+            .get_or_insert_with(Hidden::default)
+            .covered
+            .extend(covered);
+        Ok(body)
+    }
+
+    /// Send a continuation upstream.
+    pub async fn send(&self, body: Bytes) -> Result<reqwest::Response, String> {
+        metrics::counter!("ctxd_continuations_total", "route" => self.api.route()).increment(1);
+        let resp = self
+            .app
+            .upstream
+            .send(
+                self.api,
+                self.method.clone(),
+                &self.path,
+                &self.headers,
+                body,
+                false,
+            )
+            .await
+            .map_err(|e| format!("continuation failed: {}", e.without_url()))?;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let text = resp.text().await.unwrap_or_default();
+            tracing::warn!(%status, body = %text.chars().take(500).collect::<String>(), "continuation refused upstream");
+            return Err(format!(
+                "the provider refused ctxd's continuation ({status})"
+            ));
+        }
+        Ok(resp)
+    }
+
+    /// The last upstream response of an exchange with hidden rounds: it is appended with them.
+    fn finish_with(&self, last: Option<Assembled>) {
+        let mut tail = lock(&self.tail);
+        if let Some(h) = tail.hidden.as_mut() {
+            h.last = last;
+        }
+    }
+}
+
+/// The ids of the branch's entries after `start` (exclusive) to the leaf.
+fn tail_ids(log: &crate::log::SessionLog, start: Option<usize>) -> Vec<String> {
+    let path = log.branch();
+    let from = match start {
+        Some(s) => path.iter().position(|&p| p == s).map_or(0, |i| i + 1),
+        None => 0,
+    };
+    path[from..]
+        .iter()
+        .filter_map(|&p| log.entry(p))
+        .map(|e| e.id.as_str().to_owned())
+        .collect()
+}
+
+/// The results of ctxd's calls as the API's conversation has them: one user message with every
+/// result (Anthropic), a tool message per result (Chat, Responses).
+fn result_messages(
+    api: Api,
+    calls: &[(String, String, Value)],
+    outputs: Vec<(String, bool)>,
+) -> Vec<Message> {
+    let blocks: Vec<ContentBlock> = calls
+        .iter()
+        .zip(outputs)
+        .map(
+            |((id, name, _), (text, is_error))| ContentBlock::ToolResult {
+                call_id: id.clone(),
+                tool_name: Some(name.clone()),
+                content: vec![ContentBlock::text(text)],
+                is_error,
+            },
+        )
+        .collect();
+    match api {
+        Api::Anthropic => vec![Message::new(Role::User, blocks)],
+        Api::Chat | Api::Responses => blocks
+            .into_iter()
+            .map(|b| Message::new(Role::Tool, vec![b]))
+            .collect(),
+    }
+}
+
+/// The JSON path: the first response's body and its reading. Returns the body the client gets
+/// (`None`: the first, as it is, when ctxd had nothing to answer) and its reading (what the
+/// client will echo).
+pub async fn json_rounds(
+    cx: &Context,
+    first: &Bytes,
+    assembled: Assembled,
+) -> Result<(Option<Bytes>, Assembled), (StatusCode, String)> {
+    let calls = Calls::of(&cx.offer, assembled.elements.iter().map(|e| &e.message));
+    if calls.ctxd == 0 {
+        return Ok((None, assembled));
+    }
+    let parse = |b: &Bytes| serde_json::from_slice::<Value>(b).unwrap_or(Value::Null);
+    let mut bodies = vec![parse(first)];
+    let mut current = assembled;
+    let mut rounds = 0;
+    let cut = loop {
+        let calls = Calls::of(&cx.offer, current.elements.iter().map(|e| &e.message));
+        if calls.ctxd == 0 {
+            cx.finish_with(Some(current));
+            break false;
+        }
+        let hidden = calls.hidden_round() && rounds < MAX_ROUNDS;
+        let body = cx
+            .run_calls(current, hidden)
+            .await
+            .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, format!("ctxd: {e}")))?;
+        let Some(body) = body else {
+            break calls.hidden_round();
+        };
+        rounds += 1;
+        let resp = cx
+            .send(body)
+            .await
+            .map_err(|e| (StatusCode::BAD_GATEWAY, format!("ctxd: {e}")))?;
+        let bytes = resp.bytes().await.map_err(|e| {
+            (
+                StatusCode::BAD_GATEWAY,
+                format!("ctxd: {}", e.without_url()),
+            )
+        })?;
+        current = ctxd_formats::wire::stream::assemble_json(cx.api.stream_api(), &bytes)
+            .map_err(|e| (StatusCode::BAD_GATEWAY, format!("ctxd: continuation: {e}")))?;
+        bodies.push(parse(&bytes));
+    };
+    let merged = super::merge::merge(cx.api, &cx.offer, &bodies, cut);
+    let bytes = Bytes::from(merged.to_string());
+    let view =
+        ctxd_formats::wire::stream::assemble_json(cx.api.stream_api(), &bytes).map_err(|e| {
+            (
+                StatusCode::BAD_GATEWAY,
+                format!("ctxd: merged response: {e}"),
+            )
+        })?;
+    Ok((Some(bytes), view))
+}
+
+type ByteStream = std::pin::Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+/// The client's stream of an exchange: the upstream's events spliced (ctxd's calls withheld,
+/// continuations joined), read by the relay like any upstream stream.
+pub fn spliced(
+    cx: Context,
+    first: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+) -> impl Stream<Item = Result<Bytes, String>> + Send {
+    let state = Spliced {
+        splicer: Splicer::new(cx.api, cx.offer.clone()),
+        assembler: Assembler::new(cx.api.stream_api()),
+        parser: SseParser::new(),
+        inner: Box::pin(first),
+        cx,
+        pending: VecDeque::new(),
+        done: false,
+    };
+    futures_util::stream::unfold(state, |mut s| async move {
+        let item = s.next().await?;
+        Some((item, s))
+    })
+}
+
+struct Spliced {
+    cx: Context,
+    inner: ByteStream,
+    parser: SseParser,
+    assembler: Assembler,
+    splicer: Splicer,
+    pending: VecDeque<Bytes>,
+    done: bool,
+}
+
+impl Spliced {
+    /// The client's next bytes; an error (the upstream's, or a failed continuation) is logged
+    /// by the relay, which ends the client's stream with the API's error event.
+    async fn next(&mut self) -> Option<Result<Bytes, String>> {
+        loop {
+            if let Some(b) = self.pending.pop_front() {
+                return Some(Ok(b));
+            }
+            if self.done {
+                return None;
+            }
+            match self.inner.next().await {
+                Some(Ok(chunk)) => {
+                    let events = self.parser.feed(&chunk);
+                    if let Err(e) = self.take(events).await {
+                        self.done = true;
+                        return Some(Err(format!("ctxd's continuation: {e}")));
+                    }
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(e.without_url().to_string()));
+                }
+                None => {
+                    let last: Vec<SseEvent> = self.parser.finish().into_iter().collect();
+                    if let Err(e) = self.take(last).await {
+                        self.done = true;
+                        return Some(Err(format!("ctxd's continuation: {e}")));
+                    }
+                    // An upstream that ended early: what was withheld goes out, and the
+                    // relay's reading of the client stream finds it incomplete.
+                    let mut out = Vec::new();
+                    self.splicer.end(End::Final, &mut out);
+                    if !out.is_empty() {
+                        self.pending.push_back(Bytes::from(out));
+                    }
+                    self.done = true;
+                }
+            }
+        }
+    }
+
+    /// Splice `events`; at a response's end, run ctxd's calls and continue when due.
+    async fn take(&mut self, events: Vec<SseEvent>) -> Result<(), String> {
+        let mut out = Vec::new();
+        for ev in &events {
+            self.assembler.push(ev);
+            self.splicer.event(ev, &mut out);
+            if !self.assembler.is_complete() {
+                continue;
+            }
+            let assembler = std::mem::replace(
+                &mut self.assembler,
+                Assembler::new(self.cx.api.stream_api()),
+            );
+            let Ok(assembled) = assembler.finish() else {
+                // A provider error: the client's reading fails the same way.
+                self.splicer.end(End::Final, &mut out);
+                break;
+            };
+            let calls = Calls::of(
+                &self.cx.offer,
+                assembled.elements.iter().map(|e| &e.message),
+            );
+            if calls.ctxd == 0 {
+                if self.splicer.rounds() > 0 {
+                    self.cx.finish_with(Some(assembled));
+                }
+                self.splicer.end(End::Final, &mut out);
+                break;
+            }
+            let hidden = calls.hidden_round() && self.splicer.rounds() < MAX_ROUNDS;
+            // What the client already has goes out before the tools run.
+            if !out.is_empty() {
+                self.pending
+                    .push_back(Bytes::from(std::mem::take(&mut out)));
+            }
+            let body = self.cx.run_calls(assembled, hidden).await?;
+            match body {
+                Some(body) => {
+                    let resp = self.cx.send(body).await?;
+                    self.inner = Box::pin(resp.bytes_stream());
+                    self.parser = SseParser::new();
+                    self.splicer.end(End::Continue, &mut out);
+                }
+                None => {
+                    let end = if calls.hidden_round() {
+                        End::Cut
+                    } else {
+                        End::Final
+                    };
+                    self.splicer.end(end, &mut out);
+                }
+            }
+            break;
+        }
+        if !out.is_empty() {
+            self.pending.push_back(Bytes::from(out));
+        }
+        Ok(())
+    }
+}

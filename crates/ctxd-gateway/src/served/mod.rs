@@ -1,0 +1,306 @@
+//! ctxd's own tools, served by the gateway: offered to the model beside the client's tools,
+//! answered by ctxd, never seen by the client.
+//!
+//! - [`Offer`]: which tools a request gets (the setting for its agent, minus names the client
+//!   already defines) and their definitions in the API's shape, the same bytes every request so
+//!   the provider's cached tools prefix keeps hitting; [`inject`] adds them to the body.
+//! - A response calling only ctxd's tools is a *hidden round*: ctxd runs the calls
+//!   ([`exchange`]), appends the response and the results to the log and continues upstream;
+//!   the client gets one coherent response ([`splice`] for streams, [`merge`] for JSON bodies).
+//!   A response mixing ctxd's calls with the client's: ctxd's run at once, the client's reach
+//!   the client, and both results are in place on the next request.
+//! - What the client saw differs from what the log holds, so the log records it: after a
+//!   hidden exchange, one [`VIEW_EVENT`] per element the client will echo, the first naming the
+//!   entries it stands for. The gateway's log matches the client's echo against those events
+//!   and projects the real exchange (`log.rs`): the model always sees its own tool history.
+
+pub(crate) mod exchange;
+pub mod merge;
+pub mod splice;
+
+use ctxd_core::model::{ContentBlock, Entry, EntryKind, Message};
+use ctxd_core::offered::ModelTools;
+use serde_json::{json, Value};
+
+use crate::api::Api;
+use crate::config::Management;
+use crate::request::ParsedRequest;
+
+/// The event recording what the client was shown in place of a hidden exchange.
+pub const VIEW_EVENT: &str = "ctxd.client_view";
+
+/// ctxd's tools offered on one request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Offer {
+    names: Vec<&'static str>,
+}
+
+impl Offer {
+    /// The tools agent `agent` is offered, minus those whose names the client's own tools
+    /// (`client`) already use: a client's tool is never shadowed.
+    pub fn new<'a>(
+        management: &Management,
+        agent: &str,
+        client: impl IntoIterator<Item = &'a str>,
+    ) -> Offer {
+        if management.record_only {
+            return Offer::default();
+        }
+        let client: Vec<&str> = client.into_iter().collect();
+        let names = management
+            .tools_for(agent)
+            .names()
+            .into_iter()
+            .filter(|n| !client.contains(n))
+            .collect();
+        Offer { names }
+    }
+
+    /// An offer of exactly these tools (tests).
+    pub fn of(names: &[&'static str]) -> Offer {
+        Offer {
+            names: names.to_vec(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.names.contains(&name)
+    }
+
+    /// The groups the texts the model reads may name.
+    pub fn model_tools(&self) -> ModelTools {
+        ModelTools::from_names(self.names.iter().copied())
+    }
+
+    /// The definitions in `api`'s shape, comma-separated (no brackets).
+    pub fn render(&self, api: Api) -> Vec<u8> {
+        let mut out = Vec::new();
+        for spec in ctxd_engine::tools::specs() {
+            if !self.has(spec.name) {
+                continue;
+            }
+            let v = match api {
+                Api::Anthropic => json!({
+                    "name": spec.name,
+                    "description": spec.description,
+                    "input_schema": spec.parameters,
+                }),
+                Api::Chat => json!({"type": "function", "function": {
+                    "name": spec.name,
+                    "description": spec.description,
+                    "parameters": spec.parameters,
+                }}),
+                Api::Responses => json!({
+                    "type": "function",
+                    "name": spec.name,
+                    "description": spec.description,
+                    "parameters": spec.parameters,
+                }),
+            };
+            if !out.is_empty() {
+                out.push(b',');
+            }
+            out.extend_from_slice(v.to_string().as_bytes());
+        }
+        out
+    }
+
+    /// ctxd's calls among `content`'s tool calls: (id, name, arguments).
+    pub fn calls_in<'a>(
+        &self,
+        content: &'a [ContentBlock],
+    ) -> impl Iterator<Item = (&'a str, &'a str, &'a Value)> + 'a {
+        let names = self.names.clone();
+        content.iter().filter_map(move |b| match b {
+            ContentBlock::ToolCall {
+                id,
+                name,
+                arguments,
+            } if names.contains(&name.as_str()) => Some((id.as_str(), name.as_str(), arguments)),
+            _ => None,
+        })
+    }
+}
+
+/// Which tool calls a response makes, by whom.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Calls {
+    pub ctxd: usize,
+    pub client: usize,
+}
+
+impl Calls {
+    pub fn of<'a>(offer: &Offer, messages: impl IntoIterator<Item = &'a Message>) -> Calls {
+        let mut calls = Calls::default();
+        for m in messages {
+            for b in &m.content {
+                if let ContentBlock::ToolCall { name, .. } = b {
+                    if offer.has(name) {
+                        calls.ctxd += 1;
+                    } else {
+                        calls.client += 1;
+                    }
+                }
+            }
+        }
+        calls
+    }
+
+    /// A hidden round: ctxd answers and the model continues, the client waits.
+    pub fn hidden_round(&self) -> bool {
+        self.ctxd > 0 && self.client == 0
+    }
+}
+
+/// Where ctxd's tool definitions go in the body: inside the client's `tools` array, after its
+/// own, or a `tools` field added at the end of the object.
+pub fn inject(req: &ParsedRequest, body: &[u8], offer: &Offer) -> Option<Insert> {
+    if offer.is_empty() {
+        return None;
+    }
+    let defs = offer.render(req.api);
+    if let Some((range, _)) = &req.tools_raw {
+        let inner = body.get(range.start + 1..range.end.saturating_sub(1))?;
+        let close = range.end.checked_sub(1)?;
+        if body.get(close) != Some(&b']') {
+            return None;
+        }
+        let empty = inner.iter().all(u8::is_ascii_whitespace);
+        let mut bytes = Vec::with_capacity(defs.len() + 1);
+        if !empty {
+            bytes.push(b',');
+        }
+        bytes.extend_from_slice(&defs);
+        return Some(Insert { at: close, bytes });
+    }
+    let close = body.iter().rposition(|&b| b == b'}')?;
+    let mut bytes = b",\"tools\":[".to_vec();
+    bytes.extend_from_slice(&defs);
+    bytes.push(b']');
+    Some(Insert { at: close, bytes })
+}
+
+/// Bytes inserted into the body at a position (before the byte at `at`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Insert {
+    pub at: usize,
+    pub bytes: Vec<u8>,
+}
+
+/// The view events for what the client was shown (`shown`, the elements it will echo) in
+/// place of the entries `covers`: parented by the caller in order.
+pub fn view_events(shown: &[Message], covers: &[String]) -> Vec<EntryKind> {
+    shown
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mut detail = json!({ "message": m });
+            if i == 0 {
+                detail["covers"] = json!(covers);
+            }
+            EntryKind::Event {
+                name: VIEW_EVENT.to_owned(),
+                detail: Some(detail),
+            }
+        })
+        .collect()
+}
+
+/// A view event's message and the ids it covers (`None` for any other entry).
+pub fn read_view(entry: &Entry) -> Option<(Message, Vec<String>)> {
+    let EntryKind::Event {
+        name,
+        detail: Some(detail),
+    } = &entry.kind
+    else {
+        return None;
+    };
+    if name != VIEW_EVENT {
+        return None;
+    }
+    let message: Message = serde_json::from_value(detail.get("message")?.clone()).ok()?;
+    let covers = detail
+        .get("covers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    Some((message, covers))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn definitions_go_after_the_clients_own_or_into_a_new_field() {
+        let offer = Offer::of(&["notes_write", "recall"]);
+        let body = br#"{"model":"m","tools":[{"name":"Bash","input_schema":{}}],"messages":[]}"#;
+        let req = ParsedRequest::parse(Api::Anthropic, body).unwrap();
+        let ins = inject(&req, body, &offer).unwrap();
+        let mut out = body.to_vec();
+        out.splice(ins.at..ins.at, ins.bytes);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        let names: Vec<&str> = v["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["Bash", "notes_write", "recall"]);
+
+        let body = br#"{"model":"m","input":"hi"} "#;
+        let req = ParsedRequest::parse(Api::Responses, body).unwrap();
+        let ins = inject(&req, body, &offer).unwrap();
+        let mut out = body.to_vec();
+        out.splice(ins.at..ins.at, ins.bytes);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["tools"][1]["name"], "recall");
+        assert_eq!(v["tools"][1]["type"], "function");
+
+        let body = br#"{"model":"m","tools":[ ],"messages":[]}"#;
+        let req = ParsedRequest::parse(Api::Chat, body).unwrap();
+        let ins = inject(&req, body, &offer).unwrap();
+        let mut out = body.to_vec();
+        out.splice(ins.at..ins.at, ins.bytes);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["tools"][0]["function"]["name"], "notes_write");
+        // The same bytes every time: the provider's tools prefix stays cached.
+        assert_eq!(offer.render(Api::Chat), offer.render(Api::Chat));
+    }
+
+    #[test]
+    fn a_clients_tool_is_never_shadowed() {
+        let m = Management {
+            tools: crate::config::ToolsSetting::All,
+            ..Management::default()
+        };
+        let offer = Offer::new(&m, "pi", ["recall", "bash"]);
+        assert!(!offer.has("recall") && offer.has("notes_write"));
+        assert!(!offer.model_tools().recall && offer.model_tools().notes);
+        let none = Offer::new(&Management::default(), "pi", []);
+        assert!(none.is_empty(), "off unless configured");
+    }
+
+    #[test]
+    fn view_events_read_back() {
+        let m = Message::text(ctxd_core::model::Role::Assistant, "shown");
+        let kinds = view_events(&[m.clone()], &["a".into(), "b".into()]);
+        let entry = Entry {
+            id: ctxd_core::model::EntryId::new("v"),
+            parent: None,
+            timestamp: None,
+            sidechain: false,
+            kind: kinds[0].clone(),
+        };
+        assert_eq!(read_view(&entry), Some((m, vec!["a".into(), "b".into()])));
+    }
+}
