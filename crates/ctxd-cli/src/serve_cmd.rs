@@ -60,6 +60,12 @@ pub struct ServeArgs {
     /// agent in `[agents.NAME]`).
     #[arg(long, env = "CTXD_NO_RESETS")]
     pub no_resets: bool,
+    /// ctxd's tools the gateway offers the model beside the client's own and answers itself:
+    /// `all`, `none`, or a list of tools and groups (`reset`, `remaining`, `notes`, `history`,
+    /// `recall`), e.g. `notes,recall` (config: `tools = ...`, or per agent in `[agents.NAME]`)
+    /// [default: all].
+    #[arg(long, env = "CTXD_TOOLS", value_name = "LIST", value_parser = parse_tools)]
+    pub tools: Option<ctxd_gateway::config::ToolsSetting>,
     /// The context window of models whose name starts with MODEL, over ctxd's table
     /// (repeatable; config: a `[model-windows]` table).
     #[arg(long = "model-window", value_name = "MODEL=TOKENS", value_parser = parse_model_window)]
@@ -102,6 +108,10 @@ pub struct ServeArgs {
 
 fn parse_store_sync(s: &str) -> Result<ctxd_store::Durability, String> {
     ctxd_gateway::config::parse_store_sync(s)
+}
+
+fn parse_tools(spec: &str) -> Result<ctxd_gateway::config::ToolsSetting, String> {
+    ctxd_gateway::config::ToolsSetting::parse(spec)
 }
 
 fn parse_model_window(spec: &str) -> Result<(String, u64), String> {
@@ -177,6 +187,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if args.no_resets {
         m.mechanisms.resets = false;
     }
+    if let Some(t) = &args.tools {
+        m.tools = t.clone();
+    }
     m.model_windows.extend(args.model_windows.iter().cloned());
     settings.validate().map_err(anyhow::Error::msg)?;
     init_logging(args.log_json);
@@ -198,6 +211,7 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
             record_only = settings.management.record_only,
             reminders = settings.management.mechanisms.reminders,
             resets = settings.management.mechanisms.resets,
+            tools = ?settings.management.tools,
             "ctxd gateway listening"
         );
         // One line on stdout for people and scripts: where to point ANTHROPIC_BASE_URL.

@@ -81,10 +81,11 @@ pub struct Management {
 /// Which of ctxd's tools the gateway adds to a request's tool list (`--tools`, `tools = ...`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum ToolsSetting {
-    /// Every tool of the engine's registry.
+    /// Every tool of the engine's registry (the default: the model keeps its notes, resets
+    /// its window and finds its way back through history and `recall`).
+    #[default]
     All,
     /// None: the client's tools go upstream alone.
-    #[default]
     None,
     /// These tools, by name or group (`reset`, `remaining`, `notes`, `history`, `recall`).
     Names(Vec<String>),

@@ -43,10 +43,12 @@ impl Offer {
         agent: &str,
         client: impl IntoIterator<Item = &'a str>,
     ) -> Offer {
-        if management.record_only {
+        let client: Vec<&str> = client.into_iter().collect();
+        // ctxd's tools join an agent's tool loop: a request offering no tool of its own (a
+        // title, a summary, a classifier call of the client's) stays as it is.
+        if management.record_only || client.is_empty() {
             return Offer::default();
         }
-        let client: Vec<&str> = client.into_iter().collect();
         let names = management
             .tools_for(agent)
             .names()
@@ -286,8 +288,15 @@ mod tests {
         let offer = Offer::new(&m, "pi", ["recall", "bash"]);
         assert!(!offer.has("recall") && offer.has("notes_write"));
         assert!(!offer.model_tools().recall && offer.model_tools().notes);
-        let none = Offer::new(&Management::default(), "pi", []);
-        assert!(none.is_empty(), "off unless configured");
+        assert!(
+            Offer::new(&m, "pi", []).is_empty(),
+            "a request without tools of its own gets none"
+        );
+        let none = Management {
+            tools: crate::config::ToolsSetting::None,
+            ..Management::default()
+        };
+        assert!(Offer::new(&none, "pi", ["bash"]).is_empty());
     }
 
     #[test]

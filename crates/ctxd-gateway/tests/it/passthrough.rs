@@ -52,9 +52,74 @@ fn captured() -> Vec<Captured> {
     out
 }
 
+async fn without_ctxd_tools() -> Rig {
+    Rig::with(ctxd_mock::Config::default(), |s| {
+        s.management.tools = ctxd_gateway::config::ToolsSetting::None;
+    })
+    .await
+}
+
+/// With ctxd's tools offered (the default), a captured request gains them after the client's
+/// own tools and nothing else changes: every other field keeps its value, the conversation its
+/// bytes. A request with no tools of its own (a title, a summary) goes byte-identical.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn captured_requests_gain_only_ctxds_tools_after_the_clients_own() {
+    let rig = Rig::start().await;
+    let ours: Vec<&str> = ctxd_engine::tools::specs().iter().map(|s| s.name).collect();
+    let mut gained = 0;
+    for (file, path, headers, body) in &captured() {
+        rig.mock.clear();
+        let mut req = rig.client.post(rig.url(path)).body(body.clone());
+        for (k, v) in headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let resp = req.send().await.unwrap();
+        assert!(
+            resp.status().is_success(),
+            "{file} {path}: {}",
+            resp.status()
+        );
+        let _ = resp.bytes().await.unwrap();
+        let got = rig.mock.requests();
+        assert_eq!(got.len(), 1, "{file}");
+        assert!(got[0].refused.is_none(), "{file}: {:?}", got[0].refused);
+        let sent: serde_json::Value = serde_json::from_slice(body).unwrap();
+        let mut upstream: serde_json::Value = serde_json::from_slice(&got[0].body).unwrap();
+        let client_tools = sent
+            .get("tools")
+            .and_then(|t| t.as_array())
+            .map_or(0, Vec::len);
+        if client_tools == 0 {
+            assert!(
+                got[0].body == body.as_slice(),
+                "{file}: a request without tools changed"
+            );
+            continue;
+        }
+        let tools = upstream["tools"].as_array_mut().unwrap();
+        let name = |t: &serde_json::Value| {
+            t.get("name")
+                .or_else(|| t.pointer("/function/name"))
+                .and_then(|n| n.as_str())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let added: Vec<String> = tools[client_tools..].iter().map(name).collect();
+        assert!(
+            !added.is_empty() && added.iter().all(|n| ours.contains(&n.as_str())),
+            "{file}: {added:?}"
+        );
+        tools.truncate(client_tools);
+        assert_eq!(upstream, sent, "{file}: more than the tools changed");
+        gained += 1;
+    }
+    assert!(gained >= 5, "{gained} captured requests offered tools");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_captured_request_reaches_the_provider_byte_identical() {
-    let mut rig = Rig::start().await;
+    // Nothing to change: ctxd's own tools not offered (with them, see the next test).
+    let mut rig = without_ctxd_tools().await;
     let requests = captured();
     assert!(
         requests.len() >= 10,
@@ -125,7 +190,7 @@ async fn every_captured_request_reaches_the_provider_byte_identical() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compressed_bodies_pass_through_compressed_and_are_recorded() {
-    let mut rig = Rig::start().await;
+    let mut rig = without_ctxd_tools().await;
     let (_, path, headers, body) = captured()
         .into_iter()
         .find(|(f, ..)| f.contains("codex"))
