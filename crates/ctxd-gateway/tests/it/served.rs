@@ -336,3 +336,94 @@ async fn responses_reasoning_ctxd_tools_keep_encrypted_items() {
     session(Api::Responses, true, true).await;
     session(Api::Responses, false, true).await;
 }
+
+/// A response calling ctxd's tool and the client's together: ctxd's runs at once, the client's
+/// reaches the client, and the next request carries both results where the API wants them.
+async fn mixed(api: Api, stream: bool) {
+    let mut rig = Rig::with(Config::default(), |s| {
+        s.management.tools = ToolsSetting::All
+    })
+    .await;
+    let script = rig.mock.script();
+    script.push(Reply::parts(vec![
+        Part::Text("Both at once.".into()),
+        Part::ToolCall {
+            name: "notes_write".into(),
+            args: json!({"path": "mixed.md", "text": "MIXED-NOTE-3"}),
+        },
+        Part::ToolCall {
+            name: "bash".into(),
+            args: json!({"command": "ls"}),
+        },
+    ]));
+    script.push(Reply::text("All done."));
+    let mut conversation = api.first_messages();
+    let (a1, els) = turn(&rig, api, &conversation, stream, false).await;
+    no_ctxd_calls(api, &a1);
+    let client_calls = a1
+        .elements
+        .iter()
+        .flat_map(|e| &e.message.content)
+        .filter(|b| matches!(b, ContentBlock::ToolCall { .. }))
+        .count();
+    assert_eq!(
+        client_calls, 1,
+        "{api:?} stream={stream}: the client's call reaches it"
+    );
+    let results = api.results(&els, "MIXED-LS-OUTPUT");
+    conversation.extend(els);
+    conversation.extend(results);
+    let (a2, _) = turn(&rig, api, &conversation, stream, false).await;
+    assert!(text_of(&a2).contains("All done."), "{api:?}");
+    let sent = rig.mock.requests();
+    assert_eq!(
+        sent.len(),
+        2,
+        "{api:?}: no hidden round for a mixed response"
+    );
+    for r in &sent {
+        assert!(
+            r.refused.is_none(),
+            "{api:?} stream={stream}: refused {:?}",
+            r.refused
+        );
+    }
+    let second = String::from_utf8_lossy(&sent[1].body);
+    assert!(
+        second.contains("MIXED-NOTE-3") && second.contains("MIXED-LS-OUTPUT"),
+        "{api:?}: both calls and both results go upstream:\n{second}"
+    );
+    let stored = rig.stored().await;
+    let record = stored.sessions().remove(0);
+    let s = stored.load(&record);
+    let results: Vec<(Option<String>, bool)> = ctxd_core::tree::active_branch(&s)
+        .iter()
+        .filter_map(|&p| match &s.entries[p].kind {
+            EntryKind::Message(m) => Some(m.content.clone()),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult {
+                tool_name,
+                is_error,
+                ..
+            } => Some((tool_name, is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{api:?}: {results:?}");
+    assert!(
+        results.contains(&(Some("notes_write".into()), false)),
+        "{api:?}: ctxd's call answered without error: {results:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_calls_run_ctxds_and_hand_the_clients_over_on_every_api() {
+    for api in [Api::Anthropic, Api::Chat, Api::Responses] {
+        for stream in [false, true] {
+            mixed(api, stream).await;
+        }
+    }
+}
