@@ -427,3 +427,71 @@ async fn mixed_calls_run_ctxds_and_hand_the_clients_over_on_every_api() {
         }
     }
 }
+
+/// A client that compacts on its own (Claude Code's, Codex's, Pi's summary as the start of a new
+/// conversation) stays in its session, and the model can still search what came before.
+async fn client_compaction(api: Api, prefix: &str) {
+    let mut rig = Rig::with(Config::default(), |s| {
+        s.management.tools = ToolsSetting::All
+    })
+    .await;
+    let script = rig.mock.script();
+    script.push(Reply::text("Noted."));
+    let mut conversation = api.first_messages();
+    conversation.push(user_text(api, "Remember OLD-CONTEXT-99 for later."));
+    // Anthropic wants alternating turns: merge into one user turn there.
+    if matches!(api, Api::Anthropic) {
+        conversation = vec![user_text(
+            api,
+            "Find the bug. Remember OLD-CONTEXT-99 for later.",
+        )];
+    }
+    let _ = turn(&rig, api, &conversation, false, false).await;
+
+    script.push(Reply::tool_call(
+        "history_search_contents",
+        json!({"query": "OLD-CONTEXT-99"}),
+    ));
+    script.push(Reply::text("Found it."));
+    let mut compacted = api.first_messages();
+    compacted.retain(|m| m["role"] == "system");
+    compacted.push(user_text(
+        api,
+        &format!("{prefix}. Summary: we were finding a bug."),
+    ));
+    let (a, _) = turn(&rig, api, &compacted, false, false).await;
+    assert!(text_of(&a).contains("Found it."), "{api:?}");
+    let sent = rig.mock.requests();
+    assert_eq!(sent.len(), 3, "{api:?}");
+    let second = String::from_utf8_lossy(&sent[1].body);
+    assert!(
+        !second.contains("OLD-CONTEXT-99"),
+        "{api:?}: the compacted conversation goes upstream as the client sent it"
+    );
+    let third = String::from_utf8_lossy(&sent[2].body);
+    assert!(
+        third.contains("item_id") && third.matches("OLD-CONTEXT-99").count() >= 2,
+        "{api:?}: the search finds the conversation before the client's compaction:\n{third}"
+    );
+    let stored = rig.stored().await;
+    assert_eq!(stored.sessions().len(), 1, "{api:?}: one session");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_own_compaction_keeps_the_session_and_its_history() {
+    client_compaction(
+        Api::Anthropic,
+        "This session is being continued from a previous conversation that ran out of context",
+    )
+    .await;
+    client_compaction(
+        Api::Responses,
+        "Another language model started to solve this problem and produced a summary of its thinking process",
+    )
+    .await;
+    client_compaction(
+        Api::Chat,
+        "The conversation history before this point was compacted into the following summary:",
+    )
+    .await;
+}
