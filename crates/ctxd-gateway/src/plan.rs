@@ -8,7 +8,7 @@
 //!    client's own elements (by index) and messages ctxd renders. `None` when the projection is
 //!    exactly the client's elements in order: the body then goes upstream untouched.
 
-use ctxd_core::model::{Compaction, ContentBlock, Entry, EntryId, EntryKind, Message, Role};
+use ctxd_core::model::{Compaction, Entry, EntryId, EntryKind, Message, Role};
 use ctxd_core::view::{project_checked, ItemKind, ProjectionError};
 use ctxd_store::NewEntry;
 
@@ -233,22 +233,12 @@ pub fn upstream_parts(
     let parts: Vec<Part> = projection
         .items
         .iter()
-        .map(|item| match &item.kind {
-            ItemKind::Message {
-                message,
-                content,
-                edited,
-            } => match element_of.get(item.entry).copied().flatten() {
-                Some(i) if !edited => Part::Client(i),
-                _ => Part::Rendered(Message {
-                    content: content.to_vec(),
-                    ..(*message).clone()
-                }),
+        .map(
+            |item| match (&item.kind, element_of.get(item.entry).copied().flatten()) {
+                (ItemKind::Message { edited: false, .. }, Some(i)) => Part::Client(i),
+                _ => Part::Rendered(item.to_message()),
             },
-            ItemKind::Summary { text, .. } => {
-                Part::Rendered(Message::new(Role::User, vec![ContentBlock::text(*text)]))
-            }
-        })
+        )
         .collect();
     let unchanged = parts.len() == element_entries.len()
         && parts
