@@ -372,12 +372,8 @@ async fn prepare(
     let offer = if matches!(management.tools_for(agent_name), ToolsSetting::None) {
         Offer::default()
     } else {
-        let client = req.tools(&decoded);
-        Offer::new(
-            management,
-            agent_name,
-            client.iter().map(|t| t.name.as_str()),
-        )
+        let client = crate::served::client_tool_names(&req, &decoded);
+        Offer::new(management, agent_name, client.iter().map(String::as_str))
     };
     let policy = policy::window_policy(
         management,
