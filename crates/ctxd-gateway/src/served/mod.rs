@@ -110,10 +110,12 @@ impl Offer {
     }
 }
 
+/// Each tool's name and definition bytes, in the registry's order.
+type Definitions = Vec<(&'static str, Vec<u8>)>;
+
 /// Every tool's definition in `api`'s shape, in the registry's order (rendered once).
 fn rendered(api: Api) -> &'static [(&'static str, Vec<u8>)] {
-    static RENDERED: std::sync::OnceLock<[Vec<(&'static str, Vec<u8>)>; 3]> =
-        std::sync::OnceLock::new();
+    static RENDERED: std::sync::OnceLock<[Definitions; 3]> = std::sync::OnceLock::new();
     let all = RENDERED.get_or_init(|| {
         [Api::Anthropic, Api::Chat, Api::Responses].map(|api| {
             ctxd_engine::tools::specs()
@@ -362,7 +364,7 @@ mod tests {
     #[test]
     fn view_events_read_back() {
         let m = Message::text(ctxd_core::model::Role::Assistant, "shown");
-        let kinds = view_events(&[m.clone()], &["a".into(), "b".into()]);
+        let kinds = view_events(std::slice::from_ref(&m), &["a".into(), "b".into()]);
         let entry = Entry {
             id: ctxd_core::model::EntryId::new("v"),
             parent: None,

@@ -219,7 +219,7 @@ async fn run_loop(api: Api, stream: bool, thinking: bool, hidden_every: usize) -
     }
     let hidden = (0..TURNS).filter(|&i| hidden_turn(i)).count();
     let config = Config {
-        script: script.into(),
+        script,
         reasoning: if thinking {
             Reasoning::Always
         } else {
