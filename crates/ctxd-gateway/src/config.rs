@@ -517,6 +517,22 @@ mod tests {
             m.configured_window("claude-sonnet-4-5-20250929"),
             Some(1_000_000)
         );
+        std::fs::write(
+            &path,
+            "tools = [\"notes\", \"recall\"]\n[agents.codex]\ntools = \"none\"\n",
+        )
+        .unwrap();
+        s.apply_file(&path).unwrap();
+        let m = &s.management;
+        let mut names = m.tools_for("pi").names();
+        names.sort_unstable();
+        let mut want = ctxd_core::offered::NOTES_TOOLS.to_vec();
+        want.push("recall");
+        want.sort_unstable();
+        assert_eq!(names, want);
+        assert!(m.tools_for("codex").names().is_empty());
+        std::fs::write(&path, "tools = \"notes,bogus\"\n").unwrap();
+        assert!(s.apply_file(&path).unwrap_err().contains("bogus"));
         std::fs::write(&path, "[agents.pi]\nreminder = true\n").unwrap();
         assert!(s.apply_file(&path).unwrap_err().contains("reminder"));
         assert_eq!(
