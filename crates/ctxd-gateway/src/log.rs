@@ -300,6 +300,27 @@ impl SessionLog {
         }
     }
 
+    /// Append a new entry of `kind` under `parent` (its id derived from `tag` and `content`, see
+    /// [`SessionLog::new_id`]); it becomes the leaf. Returns its position and a copy for the
+    /// store.
+    pub fn append_under(
+        &mut self,
+        parent: Option<usize>,
+        tag: &str,
+        content: &Hash,
+        kind: EntryKind,
+        timestamp: Option<String>,
+    ) -> (usize, Entry) {
+        let entry = Entry {
+            id: self.new_id(parent, tag, content),
+            parent: parent.and_then(|p| self.entry(p)).map(|e| e.id.clone()),
+            timestamp,
+            sidechain: false,
+            kind,
+        };
+        (self.push(entry.clone()), entry)
+    }
+
     /// An id for a new entry under `parent`, derived from its content so the same message under
     /// the same parent is recognised rather than duplicated.
     pub fn new_id(&self, parent: Option<usize>, tag: &str, content: &Hash) -> EntryId {

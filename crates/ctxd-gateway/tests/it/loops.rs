@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 
 use ctxd_core::model::EntryKind;
-use ctxd_formats::wire::stream::{assemble_json, Api as WireApi, Assembler, SseParser};
+use ctxd_formats::wire::stream::{assemble_json, Api as WireApi, Assembled, Assembler, SseParser};
 use ctxd_mock::{Config, Reasoning, Reply};
 use serde_json::{json, Value};
 
@@ -162,6 +162,30 @@ impl Api {
     }
 }
 
+/// The response as the client's SDK reads it (an SSE stream or a JSON body); a response that
+/// does not read fails the test with the bytes.
+pub(crate) fn read_response(api: Api, stream: bool, text: &[u8]) -> Assembled {
+    let read = if stream {
+        let mut parser = SseParser::new();
+        let mut asm = Assembler::new(api.wire());
+        for ev in parser.feed(text) {
+            asm.push(&ev);
+        }
+        if let Some(ev) = parser.finish() {
+            asm.push(&ev);
+        }
+        asm.finish()
+    } else {
+        assemble_json(api.wire(), text)
+    };
+    read.unwrap_or_else(|e| {
+        panic!(
+            "{api:?} stream={stream}: the response does not read: {e}\n{}",
+            String::from_utf8_lossy(text)
+        )
+    })
+}
+
 /// ~`bytes` of plausible shell output (test names, paths, a few numbers), distinct per turn
 /// (so nothing dedups by accident).
 pub(crate) fn shell_output(turn: usize, bytes: usize) -> String {
@@ -242,19 +266,7 @@ async fn run_loop(api: Api, stream: bool, thinking: bool, hidden_every: usize) -
             "{api:?} stream={stream} turn {turn}: {status} {}",
             String::from_utf8_lossy(&text[..text.len().min(600)])
         );
-        let assembled = if stream {
-            let mut parser = SseParser::new();
-            let mut asm = Assembler::new(api.wire());
-            for ev in parser.feed(&text) {
-                asm.push(&ev);
-            }
-            if let Some(ev) = parser.finish() {
-                asm.push(&ev);
-            }
-            asm.finish().unwrap()
-        } else {
-            assemble_json(api.wire(), &text).unwrap()
-        };
+        let assembled = read_response(api, stream, &text);
         let elements: Vec<Value> = assembled
             .elements
             .iter()

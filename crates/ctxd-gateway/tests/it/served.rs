@@ -6,12 +6,12 @@
 //! accepted; nothing from before the reset goes upstream after it.
 
 use ctxd_core::model::{ContentBlock, EntryKind};
-use ctxd_formats::wire::stream::{assemble_json, Assembled, Assembler, SseParser};
+use ctxd_formats::wire::stream::Assembled;
 use ctxd_gateway::config::ToolsSetting;
 use ctxd_mock::{Config, Part, Reasoning, Reply};
 use serde_json::{json, Value};
 
-use crate::loops::{shell_output, Api};
+use crate::loops::{read_response, shell_output, Api};
 use crate::support::Rig;
 
 const CTXD_TOOLS: [&str; 5] = [
@@ -47,24 +47,7 @@ async fn turn(
         "{api:?} stream={stream}: {status} {}",
         String::from_utf8_lossy(&text[..text.len().min(800)])
     );
-    let assembled = if stream {
-        let mut parser = SseParser::new();
-        let mut asm = Assembler::new(api.wire());
-        for ev in parser.feed(&text) {
-            asm.push(&ev);
-        }
-        if let Some(ev) = parser.finish() {
-            asm.push(&ev);
-        }
-        asm.finish().unwrap_or_else(|e| {
-            panic!(
-                "{api:?}: the client's stream does not read: {e}\n{}",
-                String::from_utf8_lossy(&text)
-            )
-        })
-    } else {
-        assemble_json(api.wire(), &text).unwrap()
-    };
+    let assembled = read_response(api, stream, &text);
     let elements = assembled
         .elements
         .iter()
