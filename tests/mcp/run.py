@@ -8,7 +8,11 @@ for it. Checked: every registry tool is listed with its schema; notes are writte
 items; `recall` returns an item's raw content by the id the history tools give; a tool's own
 failure comes back as a result with isError; an unknown tool is a protocol error.
 
-Usage: python3 tests/mcp/run.py --ctxd target/release/ctxd
+On `/mcp`, a call naming no session is bound to the session in which the gateway last saw the
+tenant's model call one of ctxd's tools under the MCP client's name (`mcp__ctxd__...`): checked
+with `ctxd-mock` as the upstream, scripted to make that call (`--mock`).
+
+Usage: python3 tests/mcp/run.py --ctxd target/release/ctxd --mock target/release/ctxd-mock
 Prints 'mcp: N passed, M failed' and exits non-zero on any failure.
 """
 
@@ -19,6 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import urllib.request
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -142,11 +147,42 @@ async def http_checks(base):
               flat(e))
 
 
-def serve(ctxd, store, env):
+async def bound_by_the_call(base, mock_url):
+    """The model (through the gateway) calls `mcp__ctxd__notes_write`, a tool its client has from
+    ctxd's MCP server; the client then makes that call on `/mcp` without naming the session:
+    the note lands in the session the gateway saw the call in."""
+    body = json.dumps({
+        "model": "claude-sonnet-4-5", "max_tokens": 100,
+        "metadata": {"user_id": "mcp-binding-test"},
+        "tools": [{"name": "mcp__ctxd__notes_write", "description": "ctxd notes over MCP",
+                   "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": "write the checkpoint"}],
+    }).encode()
+    req = urllib.request.Request(base + "/v1/messages", data=body, method="POST", headers={
+        "content-type": "application/json", "x-api-key": "sk-bind",
+        "x-ctxd-session": "bound-session", "anthropic-version": "2023-06-01"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        answer = json.load(r)
+    called = [b.get("name") for b in answer.get("content", []) if b.get("type") == "tool_use"]
+    check("the model called ctxd's tool under its MCP name", called == ["mcp__ctxd__notes_write"],
+          answer)
+    headers = {"x-api-key": "sk-bind"}
+    async with create_mcp_http_client(headers=headers) as http:
+        async with streamable_http_client(base + "/mcp", http_client=http) as streams:
+            async with ClientSession(streams[0], streams[1]) as s:
+                await s.initialize()
+                r = await s.call_tool("notes_write", {"path": "bound.md", "text": "bound note"})
+                check("/mcp without x-ctxd-session: bound to the session of the call",
+                      not r.is_error, text_of(r))
+    return mock_url
+
+
+def serve(ctxd, store, env, upstream=None):
     """`ctxd serve` on a free port; returns (process, base URL)."""
+    extra = {"CTXD_UPSTREAM_ANTHROPIC": upstream} if upstream else {}
     proc = subprocess.Popen([ctxd, "--store", store, "serve"], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True,
-                            env={**env, "CTXD_LISTEN": "127.0.0.1:0"})
+                            env={**env, "CTXD_LISTEN": "127.0.0.1:0", **extra})
     line = proc.stdout.readline()
     if "listening on " not in line:
         proc.kill()
@@ -157,6 +193,7 @@ def serve(ctxd, store, env):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ctxd", required=True)
+    ap.add_argument("--mock", help="the ctxd-mock binary (for the binding check)")
     args = ap.parse_args()
     ctxd = os.path.abspath(args.ctxd)
     with tempfile.TemporaryDirectory() as tmp:
@@ -171,12 +208,33 @@ def main():
                               "checkpoint.md"], capture_output=True, text=True, env=env)
         check("the CLI reads the note the MCP client wrote", "goal: ship mcp" in out.stdout,
               out.stdout + out.stderr)
-        proc, base = serve(ctxd, store, env)
+        mock = None
+        upstream = None
+        if args.mock:
+            mock = subprocess.Popen(
+                [os.path.abspath(args.mock), "--port", "0", "--reply",
+                 'tool:mcp__ctxd__notes_write:{"path":"bound.md","text":"bound note"}'],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            line = mock.stderr.readline()
+            upstream = line.split("listening on ", 1)[1].strip()
+        proc, base = serve(ctxd, store, env, upstream)
         try:
             asyncio.run(http_checks(base))
+            if mock:
+                asyncio.run(bound_by_the_call(base, upstream))
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+            if mock:
+                mock.terminate()
+                mock.wait(timeout=10)
+        if mock:
+            out = subprocess.run([ctxd, "--store", store, "notes", "read", "bound.md",
+                                  "--session", "bound-session", "--key-env", "BIND_KEY"],
+                                 capture_output=True, text=True,
+                                 env={**env, "BIND_KEY": "sk-bind"})
+            check("the note is in the session the gateway saw the call in",
+                  "bound note" in out.stdout, out.stdout + out.stderr)
     passed = sum(ok for _, ok in results)
     failed = len(results) - passed
     print(f"mcp: {passed} passed, {failed} failed")

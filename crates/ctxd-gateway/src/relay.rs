@@ -254,6 +254,18 @@ impl TurnRecord {
             let mut leaf = None;
             let end = match (outcome, hidden) {
                 (Outcome::Response(assembled), None) => {
+                    app.mcp_seen.note(
+                        &caller.tenant,
+                        loaded.record.id,
+                        assembled.elements.iter().flat_map(|e| {
+                            e.message.content.iter().filter_map(|b| match b {
+                                ctxd_core::model::ContentBlock::ToolCall { name, .. } => {
+                                    Some(name.as_str())
+                                }
+                                _ => None,
+                            })
+                        }),
+                    );
                     (batch, leaf) = append_response(loaded, attach.as_ref(), assembled);
                     TurnEnd::Completed
                 }

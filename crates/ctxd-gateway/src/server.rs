@@ -111,6 +111,8 @@ pub struct Gateway {
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
     /// Bytes of request bodies in flight ([`crate::budget`]).
     pub(crate) bodies: Arc<tokio::sync::Semaphore>,
+    /// The session each tenant's model last called ctxd's MCP tools in (`/mcp` binds to it).
+    pub(crate) mcp_seen: crate::mcp::Seen,
 }
 
 impl Gateway {
@@ -304,6 +306,7 @@ impl Server {
                 settings.max_bodies_in_flight_bytes,
                 settings.max_body_bytes,
             ),
+            mcp_seen: crate::mcp::Seen::default(),
             engine,
             settings,
         });
@@ -575,7 +578,7 @@ pub async fn shutdown_signal() {
 }
 
 fn router(app: Arc<Gateway>) -> Router {
-    let mcp = crate::mcp::service(app.engine.clone(), app.tenant_key);
+    let mcp = crate::mcp::service(app.engine.clone(), app.tenant_key, app.mcp_seen.clone());
     Router::new()
         .nest_service("/mcp", mcp)
         .route("/v1/messages", conversation(Api::Anthropic))
