@@ -161,8 +161,10 @@ def upstream_bodies(sent, got, tools, evidence_dir, case):
             problems.append("%s: %s (saved %s.*)" % (where, why, stem))
     if problems:
         return False, "; ".join(problems)
-    return True, "%d bodies: %d without tools byte-identical, %d the client's bytes + ctxd's %d tools (%s)" % (
-        len(sent), exact, len(sent) - exact, len(added), ", ".join(sorted(added)))
+    compressed = sorted({t.headers["content-encoding"] for t in sent if t.headers.get("content-encoding")})
+    return True, "%d bodies%s: %d without tools byte-identical, %d the client's bytes + ctxd's %d tools (%s)" % (
+        len(sent), " (sent %s)" % "/".join(compressed) if compressed else "", exact, len(sent) - exact,
+        len(added), ", ".join(sorted(added)))
 
 
 def forwarded_headers(sent, got):
@@ -514,3 +516,32 @@ def save_upstream(evidence_dir, case, got):
         for r in got:
             body = (r["decoded"] or b"").decode("utf-8", "replace")
             f.write(json.dumps({"path": r["path"], "refused": r.get("refused"), "body": body}) + "\n")
+
+
+def self_test(registry, evidence_dir):
+    """The body comparison on a zstd-compressed Responses body (no client here compresses: Codex
+    0.171 as setup.sh configures it sends plain JSON): accepted with ctxd's definitions
+    inserted, refused when one byte of the conversation changes or nothing was inserted."""
+    import zstandard
+
+    from tap import Tapped
+
+    client = (b'{"model":"gpt-5","input":[{"role":"user","content":"hi"}],'
+              b'"tools":[{"type":"function","name":"bash","parameters":{}}]}')
+    defs = b",".join(json.dumps({"type": "function", "name": n, "description": d, "parameters": p}).encode()
+                     for n, (d, p) in sorted(registry.items()))
+    at = client.rindex(b"]")
+    zstd = {"content-encoding": "zstd"}
+
+    def compare(upstream):
+        sent = Tapped("POST", "/v1/responses", zstd, zstandard.ZstdCompressor().compress(client))
+        got = {"path": "/v1/responses", "headers": zstd, "body_bytes": zstandard.ZstdCompressor().compress(upstream)}
+        return upstream_bodies([sent], [got], CtxdTools(registry), evidence_dir, "self-test")[0]
+
+    results = (compare(client[:at] + b"," + defs + client[at:]),
+               not compare((client[:at] + b"," + defs + client[at:]).replace(b'"hi"', b'"ho"')),
+               not compare(client))
+    if all(results):
+        return True, "a zstd body with ctxd's tools inserted passes; a changed conversation or no tools fails"
+    return False, "the comparison judged wrongly (insertion ok, changed byte refused, no tools refused): %s" % (
+        results,)

@@ -5,14 +5,19 @@ Starts the project's mock (`ctxd-mock`) and `ctxd serve` on free ports with a te
 recording tap in front of the gateway, then runs every case: the anthropic and openai Python
 SDKs (streaming and not, two tool loops each), and Claude Code, Pi (its three APIs) and Codex
 from ../shared/clients (configured by its setup.sh with PORT = the tap). Each case is checked on
-the client's exit and answer, on what reached the mock against what the client sent (checks.py),
-and on what the store holds: read from the store file (sqlite3, read-only) and, as separate
-checks, through the CLI's JSON (`ctxd sessions`, `ctxd report`, `ctxd history items`). Builds
-nothing: CI builds target/release/ctxd and target/release/ctxd-mock first.
+the client's exit and answer, on what reached the mock against what the client sent (checks.py:
+ctxd's tools, listed by `ctxd mcp`, added after the client's, nothing else changed), and on what
+the store holds: read from the store file (sqlite3, read-only) and, as separate checks, through
+the CLI's JSON (`ctxd sessions`, `ctxd report`, `ctxd history items`). Then the same clients
+again with the mock calling ctxd's tools around the client's own (tools_cases.py: notes, a
+reset, history search, recall), and over the whole run: no conversation element from before a
+reset reaches the mock after it. Builds nothing: CI builds target/release/ctxd and
+target/release/ctxd-mock first.
 
     $CLIENTS_DIR/venv/bin/python tests/clients/run.py [--only NAME ...] [--no-agents] [--keep]
 
-(any Python 3 with the pinned anthropic and openai SDKs; .ci/run makes that venv.)
+(any Python 3 with the pinned anthropic, openai, mcp and zstandard packages; .ci/run makes
+that venv.)
 
 Exit status: 0 when every check passed (or failed as expected, see EXPECTED_FAILURES), 1
 otherwise. The last line is "clients: N passed, N failed, N skipped" (skipped: the expected
@@ -360,6 +365,7 @@ def main():
     started = time.monotonic()
     try:
         ctx.tools = checks.CtxdTools(registry(args.ctxd, workdir))
+        report.add("harness", "zstd comparison", *checks.self_test(ctx.tools.registry, ctx.evidence))
         mock = Mock(args.mock, workdir)
         gw = Gateway(args.ctxd, mock.url, workdir)
         print("clients: mock %s, gateway %s behind tap %s, store %s" % (

@@ -150,8 +150,13 @@ async fn clear(State(s): State<Arc<Shared>>) -> StatusCode {
 /// those already queued, all or none. Answers `{"queued": N}`, the replies now waiting; a bad
 /// spec is a 400 naming it.
 async fn queue(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
-    let bad =
-        |message: String| (StatusCode::BAD_REQUEST, axum::Json(json!({"error": message}))).into_response();
+    let bad = |message: String| {
+        (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"error": message})),
+        )
+            .into_response()
+    };
     let specs: Vec<String> = match serde_json::from_slice(&body) {
         Ok(specs) => specs,
         Err(e) => return bad(format!("expected a JSON array of reply specs: {e}")),

@@ -373,7 +373,10 @@ async fn a_wait_holds_the_request_until_its_reply_is_pushed() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!held.is_finished(), "{path} answered before its reply was queued");
+        assert!(
+            !held.is_finished(),
+            "{path} answered before its reply was queued"
+        );
         push_specs(&mock, json!(["text:answered later"])).await;
         let reply = held.await.unwrap().to_string();
         assert!(reply.contains("answered later"), "{path}: {reply}");
@@ -391,8 +394,13 @@ async fn a_wait_with_nothing_pushed_is_a_clear_400() {
     assert_eq!(res.status, 400);
     let body = res.json();
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("wait") && message.contains("50 ms"), "{message}");
+    assert!(
+        message.contains("wait") && message.contains("50 ms"),
+        "{message}"
+    );
     // Nothing is left waiting: the next request gets the built-in logic.
-    let m = post(&mock, "/v1/chat/completions", &chat(false)).await.json();
+    let m = post(&mock, "/v1/chat/completions", &chat(false))
+        .await
+        .json();
     assert_eq!(m["choices"][0]["message"]["content"], "done");
 }
