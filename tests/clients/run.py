@@ -200,6 +200,7 @@ def run_case(case, gw, mock, ctx, report):
     ctx.upstream_log.append((case.name, got))
     report.add(case.name, "request count", *checks.same_count(sent, got, case.min_requests, client_count))
     report.add(case.name, "gateway status", *checks.gateway_answered(sent))
+    report.add(case.name, "refusals", *checks.no_refusals(got))
     report.add(case.name, "upstream bytes", *checks.upstream_bodies(sent, got, ctx.tools, ctx.evidence,
                                                                       case.name))
     report.add(case.name, "upstream headers", *checks.forwarded_headers(sent, got))
