@@ -305,7 +305,10 @@ async fn push_specs(mock: &ctxd_mock::MockServer, specs: Value) -> (reqwest::Sta
         .await
         .unwrap();
     let status = res.status();
-    (status, res.json().await.unwrap())
+    (
+        status,
+        serde_json::from_slice(&res.bytes().await.unwrap()).unwrap(),
+    )
 }
 
 #[tokio::test]
@@ -364,7 +367,7 @@ async fn a_wait_holds_the_request_until_its_reply_is_pushed() {
                 .send()
                 .await
                 .unwrap();
-            res.json::<Value>().await.unwrap()
+            serde_json::from_slice::<Value>(&res.bytes().await.unwrap()).unwrap()
         });
         // The request is recorded while it is held: the test reads it, then answers.
         let deadline = Instant::now() + Duration::from_secs(10);
