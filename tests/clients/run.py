@@ -366,6 +366,7 @@ def main():
     started = time.monotonic()
     try:
         ctx.tools = checks.CtxdTools(registry(args.ctxd, workdir))
+        print("== harness", flush=True)
         report.add("harness", "zstd comparison", *checks.self_test(ctx.tools.registry, ctx.evidence))
         mock = Mock(args.mock, workdir)
         gw = Gateway(args.ctxd, mock.url, workdir)
@@ -379,6 +380,7 @@ def main():
             run = run_tools_case if case.scenario else run_case
             timings.append((case.name, run(case, gw, mock, ctx, report)))
         if any(c.scenario for c in selected):
+            print("== the whole run", flush=True)
             report.add("run", "no message after reset", *checks.no_message_after_reset(ctx.upstream_log))
     finally:
         rc = gw.stop() if gw else None
