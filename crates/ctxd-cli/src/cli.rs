@@ -205,6 +205,7 @@ mod tests {
             let value = match value_name.as_deref() {
                 _ if is_switch => "true",
                 Some("MODE") => "\"full\"",
+                Some("LIST") => "\"none\"",
                 Some("ADDR") => "\"127.0.0.1:1\"",
                 Some("URL") => "\"http://127.0.0.1:1\"",
                 _ if key == "store" => "\"elsewhere.db\"",

@@ -33,6 +33,11 @@ pub struct CallerArgs {
     /// The project `@project/` resolves to (its key, e.g. the repository path).
     #[arg(long, value_name = "KEY")]
     pub project: Option<String>,
+    /// Act as the tenant of the API key in environment variable NAME (the key your agent
+    /// sends through the gateway: your own notes and sessions). The key itself is never an
+    /// argument. Default: the local tenant (`ctxd import`, keyless clients).
+    #[arg(long, value_name = "NAME")]
+    pub key_env: Option<String>,
     /// Print JSON (one object).
     #[arg(long)]
     pub json: bool,
@@ -200,15 +205,27 @@ fn needs_flag(address: &str, who: &CallerArgs, prefix: bool) -> anyhow::Result<(
 }
 
 fn caller(engine: &Engine<SqliteStore>, who: &CallerArgs) -> anyhow::Result<Caller> {
+    let tenant = match &who.key_env {
+        None => String::new(),
+        Some(name) => {
+            let credential = std::env::var(name).unwrap_or_default();
+            if credential.trim().is_empty() {
+                bail!("--key-env {name}: the environment variable {name} is not set or empty");
+            }
+            let key = ctxd_gateway::identity::store_tenant_key(engine.store())
+                .map_err(anyhow::Error::msg)?;
+            ctxd_gateway::identity::tenant_of(&key, credential.as_bytes())
+        }
+    };
     let mut caller = Caller {
-        tenant: String::new(),
+        tenant,
         agent: who.agent.clone(),
         model: who.model.clone(),
         project: who.project.clone(),
         ..Caller::default()
     };
     if let Some(key) = &who.session {
-        let Some(record) = engine.store().find_session("", key)? else {
+        let Some(record) = engine.store().find_session(&caller.tenant, key)? else {
             bail!("no session {key:?} in the store (see `ctxd sessions --store`)");
         };
         caller.session = Some(record.id);

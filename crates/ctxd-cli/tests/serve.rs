@@ -463,3 +463,112 @@ fn an_answer_the_client_holds_is_stored_and_found_by_history_search_at_once() {
     }
     drop(gw);
 }
+
+/// The model writes a note through the gateway (ctxd's tool, answered by the gateway); the
+/// person behind that API key reads and edits it with the CLI, naming the key by an environment
+/// variable, and sees the model's change; another key sees nothing of it.
+#[test]
+fn a_person_reads_and_writes_their_own_tenants_notes_with_the_cli() {
+    let mock = MockServer::start_blocking(Config::default()).unwrap();
+    mock.script().push(Reply::tool_call(
+        "notes_write",
+        serde_json::json!({"path": "@human/prefs.md", "text": "prefers small commits"}),
+    ));
+    mock.script().push(Reply::text("noted"));
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("gw.db");
+    let mut gw = serve(&store, &mock.base_url());
+    let tools = serde_json::json!([{"name": "bash", "description": "Run a command",
+        "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}]);
+    let mut b: serde_json::Value = serde_json::from_str(&body(
+        false,
+        serde_json::json!([{"role": "user", "content": "remember my preference"}]),
+    ))
+    .unwrap();
+    b["tools"] = tools;
+    let resp = post(
+        &gw.addr,
+        "/v1/messages",
+        &[("x-api-key", "sk-person-A")],
+        &b.to_string(),
+    );
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(
+        resp.contains("noted") && !resp.contains("notes_write"),
+        "{resp}"
+    );
+    stop(&mut gw);
+    let s = store.to_str().unwrap();
+    let read = |var: &str, key: &str| {
+        ctxd()
+            .args([
+                "--store",
+                s,
+                "notes",
+                "read",
+                "@human/prefs.md",
+                "--key-env",
+                var,
+            ])
+            .env(var, key)
+            .output()
+            .unwrap()
+    };
+    let mine = read("MY_KEY", "sk-person-A");
+    assert!(
+        mine.status.success(),
+        "{}",
+        String::from_utf8_lossy(&mine.stderr)
+    );
+    assert!(String::from_utf8_lossy(&mine.stdout).contains("prefers small commits"));
+    common::succeed(
+        ctxd()
+            .args([
+                "--store",
+                s,
+                "notes",
+                "append",
+                "@human/prefs.md",
+                "and tests first",
+            ])
+            .args(["--key-env", "MY_KEY"])
+            .env("MY_KEY", "sk-person-A"),
+    );
+    let again = read("MY_KEY", "sk-person-A");
+    assert!(String::from_utf8_lossy(&again.stdout).contains("and tests first"));
+    let other = read("MY_KEY", "sk-person-B");
+    assert!(
+        !String::from_utf8_lossy(&other.stdout).contains("prefers"),
+        "another key reads nothing of it"
+    );
+    let local = ctxd()
+        .args(["--store", s, "notes", "read", "@human/prefs.md"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&local.stdout).contains("prefers"));
+    let unset = ctxd()
+        .args([
+            "--store",
+            s,
+            "notes",
+            "read",
+            "@human/prefs.md",
+            "--key-env",
+            "NO_SUCH_VAR_X",
+        ])
+        .env_remove("NO_SUCH_VAR_X")
+        .output()
+        .unwrap();
+    assert_eq!(unset.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unset.stderr).contains("NO_SUCH_VAR_X"));
+}
+
+/// SIGTERM and wait: the gateway's store is closed when this returns.
+fn stop(gw: &mut Gateway) {
+    let killed = Command::new("kill")
+        .args(["-TERM", &gw.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(gw.child.wait().unwrap().success());
+}

@@ -36,6 +36,22 @@ pub struct Item<'a> {
 }
 
 impl<'a> Item<'a> {
+    /// The message the model is shown for this item: the content it sees (an edit's), and a
+    /// summary as a user message. What every renderer of a projection sends.
+    pub fn to_message(&self) -> Message {
+        match &self.kind {
+            ItemKind::Message {
+                message, content, ..
+            } => Message {
+                content: content.to_vec(),
+                ..(*message).clone()
+            },
+            ItemKind::Summary { text, .. } => {
+                Message::new(Role::User, vec![ContentBlock::text(*text)])
+            }
+        }
+    }
+
     /// A message shown as it was written (no edit).
     pub fn as_written(entry: usize, message: &'a Message) -> Self {
         Item {

@@ -52,6 +52,13 @@ pub fn specs() -> Vec<ToolSpec> {
     all
 }
 
+/// The names of every tool ctxd offers, in the registry's order (built once: the gateway asks
+/// on every request).
+pub fn names() -> &'static [&'static str] {
+    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| specs().iter().map(|s| s.name).collect())
+}
+
 impl<S> Engine<S>
 where
     S: ctxd_store::Store,

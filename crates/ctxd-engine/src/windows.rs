@@ -316,31 +316,20 @@ impl<S: Store> Engine<S> {
         let messages = projection
             .items
             .iter()
-            .map(|item| match &item.kind {
-                ItemKind::Message {
-                    message,
-                    content,
-                    edited,
-                } => ProjectedMessage {
-                    entry: entry_id(item.entry),
-                    message: Message {
-                        content: content.to_vec(),
-                        ..(*message).clone()
-                    },
-                    edited: *edited,
-                    summary: None,
-                },
-                ItemKind::Summary { kind, text } => ProjectedMessage {
-                    entry: entry_id(item.entry),
-                    message: Message::new(
-                        ctxd_core::model::Role::User,
-                        vec![ContentBlock::text(*text)],
-                    ),
-                    edited: false,
-                    summary: Some(match kind {
-                        SummaryKind::Compaction => "compaction",
-                        SummaryKind::Branch => "branch",
-                    }),
+            .map(|item| ProjectedMessage {
+                entry: entry_id(item.entry),
+                message: item.to_message(),
+                edited: matches!(item.kind, ItemKind::Message { edited: true, .. }),
+                summary: match item.kind {
+                    ItemKind::Summary {
+                        kind: SummaryKind::Compaction,
+                        ..
+                    } => Some("compaction"),
+                    ItemKind::Summary {
+                        kind: SummaryKind::Branch,
+                        ..
+                    } => Some("branch"),
+                    ItemKind::Message { .. } => None,
                 },
             })
             .collect();
@@ -588,6 +577,46 @@ pub fn decide_turn_end(input: &TurnEndInput<'_>) -> TurnEndPlan {
         _ => None,
     };
     plan
+}
+
+/// A turn boundary on a session the caller holds in memory (the gateway's indexed copy, which
+/// includes writes still queued for the store): the same decision and drafts as
+/// [`Engine::turn_end_at`], with the notes for a new window's boot read on a blocking thread so
+/// an async worker never waits on the store. The entries are returned, not appended: the caller
+/// writes them with the batch it is committing. The one path of a turn end in the gateway.
+pub fn end_turn_on<'a, S>(
+    engine: &std::sync::Arc<Engine<S>>,
+    caller: &Caller,
+    record: &'a SessionRecord,
+    input: &TurnEndInput<'a>,
+) -> impl std::future::Future<Output = (TurnEndOutcome, Vec<Entry>)> + Send + 'a
+where
+    S: Store + Send + Sync + 'static,
+{
+    // Decided before the first await: the token counter is not held across it.
+    let plan = decide_turn_end(input);
+    let (session, branch, now) = (input.session, input.branch, input.now_ms);
+    let engine = engine.clone();
+    let caller = caller.clone();
+    async move {
+        let notes = if plan.needs_notes() {
+            let c = caller.clone();
+            match tokio::task::spawn_blocking(move || engine.notes_snapshot(&c, now)).await {
+                Ok(Ok(notes)) => Some(notes),
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "turn end: notes unreadable; no new window");
+                    None
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "turn end: notes task failed; no new window");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        plan.finish(&caller, record, session, branch, notes.as_ref())
+    }
 }
 
 /// The boot text of window `window_id` opened at the end of `branch`, given the notes as they

@@ -100,7 +100,7 @@ impl ToolsSetting {
             "none" | "" => return Ok(ToolsSetting::None),
             _ => {}
         }
-        let known: Vec<&str> = ctxd_engine::tools::specs().iter().map(|s| s.name).collect();
+        let known = ctxd_engine::tools::names();
         let names: Vec<String> = spec
             .split(',')
             .map(|n| n.trim().to_owned())
@@ -119,9 +119,9 @@ impl ToolsSetting {
 
     /// The tool names this setting offers, in the registry's order.
     pub fn names(&self) -> Vec<&'static str> {
-        let all = ctxd_engine::tools::specs();
+        let all = ctxd_engine::tools::names();
         match self {
-            ToolsSetting::All => all.iter().map(|s| s.name).collect(),
+            ToolsSetting::All => all.to_vec(),
             ToolsSetting::None => Vec::new(),
             ToolsSetting::Names(names) => {
                 let wanted = |tool: &str| {
@@ -129,7 +129,7 @@ impl ToolsSetting {
                         .iter()
                         .any(|n| n == tool || group(n).is_some_and(|g| g.contains(&tool)))
                 };
-                all.iter().map(|s| s.name).filter(|n| wanted(n)).collect()
+                all.iter().copied().filter(|n| wanted(n)).collect()
             }
         }
     }
@@ -517,6 +517,22 @@ mod tests {
             m.configured_window("claude-sonnet-4-5-20250929"),
             Some(1_000_000)
         );
+        std::fs::write(
+            &path,
+            "tools = [\"notes\", \"recall\"]\n[agents.codex]\ntools = \"none\"\n",
+        )
+        .unwrap();
+        s.apply_file(&path).unwrap();
+        let m = &s.management;
+        let mut names = m.tools_for("pi").names();
+        names.sort_unstable();
+        let mut want = ctxd_core::offered::NOTES_TOOLS.to_vec();
+        want.push("recall");
+        want.sort_unstable();
+        assert_eq!(names, want);
+        assert!(m.tools_for("codex").names().is_empty());
+        std::fs::write(&path, "tools = \"notes,bogus\"\n").unwrap();
+        assert!(s.apply_file(&path).unwrap_err().contains("bogus"));
         std::fs::write(&path, "[agents.pi]\nreminder = true\n").unwrap();
         assert!(s.apply_file(&path).unwrap_err().contains("reminder"));
         assert_eq!(

@@ -372,12 +372,8 @@ async fn prepare(
     let offer = if matches!(management.tools_for(agent_name), ToolsSetting::None) {
         Offer::default()
     } else {
-        let client = req.tools(&decoded);
-        Offer::new(
-            management,
-            agent_name,
-            client.iter().map(|t| t.name.as_str()),
-        )
+        let client = crate::served::client_tool_names(&req, &decoded);
+        Offer::new(management, agent_name, client.iter().map(String::as_str))
     };
     let policy = policy::window_policy(
         management,
@@ -690,24 +686,30 @@ async fn forward(
             "upstream answered"
         );
 
+        // ctxd's tools were offered: the exchange answers their calls (a success only; an
+        // overflow keeps the request's re-plan for its retry).
+        let exchange = if status.is_success() {
+            exchange_context(
+                app,
+                api,
+                &method,
+                path,
+                headers,
+                &completion,
+                replan.take(),
+                &offer,
+            )
+        } else {
+            None
+        };
         if status.is_success() && is_sse {
-            let body: Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>> =
-                match exchange_context(
-                    app,
-                    api,
-                    &method,
-                    path,
-                    headers,
-                    &completion,
-                    replan,
-                    &offer,
-                ) {
-                    Some(cx) => Box::pin(crate::served::exchange::spliced(cx, resp.bytes_stream())),
-                    None => Box::pin(
-                        resp.bytes_stream()
-                            .map(|r| r.map_err(|e| e.without_url().to_string())),
-                    ),
-                };
+            let body: Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>> = match exchange {
+                Some(cx) => Box::pin(crate::served::exchange::spliced(cx, resp.bytes_stream())),
+                None => Box::pin(
+                    resp.bytes_stream()
+                        .map(|r| r.map_err(|e| e.without_url().to_string())),
+                ),
+            };
             return relay_stream(api, status, out_headers, body, completion, waited).await;
         }
 
@@ -741,34 +743,21 @@ async fn forward(
         let mut answer = answer;
         let outcome = if status.is_success() {
             match ctxd_formats::wire::stream::assemble_json(api.stream_api(), &answer) {
-                Ok(a) => {
-                    match exchange_context(
-                        app,
-                        api,
-                        &method,
-                        path,
-                        headers,
-                        &completion,
-                        replan.take(),
-                        &offer,
-                    ) {
-                        Some(cx) => {
-                            match crate::served::exchange::json_rounds(&cx, &answer, a).await {
-                                Ok((body, view)) => {
-                                    if let Some(body) = body {
-                                        answer = body;
-                                    }
-                                    Outcome::Response(view)
-                                }
-                                Err((status, message)) => {
-                                    completion.finish(Outcome::Failed, sent.elapsed());
-                                    return api_error(api, status, &message);
-                                }
+                Ok(a) => match exchange {
+                    Some(cx) => match crate::served::exchange::json_rounds(&cx, &answer, a).await {
+                        Ok((body, view)) => {
+                            if let Some(body) = body {
+                                answer = body;
                             }
+                            Outcome::Response(view)
                         }
-                        None => Outcome::Response(a),
-                    }
-                }
+                        Err((status, message)) => {
+                            completion.finish(Outcome::Failed, sent.elapsed());
+                            return api_error(api, status, &message);
+                        }
+                    },
+                    None => Outcome::Response(a),
+                },
                 Err(e) => {
                     tracing::warn!(error = %e, "response not recorded");
                     Outcome::Failed

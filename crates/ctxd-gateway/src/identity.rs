@@ -15,8 +15,32 @@ use crate::request::ParsedRequest;
 /// `Authorization: Bearer K` hash the same `K`. Keyless clients share the tenant of the empty
 /// credential (refused beyond loopback unless `allow-keyless`, see `handler.rs`).
 pub fn tenant(key: &[u8; 32], headers: &HeaderMap) -> String {
-    let digest = blake3::keyed_hash(key, credential(headers).unwrap_or_default());
+    tenant_of(key, credential(headers).unwrap_or_default())
+}
+
+/// The tenant of the API key `credential` (what [`tenant`] finds in a request's headers): the
+/// CLI acts as a person's own tenant with it.
+pub fn tenant_of(key: &[u8; 32], credential: &[u8]) -> String {
+    let digest = blake3::keyed_hash(key, credential.trim_ascii());
     format!("t-{}", &digest.to_hex()[..32])
+}
+
+/// The store setting holding the secret tenants are keyed with (made once, by the first
+/// gateway or CLI command that needs it).
+pub const TENANT_KEY_SETTING: &str = "gateway.tenant_key";
+
+/// The store's tenant key, created when the store has none yet.
+pub fn store_tenant_key(store: &ctxd_store::SqliteStore) -> Result<[u8; 32], String> {
+    use ctxd_store::Store;
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| e.to_string())?;
+    let stored = store
+        .setting_or_insert(TENANT_KEY_SETTING, &key)
+        .map_err(|e| e.to_string())?;
+    if stored.len() == 32 {
+        key.copy_from_slice(&stored);
+    }
+    Ok(key)
 }
 
 /// The client's API key: `x-api-key`, else `Authorization` without its `Bearer` scheme;

@@ -28,6 +28,9 @@ pub struct SessionLog {
     /// Element bytes already seen → message hash (skips parsing resent elements).
     raw_index: HashMap<Hash, Hash>,
     leaf: Option<usize>,
+    /// Positions of compaction entries (a client's own compaction continues its session after
+    /// one: `plan.rs`).
+    compactions: Vec<usize>,
     /// The largest prompt (tokens) a provider reported for this session: the model's window is
     /// at least that.
     accepted_tokens: u64,
@@ -119,6 +122,7 @@ impl SessionLog {
         match &entry.kind {
             EntryKind::SystemPrompt { text } => in_force.system = Some(hash::text(text)),
             EntryKind::ToolDefs { tools } => in_force.tools = Some(hash::tools(tools)),
+            EntryKind::Compaction(_) => self.compactions.push(pos),
             _ => {}
         }
         self.parents.push(parent);
@@ -235,8 +239,18 @@ impl SessionLog {
     /// The longest prefix of `elements` (message hashes) found as a path in the log, and where
     /// the rest goes. Among equal candidates the latest appended wins.
     pub fn reconcile(&self, elements: &[Hash]) -> Match {
+        self.reconcile_from(None, elements)
+    }
+
+    /// Compaction entries, oldest first.
+    pub fn compactions(&self) -> &[usize] {
+        &self.compactions
+    }
+
+    /// [`SessionLog::reconcile`] below `start` (`None`: from the roots).
+    pub fn reconcile_from(&self, start: Option<usize>, elements: &[Hash]) -> Match {
         let mut matched = Vec::new();
-        let mut cur: Option<usize> = None;
+        let mut cur: Option<usize> = start;
         for h in elements {
             match self.find_next(cur, h) {
                 Some(c) => {
@@ -247,7 +261,11 @@ impl SessionLog {
             }
         }
         Match {
-            parent: self.tail_after(cur),
+            parent: if matched.is_empty() && start.is_some() {
+                start
+            } else {
+                self.tail_after(cur)
+            },
             matched,
         }
     }
@@ -280,6 +298,27 @@ impl SessionLog {
             SettingKind::System => in_force.system,
             SettingKind::Tools => in_force.tools,
         }
+    }
+
+    /// Append a new entry of `kind` under `parent` (its id derived from `tag` and `content`, see
+    /// [`SessionLog::new_id`]); it becomes the leaf. Returns its position and a copy for the
+    /// store.
+    pub fn append_under(
+        &mut self,
+        parent: Option<usize>,
+        tag: &str,
+        content: &Hash,
+        kind: EntryKind,
+        timestamp: Option<String>,
+    ) -> (usize, Entry) {
+        let entry = Entry {
+            id: self.new_id(parent, tag, content),
+            parent: parent.and_then(|p| self.entry(p)).map(|e| e.id.clone()),
+            timestamp,
+            sidechain: false,
+            kind,
+        };
+        (self.push(entry.clone()), entry)
     }
 
     /// An id for a new entry under `parent`, derived from its content so the same message under

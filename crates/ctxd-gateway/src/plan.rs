@@ -8,7 +8,7 @@
 //!    client's own elements (by index) and messages ctxd renders. `None` when the projection is
 //!    exactly the client's elements in order: the body then goes upstream untouched.
 
-use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role};
+use ctxd_core::model::{Compaction, Entry, EntryId, EntryKind, Message, Role};
 use ctxd_core::view::{project_checked, ItemKind, ProjectionError};
 use ctxd_store::NewEntry;
 
@@ -53,7 +53,25 @@ pub fn plan_request(
             }
         }
     }
-    let found = log.reconcile(&hashes);
+    let mut found = log.reconcile(&hashes);
+    // A client that compacted on its own starts a new conversation from its summary: the same
+    // session, continued after a compaction entry under the old branch (history tools still
+    // reach what came before it; what goes upstream is the client's new conversation).
+    let mut client_compaction = None;
+    if log.leaf().is_some() && !conversation_matched(log, &found.matched) {
+        match continued_after_compaction(log, &hashes) {
+            Some(m) => found = m,
+            None => {
+                if let Some(summary) = client_summary(req, body, &mut parsed) {
+                    client_compaction = Some((log.tail_after(log.leaf()), summary));
+                    found = crate::log::Match {
+                        matched: Vec::new(),
+                        parent: None,
+                    };
+                }
+            }
+        }
+    }
     let matched = found.matched.len();
     let mut plan = RequestPlan {
         element_entries: found.matched,
@@ -75,6 +93,19 @@ pub fn plan_request(
         plan.appended.push(NewEntry { entry, raw });
         pos
     };
+    if let Some((under, summary)) = client_compaction {
+        parent = under;
+        let h = hash::text(&summary);
+        let id = log.new_id(parent, "client_compaction", &h);
+        let kind = EntryKind::Compaction(Compaction {
+            summary,
+            first_kept: None,
+            tokens_before: None,
+            // Nothing before it is shown again: the client's conversation carries its summary.
+            replacement: Some(Vec::new()),
+        });
+        append(log, &mut parent, kind, id, None);
+    }
     if let Some((_, raw)) = req.system_raw {
         let text = log
             .known_raw(&raw)
@@ -128,6 +159,52 @@ pub fn plan_request(
     plan
 }
 
+/// How clients begin the conversation that follows their own compaction (Claude Code, Codex,
+/// Pi), in a user message's text.
+const CLIENT_SUMMARY_PREFIXES: [&str; 3] = [
+    "This session is being continued from a previous conversation",
+    "Another language model started to solve this problem and produced a summary",
+    "The conversation history before this point was compacted into the following summary",
+];
+
+/// Whether any matched entry is a conversation message other than a system prompt (Chat and
+/// Responses clients send those in the array, and many conversations share them).
+fn conversation_matched(log: &SessionLog, matched: &[usize]) -> bool {
+    matched.iter().any(|&p| {
+        matches!(log.entry(p).map(|e| &e.kind), Some(EntryKind::Message(m))
+            if !matches!(m.role, Role::System | Role::Developer))
+    })
+}
+
+/// The request continues a conversation already recorded after a client's compaction.
+fn continued_after_compaction(log: &SessionLog, hashes: &[Hash]) -> Option<crate::log::Match> {
+    log.compactions()
+        .iter()
+        .rev()
+        .map(|&c| log.reconcile_from(Some(c), hashes))
+        .find(|m| conversation_matched(log, &m.matched))
+}
+
+/// The summary a client's compaction left at the start of this request, if any.
+fn client_summary(
+    req: &ParsedRequest,
+    body: &[u8],
+    parsed: &mut [Option<Message>],
+) -> Option<String> {
+    (0..req.elements.len().min(8)).find_map(|i| {
+        let m = parsed[i].get_or_insert_with(|| req.message(body, i));
+        if m.role != Role::User {
+            return None;
+        }
+        let text = ctxd_core::text::message_text(m);
+        let trimmed = text.trim_start();
+        CLIENT_SUMMARY_PREFIXES
+            .iter()
+            .any(|p| trimmed.starts_with(p))
+            .then(|| trimmed.to_owned())
+    })
+}
+
 /// One element of the upstream conversation array.
 #[derive(Debug, PartialEq)]
 pub enum Part {
@@ -156,22 +233,12 @@ pub fn upstream_parts(
     let parts: Vec<Part> = projection
         .items
         .iter()
-        .map(|item| match &item.kind {
-            ItemKind::Message {
-                message,
-                content,
-                edited,
-            } => match element_of.get(item.entry).copied().flatten() {
-                Some(i) if !edited => Part::Client(i),
-                _ => Part::Rendered(Message {
-                    content: content.to_vec(),
-                    ..(*message).clone()
-                }),
+        .map(
+            |item| match (&item.kind, element_of.get(item.entry).copied().flatten()) {
+                (ItemKind::Message { edited: false, .. }, Some(i)) => Part::Client(i),
+                _ => Part::Rendered(item.to_message()),
             },
-            ItemKind::Summary { text, .. } => {
-                Part::Rendered(Message::new(Role::User, vec![ContentBlock::text(*text)]))
-            }
-        })
+        )
         .collect();
     let unchanged = parts.len() == element_entries.len()
         && parts
@@ -245,6 +312,55 @@ mod tests {
         assert_eq!(p.appended.len(), 1);
         assert!(parts.is_none(), "the projection follows the new branch");
         assert_eq!(log.branch().len(), 4);
+    }
+
+    #[test]
+    fn a_clients_own_compaction_continues_the_session_after_a_compaction_entry() {
+        let mut log = SessionLog::default();
+        run(&mut log, &body(&["hi", "hello", "work", "did it"]));
+        let summary = "This session is being continued from a previous conversation that ran out of context. Summary: work done.";
+        let (p, parts) = run(&mut log, &body(&[summary]));
+        assert!(
+            parts.is_none(),
+            "upstream gets the client's conversation as it is"
+        );
+        let branch = log.branch();
+        let kinds: Vec<&str> = branch
+            .iter()
+            .map(|&p| match &log.entry(p).unwrap().kind {
+                EntryKind::Compaction(_) => "compaction",
+                EntryKind::Message(_) => "message",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "other",
+                "message",
+                "message",
+                "message",
+                "message",
+                "compaction",
+                "message"
+            ],
+            "the old conversation stays on the branch, before the compaction"
+        );
+        assert_eq!(p.appended.len(), 2);
+        // The next request finds the continued conversation; no second compaction.
+        let (p2, parts) = run(&mut log, &body(&[summary, "ok", "next"]));
+        assert_eq!(p2.matched, 1);
+        assert!(parts.is_none());
+        assert_eq!(log.compactions().len(), 1);
+        // An unrelated new conversation in the same session still starts its own root.
+        let (p3, _) = run(&mut log, &body(&["a title please"]));
+        assert_eq!(p3.matched, 0);
+        assert_eq!(log.compactions().len(), 1);
+        assert_eq!(
+            log.branch().len(),
+            2,
+            "system prompt + the new root message"
+        );
     }
 
     #[test]

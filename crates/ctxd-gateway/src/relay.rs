@@ -335,16 +335,10 @@ fn append_view(
     {
         let h = hash::message(&el.message);
         loaded.log.remember_raw(hash::raw(&el.wire), h);
-        let entry = Entry {
-            id: loaded.log.new_id(parent, "client_view", &h),
-            parent: parent
-                .and_then(|p| loaded.log.entry(p))
-                .map(|e| e.id.clone()),
-            timestamp: stamp.clone(),
-            sidechain: false,
-            kind,
-        };
-        parent = Some(loaded.log.push(entry.clone()));
+        let (pos, entry) = loaded
+            .log
+            .append_under(parent, "client_view", &h, kind, stamp.clone());
+        parent = Some(pos);
         batch.push(NewEntry::new(entry));
     }
     batch

@@ -267,12 +267,7 @@ impl Server {
     pub async fn bind(settings: Settings) -> Result<Self, StartError> {
         let lock = ServeLock::acquire(&settings.store)?;
         let store = SqliteStore::open(&settings.store, settings.store_sync)?;
-        let mut key = [0u8; 32];
-        getrandom::fill(&mut key).map_err(|e| StartError::Random(e.to_string()))?;
-        let stored = store.setting_or_insert("gateway.tenant_key", &key)?;
-        if stored.len() == 32 {
-            key.copy_from_slice(&stored);
-        }
+        let key = crate::identity::store_tenant_key(&store).map_err(StartError::Random)?;
         let mut nonce = [0u8; 4];
         getrandom::fill(&mut nonce).map_err(|e| StartError::Random(e.to_string()))?;
         let checkpoints = Checkpoints::start(&store, &settings.store)?;

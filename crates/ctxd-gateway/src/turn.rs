@@ -1,13 +1,14 @@
-//! A turn boundary on the gateway's copy of a session's log, the one path for the three places
-//! where a turn ends: an answer without tool calls arrives, a request carries the results that
-//! complete a tool batch, the provider refuses a request as too long. The engine's pure
-//! decision, the notes read for a new window's boot (on a blocking thread), the drafts pushed
-//! into the log; the caller queues them for the store in the batch it is writing.
+//! A turn boundary on the gateway's copy of a session's log, for the places where a turn ends:
+//! an answer without tool calls arrives, a request carries the results that complete a tool
+//! batch (the client's, or ctxd's in a hidden round), the provider refuses a request as too
+//! long. The engine decides and drafts (`ctxd_engine::windows::end_turn_on`); this adapter
+//! pushes the drafts into the log and counts them; the caller queues them for the store in the
+//! batch it is writing.
 
 use std::sync::Arc;
 
 use ctxd_core::model::{ContentBlock, EntryKind};
-use ctxd_engine::windows::{decide_turn_end, TurnEnd, TurnEndInput, TurnEndOutcome, WindowPolicy};
+use ctxd_engine::windows::{end_turn_on, TurnEnd, TurnEndInput, TurnEndOutcome, WindowPolicy};
 use ctxd_engine::{now_ms, Caller};
 use ctxd_store::NewEntry;
 
@@ -29,39 +30,19 @@ pub(crate) async fn end_turn(
     let counter = ctxd_tokens::CachingCounter::new(ctxd_tokens::Tokenizer::for_model(
         caller.model.as_deref(),
     ));
-    let now = now_ms();
-    let plan = decide_turn_end(&TurnEndInput {
-        session: &loaded.log.session,
-        branch,
-        end,
-        policy,
-        counter: &counter,
-        now_ms: now,
-    });
-    let notes = if plan.needs_notes() {
-        let engine = app.engine.clone();
-        let c = caller.clone();
-        match tokio::task::spawn_blocking(move || engine.notes_snapshot(&c, now)).await {
-            Ok(Ok(notes)) => Some(notes),
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "turn end: notes unreadable; no new window");
-                None
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "turn end: notes task failed; no new window");
-                None
-            }
-        }
-    } else {
-        None
+    let deciding = {
+        // The decision runs here, before the first await (the input is not held across it).
+        let input = TurnEndInput {
+            session: &loaded.log.session,
+            branch,
+            end,
+            policy,
+            counter: &counter,
+            now_ms: now_ms(),
+        };
+        end_turn_on(&app.engine, caller, &loaded.record, &input)
     };
-    let (outcome, entries) = plan.finish(
-        caller,
-        &loaded.record,
-        &loaded.log.session,
-        branch,
-        notes.as_ref(),
-    );
+    let (outcome, entries) = deciding.await;
     if let Some(kind) = outcome.reminder {
         metrics::counter!("ctxd_reminders_total", "kind" => kind).increment(1);
     }

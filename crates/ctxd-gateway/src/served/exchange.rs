@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::http::{HeaderMap, Method, StatusCode};
 use bytes::Bytes;
-use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role};
+use ctxd_core::model::{ContentBlock, EntryId, EntryKind, Message, Role};
 use ctxd_engine::windows::TurnEnd;
 use ctxd_engine::Caller;
 use ctxd_formats::wire::stream::{Assembled, Assembler, SseEvent, SseParser};
@@ -137,17 +137,14 @@ impl Context {
         for message in results {
             let h = hash::message(&message);
             let parent = loaded.log.leaf();
-            let entry = Entry {
-                id: loaded.log.new_id(parent, "message", &h),
-                parent: parent
-                    .and_then(|p| loaded.log.entry(p))
-                    .map(|e| e.id.clone()),
-                timestamp: stamp.clone(),
-                sidechain: false,
-                kind: EntryKind::Message(message),
-            };
+            let (_, entry) = loaded.log.append_under(
+                parent,
+                "message",
+                &h,
+                EntryKind::Message(message),
+                stamp.clone(),
+            );
             covered.push(entry.id.as_str().to_owned());
-            loaded.log.push(entry.clone());
             batch.push(NewEntry::new(entry));
         }
         let mut body = None;

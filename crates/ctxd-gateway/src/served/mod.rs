@@ -81,32 +81,14 @@ impl Offer {
     /// The definitions in `api`'s shape, comma-separated (no brackets).
     pub fn render(&self, api: Api) -> Vec<u8> {
         let mut out = Vec::new();
-        for spec in ctxd_engine::tools::specs() {
-            if !self.has(spec.name) {
+        for (name, bytes) in rendered(api) {
+            if !self.has(name) {
                 continue;
             }
-            let v = match api {
-                Api::Anthropic => json!({
-                    "name": spec.name,
-                    "description": spec.description,
-                    "input_schema": spec.parameters,
-                }),
-                Api::Chat => json!({"type": "function", "function": {
-                    "name": spec.name,
-                    "description": spec.description,
-                    "parameters": spec.parameters,
-                }}),
-                Api::Responses => json!({
-                    "type": "function",
-                    "name": spec.name,
-                    "description": spec.description,
-                    "parameters": spec.parameters,
-                }),
-            };
             if !out.is_empty() {
                 out.push(b',');
             }
-            out.extend_from_slice(v.to_string().as_bytes());
+            out.extend_from_slice(bytes);
         }
         out
     }
@@ -126,6 +108,86 @@ impl Offer {
             _ => None,
         })
     }
+}
+
+/// Each tool's name and definition bytes, in the registry's order.
+type Definitions = Vec<(&'static str, Vec<u8>)>;
+
+/// Every tool's definition in `api`'s shape, in the registry's order (rendered once).
+fn rendered(api: Api) -> &'static [(&'static str, Vec<u8>)] {
+    static RENDERED: std::sync::OnceLock<[Definitions; 3]> = std::sync::OnceLock::new();
+    let all = RENDERED.get_or_init(|| {
+        [Api::Anthropic, Api::Chat, Api::Responses].map(|api| {
+            ctxd_engine::tools::specs()
+                .into_iter()
+                .map(|spec| {
+                    let v = match api {
+                        Api::Anthropic => json!({
+                            "name": spec.name,
+                            "description": spec.description,
+                            "input_schema": spec.parameters,
+                        }),
+                        Api::Chat => json!({"type": "function", "function": {
+                            "name": spec.name,
+                            "description": spec.description,
+                            "parameters": spec.parameters,
+                        }}),
+                        Api::Responses => json!({
+                            "type": "function",
+                            "name": spec.name,
+                            "description": spec.description,
+                            "parameters": spec.parameters,
+                        }),
+                    };
+                    (spec.name, v.to_string().into_bytes())
+                })
+                .collect()
+        })
+    });
+    match api {
+        Api::Anthropic => &all[0],
+        Api::Chat => &all[1],
+        Api::Responses => &all[2],
+    }
+}
+
+/// The names of the client's own tools in the request, read without building their schemas
+/// (Claude Code sends tens of kilobytes of them on every request).
+pub fn client_tool_names(req: &ParsedRequest, body: &[u8]) -> Vec<String> {
+    #[derive(serde::Deserialize)]
+    struct Function<'a> {
+        #[serde(borrow, default)]
+        name: Option<std::borrow::Cow<'a, str>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Tool<'a> {
+        #[serde(borrow, default)]
+        name: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        function: Option<Function<'a>>,
+        #[serde(borrow, default, rename = "type")]
+        kind: Option<std::borrow::Cow<'a, str>>,
+    }
+    let Some(bytes) = req
+        .tools_raw
+        .as_ref()
+        .and_then(|(r, _)| body.get(r.clone()))
+    else {
+        return Vec::new();
+    };
+    let Ok(tools) = serde_json::from_slice::<Vec<Tool<'_>>>(bytes) else {
+        return Vec::new();
+    };
+    tools
+        .into_iter()
+        .map(|t| {
+            t.name
+                .or_else(|| t.function.and_then(|f| f.name))
+                .or(t.kind)
+                .map(|n| n.into_owned())
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 /// Which tool calls a response makes, by whom.
@@ -302,7 +364,7 @@ mod tests {
     #[test]
     fn view_events_read_back() {
         let m = Message::text(ctxd_core::model::Role::Assistant, "shown");
-        let kinds = view_events(&[m.clone()], &["a".into(), "b".into()]);
+        let kinds = view_events(std::slice::from_ref(&m), &["a".into(), "b".into()]);
         let entry = Entry {
             id: ctxd_core::model::EntryId::new("v"),
             parent: None,

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 
 use ctxd_core::model::EntryKind;
-use ctxd_formats::wire::stream::{assemble_json, Api as WireApi, Assembler, SseParser};
+use ctxd_formats::wire::stream::{assemble_json, Api as WireApi, Assembled, Assembler, SseParser};
 use ctxd_mock::{Config, Reasoning, Reply};
 use serde_json::{json, Value};
 
@@ -162,6 +162,30 @@ impl Api {
     }
 }
 
+/// The response as the client's SDK reads it (an SSE stream or a JSON body); a response that
+/// does not read fails the test with the bytes.
+pub(crate) fn read_response(api: Api, stream: bool, text: &[u8]) -> Assembled {
+    let read = if stream {
+        let mut parser = SseParser::new();
+        let mut asm = Assembler::new(api.wire());
+        for ev in parser.feed(text) {
+            asm.push(&ev);
+        }
+        if let Some(ev) = parser.finish() {
+            asm.push(&ev);
+        }
+        asm.finish()
+    } else {
+        assemble_json(api.wire(), text)
+    };
+    read.unwrap_or_else(|e| {
+        panic!(
+            "{api:?} stream={stream}: the response does not read: {e}\n{}",
+            String::from_utf8_lossy(text)
+        )
+    })
+}
+
 /// ~`bytes` of plausible shell output (test names, paths, a few numbers), distinct per turn
 /// (so nothing dedups by accident).
 pub(crate) fn shell_output(turn: usize, bytes: usize) -> String {
@@ -197,14 +221,29 @@ struct LoopReport {
     client_chars: usize,
 }
 
-async fn run_loop(api: Api, stream: bool, thinking: bool) -> LoopReport {
+async fn run_loop(api: Api, stream: bool, thinking: bool, hidden_every: usize) -> LoopReport {
     // Every answer is a tool call: the loop never ends by itself. With thinking, every answer
     // starts with a signed thinking block (Anthropic) or an encrypted reasoning item
-    // (Responses), which the strict mock wants back unchanged in the ongoing tool loop.
+    // (Responses), which the strict mock wants back unchanged in the ongoing tool loop. With
+    // `hidden_every`, every so many turns the model first appends to a note (ctxd's tool, a
+    // hidden round the gateway answers and continues) before its shell call.
+    let hidden_turn = |i: usize| hidden_every > 0 && i % hidden_every == hidden_every - 1;
+    let mut script = Vec::new();
+    for i in 0..TURNS {
+        if hidden_turn(i) {
+            script.push(Reply::tool_call(
+                "notes_append",
+                json!({"path": "progress.md", "text": format!("turn {i}: still failing\n")}),
+            ));
+        }
+        script.push(Reply::tool_call(
+            "bash",
+            json!({"command": format!("cargo test # {i}")}),
+        ));
+    }
+    let hidden = (0..TURNS).filter(|&i| hidden_turn(i)).count();
     let config = Config {
-        script: (0..TURNS)
-            .map(|i| Reply::tool_call("bash", json!({"command": format!("cargo test # {i}")})))
-            .collect(),
+        script,
         reasoning: if thinking {
             Reasoning::Always
         } else {
@@ -227,24 +266,22 @@ async fn run_loop(api: Api, stream: bool, thinking: bool) -> LoopReport {
             "{api:?} stream={stream} turn {turn}: {status} {}",
             String::from_utf8_lossy(&text[..text.len().min(600)])
         );
-        let assembled = if stream {
-            let mut parser = SseParser::new();
-            let mut asm = Assembler::new(api.wire());
-            for ev in parser.feed(&text) {
-                asm.push(&ev);
-            }
-            if let Some(ev) = parser.finish() {
-                asm.push(&ev);
-            }
-            asm.finish().unwrap()
-        } else {
-            assemble_json(api.wire(), &text).unwrap()
-        };
+        let assembled = read_response(api, stream, &text);
         let elements: Vec<Value> = assembled
             .elements
             .iter()
             .map(|e| serde_json::from_slice(&e.wire).unwrap())
             .collect();
+        for el in &assembled.elements {
+            for b in &el.message.content {
+                if let ctxd_core::model::ContentBlock::ToolCall { name, .. } = b {
+                    assert_eq!(
+                        name, "bash",
+                        "{api:?} turn {turn}: the client saw a ctxd call"
+                    );
+                }
+            }
+        }
         let results = api.results(&elements, &shell_output(turn, OUTPUT_BYTES));
         conversation.extend(elements);
         conversation.extend(results);
@@ -253,9 +290,16 @@ async fn run_loop(api: Api, stream: bool, thinking: bool) -> LoopReport {
     let sent = rig.mock.requests();
     assert_eq!(
         sent.len(),
-        TURNS,
-        "one upstream request per client request: nothing refused, nothing retried"
+        TURNS + hidden,
+        "one upstream request per client request and per hidden round: nothing refused, nothing retried"
     );
+    for (i, r) in sent.iter().enumerate() {
+        assert!(
+            r.refused.is_none(),
+            "{api:?} request {i} refused: {:?}",
+            r.refused
+        );
+    }
     let counter = ctxd_tokens::Tokenizer::for_model(Some(api.model()));
     let mut largest = (0usize, 0u64, 0u64);
     let mut upstream_chars = 0usize;
@@ -345,11 +389,11 @@ fn ctxd_estimate(body: &[u8], counter: &dyn ctxd_core::tokens::TokenCounter) -> 
 }
 
 async fn check(api: Api, stream: bool) {
-    check_with(api, stream, false).await;
+    check_with(api, stream, false, 0).await;
 }
 
-async fn check_with(api: Api, stream: bool, thinking: bool) {
-    let r = run_loop(api, stream, thinking).await;
+async fn check_with(api: Api, stream: bool, thinking: bool, hidden_every: usize) {
+    let r = run_loop(api, stream, thinking, hidden_every).await;
     eprintln!(
         "loop {api:?} stream={stream} thinking={thinking}: turns per window {:?}; largest upstream request {} bytes, \
          {} tokens by the mock's estimate, {} by ctxd's; upstream/client bytes {}/{} ({:.2})",
@@ -395,12 +439,24 @@ async fn responses_sse_tool_loop_stays_inside_the_window() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anthropic_thinking_tool_loop_keeps_signed_blocks_across_the_reset() {
-    check_with(Api::Anthropic, true, true).await;
-    check_with(Api::Anthropic, false, true).await;
+    check_with(Api::Anthropic, true, true, 0).await;
+    check_with(Api::Anthropic, false, true, 0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn responses_reasoning_tool_loop_keeps_encrypted_items_across_the_reset() {
-    check_with(Api::Responses, true, true).await;
-    check_with(Api::Responses, false, true).await;
+    check_with(Api::Responses, true, true, 0).await;
+    check_with(Api::Responses, false, true, 0).await;
+}
+
+/// The same loops with a hidden round (ctxd's `notes_append`, answered by the gateway and
+/// continued upstream) every seventh turn, across the window's resets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_loops_with_hidden_rounds_stay_valid_on_every_api() {
+    for api in [Api::Anthropic, Api::Chat, Api::Responses] {
+        check_with(api, true, false, 7).await;
+        check_with(api, false, false, 7).await;
+    }
+    check_with(Api::Anthropic, true, true, 7).await;
+    check_with(Api::Responses, true, true, 7).await;
 }

@@ -52,6 +52,32 @@ fn captured() -> Vec<Captured> {
     out
 }
 
+/// Send one captured request through the gateway (its answer must be a success) and return
+/// what reached the mock: exactly one request.
+async fn send_captured(
+    rig: &Rig,
+    file: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Vec<ctxd_mock::Recorded> {
+    rig.mock.clear();
+    let mut req = rig.client.post(rig.url(path)).body(body.to_vec());
+    for (k, v) in headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let resp = req.send().await.unwrap();
+    assert!(
+        resp.status().is_success(),
+        "{file} {path}: {}",
+        resp.status()
+    );
+    let _ = resp.bytes().await.unwrap();
+    let got = rig.mock.requests();
+    assert_eq!(got.len(), 1, "{file}");
+    got
+}
+
 async fn without_ctxd_tools() -> Rig {
     Rig::with(ctxd_mock::Config::default(), |s| {
         s.management.tools = ctxd_gateway::config::ToolsSetting::None;
@@ -68,20 +94,7 @@ async fn captured_requests_gain_only_ctxds_tools_after_the_clients_own() {
     let ours: Vec<&str> = ctxd_engine::tools::specs().iter().map(|s| s.name).collect();
     let mut gained = 0;
     for (file, path, headers, body) in &captured() {
-        rig.mock.clear();
-        let mut req = rig.client.post(rig.url(path)).body(body.clone());
-        for (k, v) in headers {
-            req = req.header(k.as_str(), v.as_str());
-        }
-        let resp = req.send().await.unwrap();
-        assert!(
-            resp.status().is_success(),
-            "{file} {path}: {}",
-            resp.status()
-        );
-        let _ = resp.bytes().await.unwrap();
-        let got = rig.mock.requests();
-        assert_eq!(got.len(), 1, "{file}");
+        let got = send_captured(&rig, file, path, headers, body).await;
         assert!(got[0].refused.is_none(), "{file}: {:?}", got[0].refused);
         let sent: serde_json::Value = serde_json::from_slice(body).unwrap();
         let mut upstream: serde_json::Value = serde_json::from_slice(&got[0].body).unwrap();
@@ -127,20 +140,7 @@ async fn every_captured_request_reaches_the_provider_byte_identical() {
         requests.len()
     );
     for (file, path, headers, body) in &requests {
-        rig.mock.clear();
-        let mut req = rig.client.post(rig.url(path)).body(body.clone());
-        for (k, v) in headers {
-            req = req.header(k.as_str(), v.as_str());
-        }
-        let resp = req.send().await.unwrap();
-        assert!(
-            resp.status().is_success(),
-            "{file} {path}: {}",
-            resp.status()
-        );
-        let _ = resp.bytes().await.unwrap();
-        let got = rig.mock.requests();
-        assert_eq!(got.len(), 1, "{file}");
+        let got = send_captured(&rig, file, path, headers, body).await;
         assert_eq!(got[0].path, *path, "{file}: the query (?beta=true) is kept");
         assert!(
             got[0].body == body.as_slice(),

@@ -6,12 +6,12 @@
 //! accepted; nothing from before the reset goes upstream after it.
 
 use ctxd_core::model::{ContentBlock, EntryKind};
-use ctxd_formats::wire::stream::{assemble_json, Assembled, Assembler, SseParser};
+use ctxd_formats::wire::stream::Assembled;
 use ctxd_gateway::config::ToolsSetting;
 use ctxd_mock::{Config, Part, Reasoning, Reply};
 use serde_json::{json, Value};
 
-use crate::loops::{shell_output, Api};
+use crate::loops::{read_response, shell_output, Api};
 use crate::support::Rig;
 
 const CTXD_TOOLS: [&str; 5] = [
@@ -47,24 +47,7 @@ async fn turn(
         "{api:?} stream={stream}: {status} {}",
         String::from_utf8_lossy(&text[..text.len().min(800)])
     );
-    let assembled = if stream {
-        let mut parser = SseParser::new();
-        let mut asm = Assembler::new(api.wire());
-        for ev in parser.feed(&text) {
-            asm.push(&ev);
-        }
-        if let Some(ev) = parser.finish() {
-            asm.push(&ev);
-        }
-        asm.finish().unwrap_or_else(|e| {
-            panic!(
-                "{api:?}: the client's stream does not read: {e}\n{}",
-                String::from_utf8_lossy(&text)
-            )
-        })
-    } else {
-        assemble_json(api.wire(), &text).unwrap()
-    };
+    let assembled = read_response(api, stream, &text);
     let elements = assembled
         .elements
         .iter()
@@ -335,4 +318,163 @@ async fn responses_sse_ctxd_tools_are_answered_by_the_gateway() {
 async fn responses_reasoning_ctxd_tools_keep_encrypted_items() {
     session(Api::Responses, true, true).await;
     session(Api::Responses, false, true).await;
+}
+
+/// A response calling ctxd's tool and the client's together: ctxd's runs at once, the client's
+/// reaches the client, and the next request carries both results where the API wants them.
+async fn mixed(api: Api, stream: bool) {
+    let mut rig = Rig::with(Config::default(), |s| {
+        s.management.tools = ToolsSetting::All
+    })
+    .await;
+    let script = rig.mock.script();
+    script.push(Reply::parts(vec![
+        Part::Text("Both at once.".into()),
+        Part::ToolCall {
+            name: "notes_write".into(),
+            args: json!({"path": "mixed.md", "text": "MIXED-NOTE-3"}),
+        },
+        Part::ToolCall {
+            name: "bash".into(),
+            args: json!({"command": "ls"}),
+        },
+    ]));
+    script.push(Reply::text("All done."));
+    let mut conversation = api.first_messages();
+    let (a1, els) = turn(&rig, api, &conversation, stream, false).await;
+    no_ctxd_calls(api, &a1);
+    let client_calls = a1
+        .elements
+        .iter()
+        .flat_map(|e| &e.message.content)
+        .filter(|b| matches!(b, ContentBlock::ToolCall { .. }))
+        .count();
+    assert_eq!(
+        client_calls, 1,
+        "{api:?} stream={stream}: the client's call reaches it"
+    );
+    let results = api.results(&els, "MIXED-LS-OUTPUT");
+    conversation.extend(els);
+    conversation.extend(results);
+    let (a2, _) = turn(&rig, api, &conversation, stream, false).await;
+    assert!(text_of(&a2).contains("All done."), "{api:?}");
+    let sent = rig.mock.requests();
+    assert_eq!(
+        sent.len(),
+        2,
+        "{api:?}: no hidden round for a mixed response"
+    );
+    for r in &sent {
+        assert!(
+            r.refused.is_none(),
+            "{api:?} stream={stream}: refused {:?}",
+            r.refused
+        );
+    }
+    let second = String::from_utf8_lossy(&sent[1].body);
+    assert!(
+        second.contains("MIXED-NOTE-3") && second.contains("MIXED-LS-OUTPUT"),
+        "{api:?}: both calls and both results go upstream:\n{second}"
+    );
+    let stored = rig.stored().await;
+    let record = stored.sessions().remove(0);
+    let s = stored.load(&record);
+    let results: Vec<(Option<String>, bool)> = ctxd_core::tree::active_branch(&s)
+        .iter()
+        .filter_map(|&p| match &s.entries[p].kind {
+            EntryKind::Message(m) => Some(m.content.clone()),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult {
+                tool_name,
+                is_error,
+                ..
+            } => Some((tool_name, is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{api:?}: {results:?}");
+    assert!(
+        results.contains(&(Some("notes_write".into()), false)),
+        "{api:?}: ctxd's call answered without error: {results:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_calls_run_ctxds_and_hand_the_clients_over_on_every_api() {
+    for api in [Api::Anthropic, Api::Chat, Api::Responses] {
+        for stream in [false, true] {
+            mixed(api, stream).await;
+        }
+    }
+}
+
+/// A client that compacts on its own (Claude Code's, Codex's, Pi's summary as the start of a new
+/// conversation) stays in its session, and the model can still search what came before.
+async fn client_compaction(api: Api, prefix: &str) {
+    let mut rig = Rig::with(Config::default(), |s| {
+        s.management.tools = ToolsSetting::All
+    })
+    .await;
+    let script = rig.mock.script();
+    script.push(Reply::text("Noted."));
+    let mut conversation = api.first_messages();
+    conversation.push(user_text(api, "Remember OLD-CONTEXT-99 for later."));
+    // Anthropic wants alternating turns: merge into one user turn there.
+    if matches!(api, Api::Anthropic) {
+        conversation = vec![user_text(
+            api,
+            "Find the bug. Remember OLD-CONTEXT-99 for later.",
+        )];
+    }
+    let _ = turn(&rig, api, &conversation, false, false).await;
+
+    script.push(Reply::tool_call(
+        "history_search_contents",
+        json!({"query": "OLD-CONTEXT-99"}),
+    ));
+    script.push(Reply::text("Found it."));
+    let mut compacted = api.first_messages();
+    compacted.retain(|m| m["role"] == "system");
+    compacted.push(user_text(
+        api,
+        &format!("{prefix}. Summary: we were finding a bug."),
+    ));
+    let (a, _) = turn(&rig, api, &compacted, false, false).await;
+    assert!(text_of(&a).contains("Found it."), "{api:?}");
+    let sent = rig.mock.requests();
+    assert_eq!(sent.len(), 3, "{api:?}");
+    let second = String::from_utf8_lossy(&sent[1].body);
+    assert!(
+        !second.contains("OLD-CONTEXT-99"),
+        "{api:?}: the compacted conversation goes upstream as the client sent it"
+    );
+    let third = String::from_utf8_lossy(&sent[2].body);
+    assert!(
+        third.contains("item_id") && third.matches("OLD-CONTEXT-99").count() >= 2,
+        "{api:?}: the search finds the conversation before the client's compaction:\n{third}"
+    );
+    let stored = rig.stored().await;
+    assert_eq!(stored.sessions().len(), 1, "{api:?}: one session");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_own_compaction_keeps_the_session_and_its_history() {
+    client_compaction(
+        Api::Anthropic,
+        "This session is being continued from a previous conversation that ran out of context",
+    )
+    .await;
+    client_compaction(
+        Api::Responses,
+        "Another language model started to solve this problem and produced a summary of its thinking process",
+    )
+    .await;
+    client_compaction(
+        Api::Chat,
+        "The conversation history before this point was compacted into the following summary:",
+    )
+    .await;
 }
