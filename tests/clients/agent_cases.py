@@ -6,21 +6,43 @@ with no standard input and a hard timeout, as that directory's HOWTO.md runs the
 import json
 import os
 import subprocess
+import time
 
 PROMPT = "list the files"
 # `timeout` kills the client's whole process group; the SDK-level timeouts are the clients' own.
 CLIENT_TIMEOUT_S = 150
 
 
+# Where each client keeps its transcripts, under its home (HOWTO.md).
+TRANSCRIPTS = {
+    "claude-code": ("home-claude", ".claude", "projects"),
+    "pi": ("home-pi", ".pi", "agent", "sessions"),
+    "codex": ("codex-home", "sessions"),
+}
+
+
 class AgentRun:
     """What one CLI run did, for the checks."""
 
-    def __init__(self, argv, rc, stdout, stderr, final):
+    def __init__(self, argv, rc, stdout, stderr, final, transcripts=()):
         self.argv = argv
         self.rc = rc
         self.stdout = stdout
         self.stderr = stderr
         self.final = final  # the final answer the client printed, as the client reports it
+        self.transcripts = list(transcripts)  # the client's session files this run wrote
+
+
+def _transcripts(agent, clients_dir, since):
+    """The .jsonl transcripts under the client's home written since `since` (time.time())."""
+    root = os.path.join(clients_dir, *TRANSCRIPTS[agent])
+    out = []
+    for d, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(d, name)
+            if name.endswith(".jsonl") and os.path.getmtime(path) >= since:
+                out.append(path)
+    return sorted(out)
 
 
 def _base_env(clients_dir, home):
@@ -45,7 +67,7 @@ def _run(argv, env, repo, log_prefix):
     return out.returncode, stdout, stderr
 
 
-def claude_code(base_url, clients_dir, logdir):
+def claude_code(base_url, clients_dir, logdir, prompt=PROMPT):
     env = _base_env(clients_dir, os.path.join(clients_dir, "home-claude"))
     env.update(
         IS_SANDBOX="1",  # as root, --dangerously-skip-permissions refuses to start without it
@@ -54,8 +76,9 @@ def claude_code(base_url, clients_dir, logdir):
         DISABLE_TELEMETRY="1",
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
     )
-    argv = ["claude", "-p", PROMPT, "--output-format", "stream-json", "--verbose",
+    argv = ["claude", "-p", prompt, "--output-format", "stream-json", "--verbose",
             "--dangerously-skip-permissions"]
+    since = time.time()
     rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), os.path.join(logdir, "claude-code"))
     final = None
     for line in out.splitlines():
@@ -65,23 +88,25 @@ def claude_code(base_url, clients_dir, logdir):
             continue
         if ev.get("type") == "result":
             final = None if ev.get("is_error") else ev.get("result")
-    return AgentRun(argv, rc, out, err, final)
+    return AgentRun(argv, rc, out, err, final, _transcripts("claude-code", clients_dir, since))
 
 
-def pi(provider, model, base_url, clients_dir, logdir):
+def pi(provider, model, base_url, clients_dir, logdir, prompt=PROMPT):
     env = _base_env(clients_dir, os.path.join(clients_dir, "home-pi"))
     env["PI_OFFLINE"] = "1"
-    argv = ["pi", "--offline", "--provider", provider, "--model", model, "-p", PROMPT]
+    argv = ["pi", "--offline", "--provider", provider, "--model", model, "-p", prompt]
+    since = time.time()
     rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), os.path.join(logdir, "pi-" + provider))
     lines = [l.strip() for l in out.splitlines() if l.strip()]
-    return AgentRun(argv, rc, out, err, lines[-1] if lines else None)
+    return AgentRun(argv, rc, out, err, lines[-1] if lines else None, _transcripts("pi", clients_dir, since))
 
 
-def codex(base_url, clients_dir, logdir):
+def codex(base_url, clients_dir, logdir, prompt=PROMPT):
     env = _base_env(clients_dir, os.path.join(clients_dir, "home-codex"))
     os.makedirs(env["HOME"], exist_ok=True)
     env.update(CODEX_HOME=os.path.join(clients_dir, "codex-home"), MOCK_API_KEY="dummy")
-    argv = ["codex", "exec", "--skip-git-repo-check", PROMPT]
+    argv = ["codex", "exec", "--skip-git-repo-check", prompt]
+    since = time.time()
     rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), os.path.join(logdir, "codex"))
     lines = [l.strip() for l in out.splitlines() if l.strip()]
-    return AgentRun(argv, rc, out, err, lines[-1] if lines else None)
+    return AgentRun(argv, rc, out, err, lines[-1] if lines else None, _transcripts("codex", clients_dir, since))

@@ -1,9 +1,12 @@
 """The pieces every case runs against: the mock, `ctxd serve` on a temp store, the tap in front
 of it, and readers for what the mock received and what the store holds (the store file itself,
-read-only, and the CLI's JSON view of it).
+read-only, and the CLI's JSON view of it); ctxd's tool registry as `ctxd mcp` serves it; the
+conversation array of a request body, whatever its API.
 """
 
+import asyncio
 import base64
+import gzip
 import json
 import os
 import re
@@ -13,6 +16,8 @@ import subprocess
 import threading
 import time
 import urllib.request
+
+import zstandard
 
 from tap import Tap
 
@@ -26,6 +31,77 @@ def route(path):
 
 def is_model_request(method, path):
     return method == "POST" and route(path) in MODEL_ROUTES
+
+
+def decode_body(body, headers):
+    """A body as JSON bytes: decompressed per its `content-encoding` (Codex sends zstd)."""
+    encoding = (headers.get("content-encoding") or "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding == "zstd":
+        # Codex's frames may not state their size: a streaming read handles both.
+        return zstandard.ZstdDecompressor().stream_reader(body).read()
+    if encoding in ("gzip", "x-gzip"):
+        return gzip.decompress(body)
+    raise ValueError("content-encoding %r not handled" % encoding)
+
+
+def conversation(path, doc):
+    """The conversation array of a model request: `messages`, or Responses' `input` (a string
+    input is one user message)."""
+    if route(path) == "/v1/responses":
+        items = doc.get("input")
+        return [{"role": "user", "content": items}] if isinstance(items, str) else list(items or [])
+    return list(doc.get("messages") or [])
+
+
+def exchanges(path, elements):
+    """The tool calls in a conversation and their results, in the order of the calls: dicts of
+    call_id, name, args, at (the call's element index), result (text, None when unanswered)
+    and result_at."""
+    calls, results = [], {}
+    responses = route(path) == "/v1/responses"
+    for i, el in enumerate(elements):
+        if not isinstance(el, dict):
+            continue
+        if responses:
+            kind = el.get("type")
+            if kind in ("function_call", "custom_tool_call", "local_shell_call"):
+                calls.append((i, el.get("call_id"), el.get("name") or kind,
+                              el.get("arguments", el.get("input", el.get("action")))))
+            elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
+                results[el.get("call_id")] = (i, text_of(el.get("output")))
+            continue
+        content = el.get("content")
+        for c in el.get("tool_calls") or []:  # Chat
+            f = c.get("function") or {}
+            calls.append((i, c.get("id"), f.get("name"), f.get("arguments")))
+        if el.get("role") == "tool":
+            results[el.get("tool_call_id")] = (i, text_of(content))
+        for b in content if isinstance(content, list) else []:  # Anthropic blocks
+            if not isinstance(b, dict):
+                continue
+            if b.get("type") == "tool_use":
+                calls.append((i, b.get("id"), b.get("name"), b.get("input")))
+            elif b.get("type") == "tool_result":
+                results[b.get("tool_use_id")] = (i, text_of(b.get("content")))
+    out = []
+    for at, call_id, name, args in calls:
+        result_at, result = results.get(call_id, (None, None))
+        out.append(dict(call_id=call_id, name=name, args=args, at=at, result=result, result_at=result_at))
+    return out
+
+
+def is_system(element):
+    """A system or developer message inside the conversation array (Chat's and Responses'
+    instructions, Claude Code's mid-conversation system entries): the system prompt ctxd keeps
+    in every window."""
+    return isinstance(element, dict) and element.get("role") in ("system", "developer")
+
+
+def tool_name(tool):
+    """A tool definition's name in any of the three APIs' shapes."""
+    return tool.get("name") or (tool.get("function") or {}).get("name") or tool.get("type")
 
 
 class Process:
@@ -107,14 +183,65 @@ class Mock:
                 rec["body_bytes"] = base64.b64decode(raw)
             else:
                 rec["body_bytes"] = raw.encode("utf-8")
+            try:
+                rec["decoded"] = decode_body(rec["body_bytes"], rec.get("headers") or {})
+            except Exception:  # an undecodable body is reported by the checks that read it
+                rec["decoded"] = None
         return recs
 
     def clear(self):
-        req = urllib.request.Request(self.url + "/_mock/requests", method="DELETE")
-        urllib.request.urlopen(req, timeout=10).close()
+        """Forgets the requests recorded and the replies still queued."""
+        for route_ in ("/_mock/requests", "/_mock/script"):
+            req = urllib.request.Request(self.url + route_, method="DELETE")
+            urllib.request.urlopen(req, timeout=10).close()
+
+    def queue(self, specs):
+        """Queues replies (`--reply` specs) after those queued: `POST /_mock/script`."""
+        req = urllib.request.Request(self.url + "/_mock/script", data=json.dumps(specs).encode(),
+                                     method="POST", headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.load(r)["queued"]
+
+    def answer_when(self, find, specs_for, timeout):
+        """In the background: polls the record until `find(requests)` returns something, then
+        queues `specs_for(found)` (for a request a `wait` reply holds). `.join()` returns the
+        found value, or raises what went wrong (nothing found in time included)."""
+        return _Answerer(self, find, specs_for, timeout)
 
     def stop(self):
         self.process.stop()
+
+
+class _Answerer:
+    def __init__(self, mock, find, specs_for, timeout):
+        self.found = self.error = None
+        self._stop = threading.Event()
+
+        def run():
+            deadline = time.monotonic() + timeout
+            try:
+                while not self._stop.is_set():
+                    found = find(mock.requests())
+                    if found is not None:
+                        mock.queue(specs_for(found))
+                        self.found = found
+                        return
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("no request matched within %d s" % timeout)
+                    time.sleep(0.05)
+            except Exception as e:  # reported by join()
+                self.error = e
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def join(self):
+        """Stops looking (the client is done) and returns what was found."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        if self.error is not None:
+            raise self.error
+        return self.found
 
 
 class Gateway:
@@ -165,6 +292,11 @@ class Gateway:
                          "--limit", "500")
         return pages[0]["items"] if pages else []
 
+    def cli_recall(self, session, entry_id):
+        """`ctxd recall SESSION ENTRY_ID --json`: the text the `recall` tool returns."""
+        docs = self.cli("recall", str(session), entry_id, "--json")
+        return docs[0]["text"] if docs else None
+
     def cli_report(self, session):
         """`ctxd report SESSION --json` on a stored session (by id)."""
         docs = self.cli("report", str(session), "--json")
@@ -199,9 +331,11 @@ class Gateway:
         names = {}
         items = []
         for _, _, kind, body in reversed(chain):
-            if kind != "message":
+            if kind not in ("message", "window_boot"):
                 continue
             m = json.loads(body)
+            if kind == "window_boot":  # a new window's first message, as the history lists it
+                m = m.get("message") or {}
             blocks = m.get("content") or []
             tools, results = [], []
             for b in blocks:
@@ -210,7 +344,7 @@ class Gateway:
                     tools.append(b.get("name"))
                 elif b.get("type") == "tool_result":
                     tools.append(b.get("tool_name") or names.get(b.get("call_id")) or "?")
-                    results.append(_text_of(b.get("content")))
+                    results.append(text_of(b.get("content")))
             text = "\n".join(b.get("text", "") for b in blocks if b.get("type") == "text")
             items.append(dict(role=m.get("role"), text=text, tools=tools, results="\n".join(results),
                               blocks=[b.get("type") for b in blocks]))
@@ -221,13 +355,33 @@ class Gateway:
         return self.process.stop()
 
 
-def _text_of(content):
+def registry(ctxd, workdir):
+    """ctxd's tool registry as `ctxd mcp` lists it (the official MCP client over stdio, on a
+    store of its own): name -> (description, input schema). `ctxd mcp` leaves out the reset
+    tools (a reset needs the gateway to see the call), which the gateway offers beside these."""
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=ctxd, args=["--store", os.path.join(workdir, "mcp.db"), "mcp"],
+                                   env=dict(os.environ))
+
+    async def list_tools():
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                return (await session.list_tools()).tools
+
+    return {t.name: (t.description, t.input_schema) for t in asyncio.run(list_tools())}
+
+
+def text_of(content):
     """A tool result's text: a string, or the text of its blocks."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(_text_of(b.get("text", b.get("content"))) for b in content if isinstance(b, dict))
+        return "\n".join(text_of(b.get("text", b.get("content"))) for b in content if isinstance(b, dict))
     return ""
+
 
 
 def wait_until(pred, timeout=10.0, step=0.05):

@@ -5,14 +5,19 @@ Starts the project's mock (`ctxd-mock`) and `ctxd serve` on free ports with a te
 recording tap in front of the gateway, then runs every case: the anthropic and openai Python
 SDKs (streaming and not, two tool loops each), and Claude Code, Pi (its three APIs) and Codex
 from ../shared/clients (configured by its setup.sh with PORT = the tap). Each case is checked on
-the client's exit and answer, on what reached the mock against what the client sent (checks.py),
-and on what the store holds: read from the store file (sqlite3, read-only) and, as separate
-checks, through the CLI's JSON (`ctxd sessions`, `ctxd report`, `ctxd history items`). Builds
-nothing: CI builds target/release/ctxd and target/release/ctxd-mock first.
+the client's exit and answer, on what reached the mock against what the client sent (checks.py:
+ctxd's tools, listed by `ctxd mcp`, added after the client's, nothing else changed), and on what
+the store holds: read from the store file (sqlite3, read-only) and, as separate checks, through
+the CLI's JSON (`ctxd sessions`, `ctxd report`, `ctxd history items`). Then the same clients
+again with the mock calling ctxd's tools around the client's own (tools_cases.py: notes, a
+reset, history search, recall), and over the whole run: no conversation element from before a
+reset reaches the mock after it. Builds nothing: CI builds target/release/ctxd and
+target/release/ctxd-mock first.
 
     $CLIENTS_DIR/venv/bin/python tests/clients/run.py [--only NAME ...] [--no-agents] [--keep]
 
-(any Python 3 with the pinned anthropic and openai SDKs; .ci/run makes that venv.)
+(any Python 3 with the pinned anthropic, openai, mcp and zstandard packages; .ci/run makes
+that venv.)
 
 Exit status: 0 when every check passed (or failed as expected, see EXPECTED_FAILURES), 1
 otherwise. The last line is "clients: N passed, N failed, N skipped" (skipped: the expected
@@ -34,7 +39,8 @@ sys.path.insert(0, HERE)
 import agent_cases  # noqa: E402
 import checks  # noqa: E402
 import sdk_cases  # noqa: E402
-from harness import Gateway, Mock, wait_until  # noqa: E402
+import tools_cases  # noqa: E402
+from harness import Gateway, Mock, registry, wait_until  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(HERE))
 FINAL = "done"
@@ -48,13 +54,14 @@ EXPECTED_FAILURES = {
 
 
 class Case:
-    def __init__(self, name, kind, agents, run, prompts, min_requests):
+    def __init__(self, name, kind, agents, run, prompts, min_requests, scenario=None):
         self.name = name
         self.kind = kind  # "sdk" or "agent"
         self.agents = agents  # acceptable agent names in `ctxd sessions --json`
         self.run = run  # (base_url, ctx) -> Conversation | AgentRun
         self.prompts = prompts
         self.min_requests = min_requests
+        self.scenario = scenario  # tools_cases.Scenario: ctxd's tools called around the client's
 
 
 def cases():
@@ -84,6 +91,36 @@ def cases():
                                                                             ctx.logdir), p, 2))
     out.append(Case("codex", "agent", ("codex",),
                     lambda url, ctx: agent_cases.codex(url, ctx.clients_dir, ctx.logdir), p, 2))
+    return out + tool_cases()
+
+
+def tool_cases():
+    """ctxd's tools end to end (tools_cases.py): the same clients, the mock calling ctxd's tools
+    around the client's shell tool, with a reset in the middle."""
+    def case(name, kind, agents, shell, args, run):
+        sc = tools_cases.Scenario(name, shell, args)
+        return Case(name, kind, agents, lambda url, ctx: run(url, ctx, sc), [sc.prompt],
+                    len(tools_cases.SERVES), scenario=sc)
+
+    bash = lambda cmd: {"command": cmd}  # noqa: E731
+    out = []
+    for stream in (False, True):
+        tag = "stream" if stream else "json"
+        for api, fn in (("anthropic", sdk_cases.anthropic_messages), ("openai-chat", sdk_cases.openai_chat),
+                        ("openai-responses", sdk_cases.openai_responses)):
+            out.append(case("tools-%s-sdk-%s" % (api, tag), "sdk", ("sdk", "api"), "bash", bash,
+                            lambda url, ctx, sc, f=fn, s=stream: f(url, ctx.repo, s, [sc.prompt], sc.commands())))
+    out.append(case("tools-claude-code", "agent", ("claude-code",), "Bash",
+                    lambda cmd: {"command": cmd, "description": "List the files"},
+                    lambda url, ctx, sc: agent_cases.claude_code(url, ctx.clients_dir, ctx.tools_logdir,
+                                                                 sc.prompt)))
+    for provider, model in (("mock-anthropic", "claude-sonnet-4-5"), ("mock-openai", "gpt-4o-mini"),
+                            ("mock-responses", "gpt-5-mini")):
+        out.append(case("tools-pi-" + provider, "agent", ("pi",), "bash", bash,
+                        lambda url, ctx, sc, pr=provider, m=model: agent_cases.pi(
+                            pr, m, url, ctx.clients_dir, ctx.tools_logdir, sc.prompt)))
+    out.append(case("tools-codex", "agent", ("codex",), "exec_command", lambda cmd: {"cmd": cmd},
+                    lambda url, ctx, sc: agent_cases.codex(url, ctx.clients_dir, ctx.tools_logdir, sc.prompt)))
     return out
 
 
@@ -100,6 +137,10 @@ class Context:
         self.logdir = os.path.join(workdir, "clients")
         self.evidence = os.path.join(workdir, "evidence")
         os.makedirs(self.logdir, exist_ok=True)
+        self.tools = None  # checks.CtxdTools, once the registry is read
+        self.tools_logdir = os.path.join(self.logdir, "tools")
+        os.makedirs(self.tools_logdir, exist_ok=True)
+        self.upstream_log = []  # (case, the requests the mock received), the whole run in order
 
 
 class Report:
@@ -156,12 +197,22 @@ def run_case(case, gw, mock, ctx, report):
 
     # What reached the mock against what the client sent.
     sent, got = checks.model_pairs(gw.tap.take(), mock.requests())
+    ctx.upstream_log.append((case.name, got))
     report.add(case.name, "request count", *checks.same_count(sent, got, case.min_requests, client_count))
     report.add(case.name, "gateway status", *checks.gateway_answered(sent))
-    report.add(case.name, "upstream bytes", *checks.identical_bodies(sent, got, ctx.evidence, case.name))
+    report.add(case.name, "refusals", *checks.no_refusals(got))
+    report.add(case.name, "upstream bytes", *checks.upstream_bodies(sent, got, ctx.tools, ctx.evidence,
+                                                                      case.name))
     report.add(case.name, "upstream headers", *checks.forwarded_headers(sent, got))
 
-    # What the store holds (the writer is asynchronous: wait for the conversation to land).
+    store_checks(case, gw, before, prompts, len(sent), report)
+    return elapsed
+
+
+def store_checks(case, gw, before, prompts, requests, report):
+    """What the store holds: one new session (`before`: id -> entries before the case) with
+    the case's tool loops, and the same through the CLI. Returns the session (None if none)."""
+    # The writer is asynchronous: wait for the conversation to land.
     def changed():
         now = gw.sessions()
         news = [s for s in now if s["id"] not in before]
@@ -189,7 +240,84 @@ def run_case(case, gw, mock, ctx, report):
     ok, detail = checks.tool_loops(items, prompts, FINAL)
     report.add(case.name, "store items", ok, where + detail)
     if session:
-        cli_checks(case, gw, session, items, len(sent), report)
+        cli_checks(case, gw, session, items, requests, report)
+    return session
+
+
+def run_tools_case(case, gw, mock, ctx, report):
+    """A case of tools_cases.py: the mock scripted to call ctxd's tools around the client's."""
+    sc = case.scenario
+    print("== %s" % case.name, flush=True)
+    before = {s["id"]: s["entries"] for s in gw.sessions()}
+    gw.tap.take()
+    mock.clear()
+    mock.queue(sc.specs())
+    answerer = mock.answer_when(tools_cases.search_answer, sc.recall_specs,
+                                timeout=agent_cases.CLIENT_TIMEOUT_S)
+    started = time.monotonic()
+    try:
+        result = case.run(gw.url, ctx)
+    except Exception as e:  # the client itself failed: record it, go on with the others
+        report.add(case.name, "client", False, "raised %s: %s" % (type(e).__name__, e))
+        traceback.print_exc()
+        result = None
+    elapsed = time.monotonic() - started
+    try:
+        found, why = answerer.join(), "the client finished before any search answer reached the mock"
+    except Exception as e:
+        found, why = None, "%s: %s" % (type(e).__name__, e)
+    report.add(case.name, "recall scripted", found is not None,
+               "recall(%s) queued once upstream #%d carried the search's answer" % found if found else why)
+
+    names = ctx.tools.names
+    if result is not None and case.kind == "sdk":
+        report.add(case.name, "client", True, "%d requests, finals %r, %.1f s" % (
+            result.requests, result.finals, elapsed))
+        report.add(case.name, "final answer", result.finals == [FINAL], "final texts %r" % result.finals)
+        report.add(case.name, "client view", *checks.client_view(result.history, [], sc.shell_name, sc, names))
+    elif result is not None:
+        report.add(case.name, "client", result.rc == 0, "exit %d, %.1f s%s" % (
+            result.rc, elapsed, "" if result.rc == 0 else ": " + result.stderr.strip()[-300:]))
+        report.add(case.name, "final answer", result.final == FINAL,
+                   "printed %r" % (result.final if result.final is None else result.final[:200]))
+        docs = [checks.json_lines(result.stdout)] + [checks.json_lines(open(p).read()) for p in result.transcripts]
+        ok, detail = checks.client_view(docs, [result.stdout, result.stderr], sc.shell_name, sc, names)
+        if not result.transcripts:
+            ok, detail = False, "no transcript written by the client; " + detail
+        report.add(case.name, "client view", ok, "%s (stdout, %d transcript(s))" % (detail, len(result.transcripts)))
+
+    sent, got = checks.model_pairs(gw.tap.take(), mock.requests())
+    ctx.upstream_log.append((case.name, got))
+    checks.save_upstream(ctx.evidence, case.name, got)
+    serves = tools_cases.SERVES
+    report.add(case.name, "request count", *checks.upstream_count(sent, got, max(serves) + 1, len(serves)))
+    report.add(case.name, "gateway status", *checks.gateway_answered(sent))
+    report.add(case.name, "refusals", *checks.no_refusals(got))
+    # Only the first request goes upstream as the client sent it (+ ctxd's tools); the later
+    # ones carry the hidden exchanges, then the new window.
+    report.add(case.name, "upstream bytes", *checks.upstream_bodies(sent[:1], got[:1], ctx.tools,
+                                                                      ctx.evidence, case.name))
+    pairs = [(sent[c], r) for c, r in zip(serves, got) if c < len(sent)]
+    report.add(case.name, "upstream headers", *checks.forwarded_headers([p[0] for p in pairs],
+                                                                        [p[1] for p in pairs]))
+    if len(got) == len(serves) and all(r["decoded"] is not None for r in got):
+        report.add(case.name, "hidden rounds", *checks.hidden_rounds(got, sc))
+        report.add(case.name, "window cut", *checks.window_cut(got, sc, names))
+        report.add(case.name, "notes_read answer", *checks.notes_read_answer(got, sc))
+    else:
+        report.add(case.name, "upstream flow", False, "not the scripted flow: %d upstream requests" % len(got))
+
+    session = store_checks(case, gw, before, case.prompts, len(got), report)
+    if session and found and len(got) == len(serves):
+        try:
+            cli_text = gw.cli_recall(session["id"], found[0])
+        except RuntimeError as e:
+            cli_text = None
+            report.add(case.name, "cli recall", False, str(e))
+        output = checks.tool_output(sent[1], sc.shell_name) if len(sent) > 1 else None
+        report.add(case.name, "recall answer", *checks.recall_answer(got, found, cli_text, output))
+    else:
+        report.add(case.name, "recall answer", False, "not checked: no session, no item id or not the flow")
     return elapsed
 
 
@@ -237,6 +365,9 @@ def main():
     mock = gw = None
     started = time.monotonic()
     try:
+        ctx.tools = checks.CtxdTools(registry(args.ctxd, workdir))
+        print("== harness", flush=True)
+        report.add("harness", "zstd comparison", *checks.self_test(ctx.tools.registry, ctx.evidence))
         mock = Mock(args.mock, workdir)
         gw = Gateway(args.ctxd, mock.url, workdir)
         print("clients: mock %s, gateway %s behind tap %s, store %s" % (
@@ -246,7 +377,11 @@ def main():
             setup_clients(ctx.clients_dir, gw.tap.port)
             timings.append(("setup.sh", time.monotonic() - t))
         for case in selected:
-            timings.append((case.name, run_case(case, gw, mock, ctx, report)))
+            run = run_tools_case if case.scenario else run_case
+            timings.append((case.name, run(case, gw, mock, ctx, report)))
+        if any(c.scenario for c in selected):
+            print("== the whole run", flush=True)
+            report.add("run", "no message after reset", *checks.no_message_after_reset(ctx.upstream_log))
     finally:
         rc = gw.stop() if gw else None
         if mock:

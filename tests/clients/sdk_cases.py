@@ -24,13 +24,14 @@ SHELL_SCHEMA = {
 }
 
 
-def run_tool(name, arguments, repo):
-    """The one tool these conversations offer: `bash` running `ls` in the scratch repo."""
+def run_tool(name, arguments, repo, commands=("ls",)):
+    """The one tool these conversations offer: `bash` running one of `commands` in the
+    scratch repo."""
     args = json.loads(arguments) if isinstance(arguments, str) else arguments
     command = args.get("command")
-    if name != "bash" or command != "ls":
-        return "refused: only `ls` is allowed here, got %s %r" % (name, command)
-    out = subprocess.run(["ls"], cwd=repo, capture_output=True, text=True, timeout=10)
+    if name != "bash" or command not in commands:
+        return "refused: only %s allowed here, got %s %r" % (" or ".join(map(repr, commands)), name, command)
+    out = subprocess.run(["bash", "-c", command], cwd=repo, capture_output=True, text=True, timeout=10)
     return out.stdout
 
 
@@ -42,13 +43,15 @@ class Conversation:
         self.finals = []  # the model's final text after each tool loop
         self.tool_calls = []  # tool names the model called, in order
         self.requests = 0
+        self.history = []  # the conversation the client holds at the end (plain JSON)
 
 
-def _loop(conv, ask, repo, prompts):
+def _loop(conv, ask, repo, prompts, commands=("ls",)):
     """Run `ask(messages) -> (reply_text, calls)` to completion for each prompt in turn.
 
     `ask` appends the assistant turn and returns the tool calls as (id, name, args); this loop
-    appends the results through `answer` and stops at the first reply without calls.
+    appends the results through `answer` and stops at the first reply without calls. The tool
+    runs only `commands`.
     """
     for prompt in prompts:
         ask.user(prompt)
@@ -60,10 +63,22 @@ def _loop(conv, ask, repo, prompts):
                 break
             for call_id, name, args in calls:
                 conv.tool_calls.append(name)
-                ask.result(call_id, run_tool(name, args, repo))
+                ask.result(call_id, run_tool(name, args, repo, commands))
         else:
             raise RuntimeError("the model never stopped calling tools")
+    conv.history = _plain(getattr(ask, "messages", None) or getattr(ask, "input", None))
     return conv
+
+
+def _plain(value):
+    """The conversation as the client holds it, as plain JSON values (SDK objects dumped)."""
+    if hasattr(value, "model_dump"):
+        return value.model_dump(exclude_none=True)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 # ------------------------------------------------------------------------ Anthropic Messages
@@ -99,13 +114,15 @@ class _Anthropic:
             self.messages.append({"role": "user", "content": [block]})
 
 
-def anthropic_messages(base_url, repo, stream):
+def anthropic_messages(base_url, repo, stream, prompts=None, commands=("ls",)):
+    """Two tool loops (`prompts`: one per loop, by default the case's question and
+    FOLLOW_UP)."""
     client = anthropic.Anthropic(
         api_key="sk-ant-ctxd-test", base_url=base_url, max_retries=RETRIES, timeout=TIMEOUT
     )
     prompt = "list the files (anthropic sdk, %s)" % ("streaming" if stream else "not streaming")
-    conv = Conversation(prompt)
-    return _loop(conv, _Anthropic(client, stream), repo, [prompt, FOLLOW_UP])
+    prompts = prompts or [prompt, FOLLOW_UP]
+    return _loop(Conversation(prompts[0]), _Anthropic(client, stream), repo, prompts, commands)
 
 
 # ------------------------------------------------------------------------ Chat Completions
@@ -154,12 +171,13 @@ class _Chat:
         self.messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
 
 
-def openai_chat(base_url, repo, stream):
+def openai_chat(base_url, repo, stream, prompts=None, commands=("ls",)):
     client = openai.OpenAI(
         api_key="sk-openai-ctxd-test", base_url=base_url + "/v1", max_retries=RETRIES, timeout=TIMEOUT
     )
     prompt = "list the files (openai chat sdk, %s)" % ("streaming" if stream else "not streaming")
-    return _loop(Conversation(prompt), _Chat(client, stream), repo, [prompt, FOLLOW_UP])
+    prompts = prompts or [prompt, FOLLOW_UP]
+    return _loop(Conversation(prompts[0]), _Chat(client, stream), repo, prompts, commands)
 
 
 # ------------------------------------------------------------------------ Responses
@@ -192,9 +210,10 @@ class _Responses:
         self.input.append({"type": "function_call_output", "call_id": call_id, "output": output})
 
 
-def openai_responses(base_url, repo, stream):
+def openai_responses(base_url, repo, stream, prompts=None, commands=("ls",)):
     client = openai.OpenAI(
         api_key="sk-openai-ctxd-test", base_url=base_url + "/v1", max_retries=RETRIES, timeout=TIMEOUT
     )
     prompt = "list the files (openai responses sdk, %s)" % ("streaming" if stream else "not streaming")
-    return _loop(Conversation(prompt), _Responses(client, stream), repo, [prompt, FOLLOW_UP])
+    prompts = prompts or [prompt, FOLLOW_UP]
+    return _loop(Conversation(prompts[0]), _Responses(client, stream), repo, prompts, commands)

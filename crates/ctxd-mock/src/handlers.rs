@@ -3,6 +3,7 @@
 //! next scripted reply (or the turn logic's), render, and deliver with the reply's [`Shape`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -71,9 +72,16 @@ async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Res
             return refused(api, &refusal, s);
         }
     }
-    let (action, shape) = match s.script.pop() {
-        Some(reply) => (reply.action, reply.shape),
-        None => (Action::Default, s.config.shape.clone()),
+    let (action, shape) = match take_reply(s).await {
+        Ok(reply) => reply,
+        Err(waited) => {
+            let message = format!(
+                "ctxd-mock: the script said wait, and no reply was queued within {} ms \
+                 (POST /_mock/script)",
+                waited.as_millis()
+            );
+            return error(api, StatusCode::BAD_REQUEST, &message, s);
+        }
     };
     if !shape.first_byte_delay.is_zero() {
         tokio::time::sleep(shape.first_byte_delay).await;
@@ -84,7 +92,8 @@ async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Res
             return error(api, status, &message, s);
         }
         Action::Parts(parts) => (Some(parts), None),
-        Action::Default => (None, None),
+        // (`take_reply` never returns a wait.)
+        Action::Default | Action::Wait { .. } => (None, None),
         Action::FailMidStream { message } => (None, Some(message)),
     };
     let reasoning = match (s.config.reasoning, api) {
@@ -119,6 +128,19 @@ async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Res
         None => plan.render(stream),
     };
     deliver(rendered, &shape, &request_id)
+}
+
+/// The next scripted reply (the built-in logic when none is queued); a `wait` holds the
+/// request for the reply queued after it, waits in a row each for their own. `Err`: a wait
+/// that ran out, with its time.
+async fn take_reply(s: &Shared) -> Result<(Action, Shape), Duration> {
+    let Some(mut reply) = s.script.pop() else {
+        return Ok((Action::Default, s.config.shape.clone()));
+    };
+    while let Action::Wait { timeout } = reply.action {
+        reply = s.script.pop_within(timeout).await.ok_or(timeout)?;
+    }
+    Ok((reply.action, reply.shape))
 }
 
 /// A strict-mode refusal: 400 with the API's error body and the rule in [`REFUSED_HEADER`].

@@ -9,7 +9,10 @@
 //!   ([`MockServer::start`]) or on a thread of its own ([`MockServer::start_blocking`]).
 //! - [`Config`] sets the final text, reasoning items, recording, a default [`Shape`].
 //! - [`Reply`] / [`Script`]: queued replies that override the built-in turn logic: text, tool
-//!   calls, HTTP errors, errors mid-stream, delays, truncated streams, padding.
+//!   calls, HTTP errors, errors mid-stream, delays, truncated streams, padding. Out of
+//!   process, `POST /_mock/script` queues more (a JSON array of `--reply` specs; `DELETE`
+//!   forgets them), and a `wait` reply holds its request until the next one is queued, so a
+//!   test can answer with what it reads in the recorded request (an id only the run knows).
 //! - [`Recorded`]: one request as received.
 //!
 //! # Strict by default

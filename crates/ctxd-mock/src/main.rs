@@ -2,6 +2,9 @@
 //!
 //! `ctxd-mock --port 18080 [--log requests.jsonl] [--reply text:hi --reply error:529 ...]
 //! [--lax] [--window gpt-4o=128000 ...] [--default-window 200000]`
+//!
+//! Control routes, not recorded: `GET`/`DELETE /_mock/requests` (the record),
+//! `POST /_mock/script` (queue `--reply` specs, a JSON array) and `DELETE /_mock/script`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -33,7 +36,9 @@ struct Args {
     #[arg(long, env = "MOCK_HEAD_STATUS", default_value_t = 200)]
     head_status: u16,
     /// Scripted replies, used in order, one per generation request, before the built-in
-    /// logic: default | text:TEXT | tool:NAME[:JSON] | error:STATUS[:MESSAGE] | fail:MESSAGE.
+    /// logic: default | text:TEXT | tool:NAME[:JSON] | error:STATUS[:MESSAGE] | fail:MESSAGE |
+    /// wait[:MS] (hold the request until a reply is queued after it, by
+    /// `POST /_mock/script` with a JSON array of these specs; default 30000 ms).
     #[arg(long = "reply", value_name = "SPEC")]
     replies: Vec<Reply>,
     /// Delay before the first byte of every reply, in milliseconds.

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::reply::error_body;
+use crate::script::Reply;
 use crate::server::Shared;
 use crate::validate::REFUSED_HEADER;
 use crate::{handlers, Api};
@@ -30,6 +31,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/health", get(root))
         .route("/healthz", get(root))
         .route("/_mock/requests", get(recorded).delete(clear))
+        .route("/_mock/script", post(queue).delete(clear_script))
         .fallback(not_found)
         .method_not_allowed_fallback(not_allowed)
         // The record layer enforces the body limit itself, for every route.
@@ -141,5 +143,39 @@ async fn recorded(State(s): State<Arc<Shared>>) -> Response {
 
 async fn clear(State(s): State<Arc<Shared>>) -> StatusCode {
     s.recorder.clear();
+    StatusCode::NO_CONTENT
+}
+
+/// `POST /_mock/script` with a JSON array of reply specs (the `--reply` forms): queued after
+/// those already queued, all or none. Answers `{"queued": N}`, the replies now waiting; a bad
+/// spec is a 400 naming it.
+async fn queue(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
+    let bad = |message: String| {
+        (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"error": message})),
+        )
+            .into_response()
+    };
+    let specs: Vec<String> = match serde_json::from_slice(&body) {
+        Ok(specs) => specs,
+        Err(e) => return bad(format!("expected a JSON array of reply specs: {e}")),
+    };
+    let replies: Result<Vec<Reply>, _> = specs.iter().map(|spec| spec.parse::<Reply>()).collect();
+    match replies {
+        Ok(replies) => {
+            let replies = replies
+                .into_iter()
+                .map(|r| r.with_shape(s.config.shape.clone()));
+            s.script.extend(replies);
+            axum::Json(json!({"queued": s.script.len()})).into_response()
+        }
+        Err(e) => bad(e.to_string()),
+    }
+}
+
+/// `DELETE /_mock/script`: forgets the replies not yet used.
+async fn clear_script(State(s): State<Arc<Shared>>) -> StatusCode {
+    s.script.clear();
     StatusCode::NO_CONTENT
 }

@@ -1,4 +1,7 @@
 //! Scripted replies: a queue that overrides the built-in turn logic, one reply per request.
+//! Replies can be queued while the server runs (`POST /_mock/script`), and a [`Action::Wait`]
+//! holds a request until the next one is: a test can answer with what only exists once the
+//! request was sent (an id the request carries).
 
 use std::collections::VecDeque;
 use std::str::FromStr;
@@ -6,6 +9,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::sync::Notify;
+
+/// How long a `wait` reply holds its request when the spec names no time.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
 /// One reply to one generation request (`/v1/messages`, `/v1/chat/completions`,
 /// `/v1/responses`): what to say and how to deliver it.
@@ -27,6 +34,10 @@ pub enum Action {
     /// A stream that starts, then reports an error event (Anthropic `error`, Responses
     /// `response.failed`, Chat an `error` chunk). A non-streaming request gets a 500.
     FailMidStream { message: String },
+    /// Hold the request until a reply is queued after this one (`POST /_mock/script`, or
+    /// [`Script::push`]) and answer with it; none within `timeout`: a 400 saying so (a status
+    /// clients do not retry), so a test that forgot to push fails at once and clearly.
+    Wait { timeout: Duration },
 }
 
 /// One piece of a reply's content.
@@ -98,6 +109,11 @@ impl Reply {
         })
     }
 
+    /// Hold the request until the next reply is queued (see [`Action::Wait`]).
+    pub fn wait(timeout: Duration) -> Self {
+        Self::from(Action::Wait { timeout })
+    }
+
     pub fn first_byte_delay(mut self, delay: Duration) -> Self {
         self.shape.first_byte_delay = delay;
         self
@@ -138,16 +154,16 @@ impl From<Action> for Reply {
     }
 }
 
-/// A reply spec is not `default`, `text:TEXT`, `tool:NAME[:JSON]`, `error:STATUS[:MESSAGE]`
-/// or `fail:MESSAGE`.
+/// A reply spec is not `default`, `text:TEXT`, `tool:NAME[:JSON]`, `error:STATUS[:MESSAGE]`,
+/// `fail:MESSAGE` or `wait[:MILLISECONDS]`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("bad reply spec {spec:?}: {why} (want default, text:TEXT, tool:NAME[:JSON], error:STATUS[:MESSAGE] or fail:MESSAGE)")]
+#[error("bad reply spec {spec:?}: {why} (want default, text:TEXT, tool:NAME[:JSON], error:STATUS[:MESSAGE], fail:MESSAGE or wait[:MILLISECONDS])")]
 pub struct ReplySpecError {
     pub spec: String,
     pub why: String,
 }
 
-/// The simple form used by the binary's `--reply` flag.
+/// The simple form used by the binary's `--reply` flag and `POST /_mock/script`.
 impl FromStr for Reply {
     type Err = ReplySpecError;
 
@@ -161,6 +177,13 @@ impl FromStr for Reply {
             "default" => Ok(Reply::default_turn()),
             "text" => Ok(Reply::text(rest)),
             "fail" => Ok(Reply::fail_mid_stream(rest)),
+            "wait" if rest.is_empty() => Ok(Reply::wait(DEFAULT_WAIT)),
+            "wait" => {
+                let ms: u64 = rest
+                    .parse()
+                    .map_err(|_| bad("milliseconds is not a number"))?;
+                Ok(Reply::wait(Duration::from_millis(ms)))
+            }
             "tool" => {
                 let (name, args) = rest.split_once(':').unwrap_or((rest, "{}"));
                 if name.is_empty() {
@@ -186,16 +209,20 @@ impl FromStr for Reply {
 #[derive(Clone, Debug, Default)]
 pub struct Script {
     queue: Arc<Mutex<VecDeque<Reply>>>,
+    /// Wakes the requests a [`Action::Wait`] holds when replies are queued.
+    queued: Arc<Notify>,
 }
 
 impl Script {
     /// Queues a reply after those already queued.
     pub fn push(&self, reply: Reply) {
         self.lock().push_back(reply);
+        self.queued.notify_waiters();
     }
 
     pub fn extend(&self, replies: impl IntoIterator<Item = Reply>) {
         self.lock().extend(replies);
+        self.queued.notify_waiters();
     }
 
     /// Replies not yet used.
@@ -213,6 +240,23 @@ impl Script {
 
     pub(crate) fn pop(&self) -> Option<Reply> {
         self.lock().pop_front()
+    }
+
+    /// The next reply, waiting up to `timeout` for one to be queued (`None`: none came).
+    pub(crate) async fn pop_within(&self, timeout: Duration) -> Option<Reply> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            // Registered before the queue is looked at, so a push in between is not missed.
+            let queued = self.queued.notified();
+            tokio::pin!(queued);
+            queued.as_mut().enable();
+            if let Some(reply) = self.pop() {
+                return Some(reply);
+            }
+            if tokio::time::timeout_at(deadline, queued).await.is_err() {
+                return self.pop();
+            }
+        }
     }
 
     /// A panic elsewhere while holding the lock cannot leave the queue half-changed.
@@ -251,11 +295,24 @@ mod tests {
             "fail:boom".parse::<Reply>().unwrap(),
             Reply::fail_mid_stream("boom")
         );
+        assert_eq!("wait".parse::<Reply>().unwrap(), Reply::wait(DEFAULT_WAIT));
+        assert_eq!(
+            "wait:250".parse::<Reply>().unwrap(),
+            Reply::wait(Duration::from_millis(250))
+        );
     }
 
     #[test]
     fn bad_specs_say_why() {
-        for spec in ["", "txt:a", "tool:", "tool:Bash:{", "error:abc", "error:42"] {
+        for spec in [
+            "",
+            "txt:a",
+            "tool:",
+            "tool:Bash:{",
+            "error:abc",
+            "error:42",
+            "wait:soon",
+        ] {
             let err = spec.parse::<Reply>().unwrap_err();
             assert_eq!(err.spec, spec);
         }
@@ -271,5 +328,24 @@ mod tests {
         assert_eq!(other.pop(), Some(Reply::text("a")));
         assert_eq!(script.pop(), Some(Reply::text("b")));
         assert!(script.pop().is_none());
+    }
+
+    #[tokio::test]
+    async fn pop_within_waits_for_a_push_or_gives_up() {
+        let script = Script::default();
+        script.push(Reply::text("queued"));
+        let ready = script.pop_within(Duration::from_secs(5)).await;
+        assert_eq!(ready, Some(Reply::text("queued")), "a queued reply at once");
+        let pusher = script.clone();
+        let later = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            pusher.push(Reply::text("pushed"));
+        });
+        let waited = script.pop_within(Duration::from_secs(5)).await;
+        assert_eq!(waited, Some(Reply::text("pushed")));
+        later.await.unwrap();
+        let started = std::time::Instant::now();
+        assert_eq!(script.pop_within(Duration::from_millis(30)).await, None);
+        assert!(started.elapsed() >= Duration::from_millis(30));
     }
 }

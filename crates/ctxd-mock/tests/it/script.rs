@@ -295,3 +295,115 @@ async fn config_shape_applies_to_unscripted_replies() {
     let r = post(&mock, "/v1/chat/completions", &chat(false)).await;
     assert!(r.body.len() < 2048, "a scripted reply brings its own shape");
 }
+
+/// `POST /_mock/script`: specs as `--reply` takes them, queued in order, all or none.
+async fn push_specs(mock: &ctxd_mock::MockServer, specs: Value) -> (reqwest::StatusCode, Value) {
+    let res = client()
+        .post(format!("{}/_mock/script", mock.base_url()))
+        .body(specs.to_string())
+        .send()
+        .await
+        .unwrap();
+    let status = res.status();
+    (
+        status,
+        serde_json::from_slice(&res.bytes().await.unwrap()).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn replies_are_queued_over_http() {
+    let mock = start().await;
+    mock.script().push(Reply::text("first"));
+    let (status, body) = push_specs(
+        &mock,
+        json!(["text:second", r#"tool:Read:{"path":"a.txt"}"#]),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(body, json!({"queued": 3}));
+    let m = post(&mock, "/v1/messages", &anthropic(false)).await.json();
+    assert_eq!(m["content"][0]["text"], "first", "after those queued");
+    let m = post(&mock, "/v1/messages", &anthropic(false)).await.json();
+    assert_eq!(m["content"][0]["text"], "second");
+    let m = post(&mock, "/v1/messages", &anthropic(false)).await.json();
+    assert_eq!(m["content"][0]["input"], json!({"path": "a.txt"}));
+
+    // A bad spec queues nothing and names itself; so does a body that is not a list of specs.
+    let (status, body) = push_specs(&mock, json!(["text:ok", "tool:"])).await;
+    assert_eq!(status, 400);
+    assert!(
+        body["error"].as_str().unwrap().contains("\"tool:\""),
+        "{body}"
+    );
+    let (status, _) = push_specs(&mock, json!({"reply": "text:x"})).await;
+    assert_eq!(status, 400);
+    assert!(mock.script().is_empty());
+
+    // DELETE forgets what is queued; the control routes are not recorded.
+    push_specs(&mock, json!(["text:never"])).await;
+    let res = client()
+        .delete(format!("{}/_mock/script", mock.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 204);
+    assert!(mock.script().is_empty());
+    assert_eq!(mock.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn a_wait_holds_the_request_until_its_reply_is_pushed() {
+    let mock = start().await;
+    for (path, body) in ROUTES {
+        let (_, queued) = push_specs(&mock, json!(["wait:10000"])).await;
+        assert_eq!(queued, json!({"queued": 1}));
+        let url = mock.base_url();
+        let held = tokio::spawn(async move {
+            let res = client()
+                .post(format!("{url}{path}"))
+                .header("content-type", "application/json")
+                .body(body(false).to_string())
+                .send()
+                .await
+                .unwrap();
+            serde_json::from_slice::<Value>(&res.bytes().await.unwrap()).unwrap()
+        });
+        // The request is recorded while it is held: the test reads it, then answers.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while mock.requests().iter().all(|r| r.path != path) {
+            assert!(Instant::now() < deadline, "{path} never arrived");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            !held.is_finished(),
+            "{path} answered before its reply was queued"
+        );
+        push_specs(&mock, json!(["text:answered later"])).await;
+        let reply = held.await.unwrap().to_string();
+        assert!(reply.contains("answered later"), "{path}: {reply}");
+        assert!(mock.script().is_empty(), "taken by the held request");
+    }
+}
+
+#[tokio::test]
+async fn a_wait_with_nothing_pushed_is_a_clear_400() {
+    let mock = start().await;
+    mock.script().push("wait:50".parse().unwrap());
+    let started = Instant::now();
+    let res = post(&mock, "/v1/chat/completions", &chat(true)).await;
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    assert_eq!(res.status, 400);
+    let body = res.json();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("wait") && message.contains("50 ms"),
+        "{message}"
+    );
+    // Nothing is left waiting: the next request gets the built-in logic.
+    let m = post(&mock, "/v1/chat/completions", &chat(false))
+        .await
+        .json();
+    assert_eq!(m["choices"][0]["message"]["content"], "done");
+}
