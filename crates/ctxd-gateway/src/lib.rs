@@ -26,6 +26,7 @@ pub mod rewrite;
 mod server;
 mod sessions;
 mod turn;
+pub mod ui;
 mod upstream;
 mod writer;
 

@@ -12,3 +12,4 @@ mod loops;
 mod passthrough;
 mod support;
 mod window;
+mod ui;
