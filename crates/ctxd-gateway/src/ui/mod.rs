@@ -20,6 +20,7 @@ pub mod page;
 pub mod query;
 pub mod summary;
 pub mod chart;
+mod counts;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -56,6 +57,7 @@ struct Ui {
     reader: Reader,
     rows: summary::Cache,
     pages: PageCache,
+    memos: counts::Memos,
 }
 
 /// The dashboard's own connection to the store, opened on first use (a failure is a 503 and
@@ -121,6 +123,7 @@ pub(crate) fn service(app: &Gateway) -> Router {
         },
         rows: summary::Cache::default(),
         pages: PageCache::default(),
+        memos: counts::Memos::default(),
     });
     Router::new()
         .route("/", get(shell_sessions))
@@ -230,7 +233,7 @@ async fn list(
     let sort = query::Sort::parse(p.sort.as_deref(), p.dir.as_deref())?;
     let filter = p.q.unwrap_or_default();
     blocking(ui, move |ui, engine| {
-        let (rows, total) = query::sessions(engine, &ui.rows, &viewer, sort, &filter)?;
+        let (rows, total) = query::sessions(engine, &ui.rows, &ui.memos, &viewer, sort, &filter)?;
         Ok((rows, total, sort))
     })
     .await
@@ -280,7 +283,7 @@ async fn rendered(
             return Ok(r);
         }
         let start = Instant::now();
-        let page = query::session_page(engine, &record)?;
+        let page = query::session_page(engine, &ui.memos, &record)?;
         let notes = query::notes(engine, &record)?;
         let built_ms = start.elapsed().as_secs_f64() * 1e3;
         let html = html::session(&page, &notes, built_ms);

@@ -8,6 +8,7 @@ use ctxd_core::distill::record::{Outcome, Record};
 use ctxd_core::distill::ItemKind;
 use ctxd_core::model::{ContentBlock, EntryKind, Session};
 use ctxd_core::report::Report;
+use ctxd_core::tokens::TokenCounter;
 use ctxd_core::tree;
 use serde::Serialize;
 
@@ -66,17 +67,17 @@ pub struct Pruned {
 /// The most pruned items a page lists (the newest).
 pub const MAX_PRUNED: usize = 500;
 
-/// Build the page of a loaded session.
-pub fn build(id: i64, key: &str, session: &Session) -> Page {
+/// Build the page of a loaded session, counting with `counter` (the session's own).
+pub fn build(id: i64, key: &str, session: &Session, counter: &dyn TokenCounter) -> Page {
     let branch = tree::active_branch(session);
-    let report = report_of(session);
+    let report = report_of(session, counter);
     let summary = summarize(session, &report, &branch);
     let records: Vec<Record> = branch
         .iter()
         .filter_map(|&p| session.entries.get(p))
         .filter_map(|e| Record::from_entry(&e.kind))
         .collect();
-    let client = report_of(&client_view(session, &records));
+    let client = report_of(&client_view(session, &records), counter);
     let by_entry: HashMap<&str, u64> = client
         .turns
         .iter()

@@ -12,6 +12,7 @@ use ctxd_store::{SessionId, SessionRecord, SqliteStore, Store};
 use serde::Serialize;
 
 use super::access::Viewer;
+use super::counts::Memos;
 use super::error::UiError;
 use super::page::{self, Page};
 use super::summary::{report_of, summarize, Cache, Row, Summary};
@@ -69,6 +70,7 @@ const MAX_FILTER: usize = 200;
 pub fn sessions(
     engine: &Engine<SqliteStore>,
     cache: &Cache,
+    memos: &Memos,
     viewer: &Viewer,
     sort: Sort,
     filter: &str,
@@ -99,7 +101,7 @@ pub fn sessions(
         .map(|r| Row::new(r, with_tenant))
         .filter(|r| needle.is_empty() || matches(r, &needle))
         .collect();
-    cache.fill(&mut rows, LIST_BUDGET, |id| summary_of(engine, id))?;
+    cache.fill(&mut rows, LIST_BUDGET, |id| summary_of(engine, memos, id))?;
     sort_rows(&mut rows, sort);
     Ok((rows, total))
 }
@@ -117,9 +119,13 @@ fn matches(r: &Row, needle: &str) -> bool {
     .any(|f| f.to_lowercase().contains(needle))
 }
 
-fn summary_of(engine: &Engine<SqliteStore>, id: SessionId) -> Result<Summary, UiError> {
+fn summary_of(
+    engine: &Engine<SqliteStore>,
+    memos: &Memos,
+    id: SessionId,
+) -> Result<Summary, UiError> {
     let session = engine.store().load(id)?;
-    let report = report_of(&session);
+    let report = memos.with(id, &session, |m| report_of(&session, &m.counter()));
     let branch = ctxd_core::tree::active_branch(&session);
     Ok(summarize(&session, &report, &branch))
 }
@@ -231,10 +237,13 @@ pub fn notes(engine: &Engine<SqliteStore>, record: &SessionRecord) -> Result<Vec
 /// The page of a session the viewer may read.
 pub fn session_page(
     engine: &Engine<SqliteStore>,
+    memos: &Memos,
     record: &SessionRecord,
 ) -> Result<Page, UiError> {
     let session = engine.store().load(record.id)?;
-    Ok(page::build(record.id, &record.key, &session))
+    Ok(memos.with(record.id, &session, |m| {
+        page::build(record.id, &record.key, &session, &m.counter())
+    }))
 }
 
 /// An entry's raw content through `recall` (whole, within recall's own caps).

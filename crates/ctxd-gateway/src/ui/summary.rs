@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use ctxd_core::distill::record;
 use ctxd_core::model::{EntryKind, Session};
 use ctxd_core::report;
+use ctxd_core::tokens::TokenCounter;
 use ctxd_store::{SessionId, SessionRecord};
 use serde::Serialize;
 
@@ -66,10 +67,10 @@ pub fn summarize(session: &Session, report: &report::Report, branch: &[usize]) -
     }
 }
 
-/// The report of a session as `ctxd report --json` builds it (same counter, same options).
-pub fn report_of(session: &Session) -> report::Report {
-    let counter = ctxd_tokens::for_session(session);
-    report::build(session, &counter, &report::Options::default())
+/// The report of a session as `ctxd report --json` builds it: the same options, and `counter`
+/// counts as the session's own (`ctxd_tokens::for_session`, see [`super::counts`]).
+pub fn report_of(session: &Session, counter: &dyn TokenCounter) -> report::Report {
+    report::build(session, counter, &report::Options::default())
 }
 
 /// One row of the sessions page.
