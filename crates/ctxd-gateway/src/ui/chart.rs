@@ -1,5 +1,6 @@
 //! The context-size chart as inline SVG, drawn on the server: two lines over the turns (the
-//! client's own conversation, what went upstream), the window as a dashed line, resets and
+//! client's own conversation, what went upstream; both ctxd's estimate, so they compare:
+//! the provider's own count is in the report's headline and drift), the window as a dashed line, resets and
 //! client compactions as vertical marks. No script, so it renders before any JavaScript runs.
 
 use std::fmt::Write;
@@ -48,7 +49,7 @@ pub fn render(page: &Page) -> String {
     let turns = &page.report.turns;
     let upstream: Vec<f64> = turns
         .iter()
-        .map(|t| t.provider.unwrap_or(t.estimate) as f64)
+        .map(|t| t.estimate as f64)
         .collect();
     let client: Vec<Option<f64>> = page
         .client_sizes

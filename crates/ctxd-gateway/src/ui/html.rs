@@ -120,8 +120,12 @@ pub fn sessions(rows: &[Row], sort: Sort, total: usize) -> String {
             esc(&chars(name, 60)),
             esc(&chars(&r.key, 40)),
         );
-        if let Some(t) = &r.tenant {
-            let _ = write!(s, r#"<span class="key">tenant {}</span>"#, esc(&chars(t, 12)));
+        match r.tenant.as_deref() {
+            Some("") => s.push_str(r#"<span class="key">local (imported or keyless)</span>"#),
+            Some(t) => {
+                let _ = write!(s, r#"<span class="key">tenant {}</span>"#, esc(&chars(t, 12)));
+            }
+            None => {}
         }
         let model = r
             .summary
@@ -223,7 +227,7 @@ pub fn session(page: &Page, notes: &[Note], built_ms: f64) -> String {
         num(m.saved_tokens),
         money(m.saved_usd),
     );
-    s.push_str(r#"<section id="chart-section"><h2>Context size per turn</h2><div class="legend"><span class="sw client"></span>the client's conversation <span class="sw upstream"></span>sent upstream (provider's count where recorded) <span class="sw window"></span>window <span class="sw reset"></span>reset <span class="sw compaction"></span>client compaction</div>"#);
+    s.push_str(r#"<section id="chart-section"><h2>Context size per turn</h2><div class="legend"><span class="sw client"></span>the client's conversation <span class="sw upstream"></span>sent upstream (both: ctxd's estimate) <span class="sw window"></span>window <span class="sw reset"></span>reset <span class="sw compaction"></span>client compaction</div>"#);
     if r.turns.is_empty() {
         s.push_str(r#"<p class="empty">No turns yet.</p>"#);
     }

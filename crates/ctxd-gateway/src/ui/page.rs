@@ -77,7 +77,9 @@ pub fn build(id: i64, key: &str, session: &Session, counter: &dyn TokenCounter) 
         .filter_map(|&p| session.entries.get(p))
         .filter_map(|e| Record::from_entry(&e.kind))
         .collect();
-    let client = report_of(&client_view(session, &records), counter);
+    // Without any entry of ctxd's, the client's conversation is the upstream one.
+    let client_report = client_view(session, &records).map(|view| report_of(&view, counter));
+    let client = client_report.as_ref().unwrap_or(&report);
     let by_entry: HashMap<&str, u64> = client
         .turns
         .iter()
@@ -118,32 +120,36 @@ pub fn build(id: i64, key: &str, session: &Session, counter: &dyn TokenCounter) 
 
 /// The session as its client holds it: ctxd's own entries (window markers and boots, budget
 /// reminders, distillation's edits) become inert events, so the tree and every turn stay.
-pub fn client_view(session: &Session, records: &[Record]) -> Session {
+/// `None` when the log holds none of them (the client's conversation is the session).
+pub fn client_view(session: &Session, records: &[Record]) -> Option<Session> {
     let edited: HashSet<&str> = records
         .iter()
         .flat_map(|r| r.results.iter())
         .filter(|r| r.outcome != Outcome::Kept)
         .flat_map(|r| std::iter::once(r.entry_id.as_str()).chain(r.omitted.iter().map(String::as_str)))
         .collect();
+    let ours = |kind: &EntryKind| match kind {
+        EntryKind::WindowMarker { .. } | EntryKind::WindowBoot { .. } => true,
+        EntryKind::Message(m) => m.injected.as_deref().is_some_and(|k| k.starts_with("ctxd/")),
+        EntryKind::ContextEdit {
+            target,
+            replacement,
+        } => edited.contains(target.as_str()) || replacement.as_deref().is_some_and(is_marked),
+        _ => false,
+    };
+    if !session.entries.iter().any(|e| ours(&e.kind)) {
+        return None;
+    }
     let mut view = session.clone();
     for entry in &mut view.entries {
-        let ours = match &entry.kind {
-            EntryKind::WindowMarker { .. } | EntryKind::WindowBoot { .. } => true,
-            EntryKind::Message(m) => m.injected.as_deref().is_some_and(|k| k.starts_with("ctxd/")),
-            EntryKind::ContextEdit {
-                target,
-                replacement,
-            } => edited.contains(target.as_str()) || replacement.as_deref().is_some_and(is_marked),
-            _ => false,
-        };
-        if ours {
+        if ours(&entry.kind) {
             entry.kind = EntryKind::Event {
                 name: "ctxd.client-view".into(),
                 detail: None,
             };
         }
     }
-    view
+    Some(view)
 }
 
 /// A replacement text of distillation's (`[ctxd] ...`).
