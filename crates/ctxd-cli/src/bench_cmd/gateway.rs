@@ -154,7 +154,10 @@ pub fn run(args: &GatewayBenchArgs) -> anyhow::Result<()> {
     if !(args.rate > 0.0 && args.duration > 0.0 && args.slice > 0.0) {
         bail!("--rate, --duration and --slice must be positive");
     }
-    if args.dashboard_poll.is_some_and(|p| !(p > 0.0 && p.is_finite())) {
+    if args
+        .dashboard_poll
+        .is_some_and(|p| !(p > 0.0 && p.is_finite()))
+    {
         bail!("--dashboard-poll must be a positive number of seconds");
     }
     let dir = std::env::temp_dir().join(format!("ctxd-bench-gateway-{}", std::process::id()));
@@ -488,7 +491,14 @@ fn line(r: &Row) -> String {
     );
     let dashboard = r.dashboard.as_ref().map_or_else(
         || "-".to_owned(),
-        |d| format!("{} {} / {}", d.requests - d.errors, ms(d.p50_ms), ms(d.max_ms)),
+        |d| {
+            format!(
+                "{} {} / {}",
+                d.requests - d.errors,
+                ms(d.p50_ms),
+                ms(d.max_ms)
+            )
+        },
     );
     format!(
         "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>8} {:>8} {:>6} {:>22}",

@@ -47,10 +47,7 @@ pub fn short(n: f64) -> String {
 /// The chart of `page`, an `<svg>` element sized by its container.
 pub fn render(page: &Page) -> String {
     let turns = &page.report.turns;
-    let upstream: Vec<f64> = turns
-        .iter()
-        .map(|t| t.estimate as f64)
-        .collect();
+    let upstream: Vec<f64> = turns.iter().map(|t| t.estimate as f64).collect();
     let client: Vec<Option<f64>> = page
         .client_sizes
         .iter()

@@ -123,7 +123,11 @@ pub fn sessions(rows: &[Row], sort: Sort, total: usize) -> String {
         match r.tenant.as_deref() {
             Some("") => s.push_str(r#"<span class="key">local (imported or keyless)</span>"#),
             Some(t) => {
-                let _ = write!(s, r#"<span class="key">tenant {}</span>"#, esc(&chars(t, 12)));
+                let _ = write!(
+                    s,
+                    r#"<span class="key">tenant {}</span>"#,
+                    esc(&chars(t, 12))
+                );
             }
             None => {}
         }
@@ -155,9 +159,7 @@ pub fn sessions(rows: &[Row], sort: Sort, total: usize) -> String {
                     money(m.saved_usd),
                 );
             }
-            None => s.push_str(
-                r#"<td class="n pending" colspan="5">reading the log…</td>"#,
-            ),
+            None => s.push_str(r#"<td class="n pending" colspan="5">reading the log…</td>"#),
         }
         s.push_str("</tr>");
     }
@@ -166,7 +168,11 @@ pub fn sessions(rows: &[Row], sort: Sort, total: usize) -> String {
             s,
             r#"<tr><td colspan="{}" class="empty">No sessions{}.</td></tr>"#,
             COLUMNS.len(),
-            if total > 0 { " match the filter" } else { " yet" }
+            if total > 0 {
+                " match the filter"
+            } else {
+                " yet"
+            }
         );
     }
     s.push_str("</tbody></table>");
@@ -221,7 +227,9 @@ pub fn session(page: &Page, notes: &[Note], built_ms: f64) -> String {
         m.context_tokens.map_or("pending".into(), num),
         r.headline.source,
         m.window.map_or("?".into(), num),
-        m.percent.map(|p| format!(" · {p:.1}% used")).unwrap_or_default(),
+        m.percent
+            .map(|p| format!(" · {p:.1}% used"))
+            .unwrap_or_default(),
         num(m.turns as u64),
         m.windows_opened,
         num(m.saved_tokens),
@@ -242,7 +250,12 @@ pub fn session(page: &Page, notes: &[Note], built_ms: f64) -> String {
         num(r.composition.total)
     );
     if let Some(d) = &r.drift {
-        let _ = write!(s, r#"<p class="note">provider's count {}: {}</p>"#, num(d.provider_tokens), esc(&d.note));
+        let _ = write!(
+            s,
+            r#"<p class="note">provider's count {}: {}</p>"#,
+            num(d.provider_tokens),
+            esc(&d.note)
+        );
     }
     s.push_str("</section>");
 
@@ -292,7 +305,11 @@ pub fn session(page: &Page, notes: &[Note], built_ms: f64) -> String {
 
     s.push_str(r#"<section><h2>History</h2><form id="search"><input name="q" type="search" placeholder="search this session's history (words, any case)" maxlength="500" required> <button>search</button></form><div id="hits"></div></section>"#);
 
-    let _ = write!(s, r#"<section><h2>Notes <small>({})</small></h2>"#, notes.len());
+    let _ = write!(
+        s,
+        r#"<section><h2>Notes <small>({})</small></h2>"#,
+        notes.len()
+    );
     if notes.is_empty() {
         s.push_str(r#"<p class="empty">No notes in this session's homes.</p>"#);
     }

@@ -14,13 +14,13 @@
 //! [`query::LIST_BUDGET`], and a session page is cached per version of the session.
 
 pub mod access;
+pub mod chart;
+mod counts;
 mod error;
 pub mod html;
 pub mod page;
 pub mod query;
 pub mod summary;
-pub mod chart;
-mod counts;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -187,7 +187,10 @@ async fn shell_session(
 
 async fn asset(Path(name): Path<String>) -> Response {
     let (body, kind): (&str, &str) = match name.as_str() {
-        "ui.js" => (include_str!("assets/ui.js"), "text/javascript; charset=utf-8"),
+        "ui.js" => (
+            include_str!("assets/ui.js"),
+            "text/javascript; charset=utf-8",
+        ),
         "ui.css" => (include_str!("assets/ui.css"), "text/css; charset=utf-8"),
         _ => return UiError::NotFound(format!("no asset {name:?}")).into_response(),
     };
@@ -383,11 +386,7 @@ async fn frag_search(
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Response {
-    (
-        [(header::CACHE_CONTROL, "no-store")],
-        axum::Json(value),
-    )
-        .into_response()
+    ([(header::CACHE_CONTROL, "no-store")], axum::Json(value)).into_response()
 }
 
 /// An HTML fragment; `built_ms`, the server's time building it, as `Server-Timing`.
@@ -401,8 +400,8 @@ fn fragment(html: String, built_ms: Option<f64>) -> Response {
         html,
     )
         .into_response();
-    if let Some(v) = built_ms
-        .and_then(|ms| HeaderValue::from_str(&format!("build;dur={ms:.1}")).ok())
+    if let Some(v) =
+        built_ms.and_then(|ms| HeaderValue::from_str(&format!("build;dur={ms:.1}")).ok())
     {
         r.headers_mut().insert("server-timing", v);
     }

@@ -126,11 +126,16 @@ pub fn client_view(session: &Session, records: &[Record]) -> Option<Session> {
         .iter()
         .flat_map(|r| r.results.iter())
         .filter(|r| r.outcome != Outcome::Kept)
-        .flat_map(|r| std::iter::once(r.entry_id.as_str()).chain(r.omitted.iter().map(String::as_str)))
+        .flat_map(|r| {
+            std::iter::once(r.entry_id.as_str()).chain(r.omitted.iter().map(String::as_str))
+        })
         .collect();
     let ours = |kind: &EntryKind| match kind {
         EntryKind::WindowMarker { .. } | EntryKind::WindowBoot { .. } => true,
-        EntryKind::Message(m) => m.injected.as_deref().is_some_and(|k| k.starts_with("ctxd/")),
+        EntryKind::Message(m) => m
+            .injected
+            .as_deref()
+            .is_some_and(|k| k.starts_with("ctxd/")),
         EntryKind::ContextEdit {
             target,
             replacement,

@@ -11,5 +11,5 @@ mod limits;
 mod loops;
 mod passthrough;
 mod support;
-mod window;
 mod ui;
+mod window;

@@ -51,7 +51,12 @@ fn session_ids(body: &str) -> Vec<(i64, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| (s["id"].as_i64().unwrap(), s["key"].as_str().unwrap().to_owned()))
+        .map(|s| {
+            (
+                s["id"].as_i64().unwrap(),
+                s["key"].as_str().unwrap().to_owned(),
+            )
+        })
         .collect()
 }
 
@@ -83,7 +88,10 @@ async fn ui_beyond_loopback_a_tenant_sees_only_its_own_sessions() {
     let mine = session_ids(&body);
     assert_eq!(mine.len(), 1);
     assert_eq!(mine[0].1, "alpha-of-one");
-    assert!(!body.contains("beta-of-two") && !body.contains("tenant"), "{body}");
+    assert!(
+        !body.contains("beta-of-two") && !body.contains("tenant"),
+        "{body}"
+    );
     let (_, frag) = get(&rig, "/ui/frag/sessions", &one).await;
     assert!(frag.contains("alpha-of-one") && !frag.contains("beta-of-two"));
 
@@ -102,7 +110,10 @@ async fn ui_beyond_loopback_a_tenant_sees_only_its_own_sessions() {
     ] {
         let (status, body) = get(&rig, &path, &one).await;
         assert_json_error(status, &body, 404);
-        assert!(!body.contains("private") && !body.contains("beta"), "{body}");
+        assert!(
+            !body.contains("private") && !body.contains("beta"),
+            "{body}"
+        );
     }
     let (status, page) = get(&rig, &format!("/ui/frag/session/{}", mine[0].0), &one).await;
     assert_eq!(status, 200);
@@ -139,7 +150,10 @@ async fn ui_on_loopback_shows_everything_escaped_and_refuses_bad_input_in_json()
     assert!(!page.contains("<b>one") && !page.contains("<script>"));
     let (status, hits) = get(&rig, &format!("/ui/frag/session/{id}/search?q=alert"), &[]).await;
     assert_eq!(status, 200, "{hits}");
-    assert!(hits.contains("alert") && !hits.contains("<script>"), "{hits}");
+    assert!(
+        hits.contains("alert") && !hits.contains("<script>"),
+        "{hits}"
+    );
 
     for (path, want) in [
         ("/ui/api/sessions?sort=nope", 400),
@@ -159,7 +173,12 @@ async fn ui_on_loopback_shows_everything_escaped_and_refuses_bad_input_in_json()
     assert_json_error(status, &body, 400);
     let (status, body) = get(&rig, &format!("/ui/api/session/{id}/recall"), &[]).await;
     assert_json_error(status, &body, 400);
-    let (status, body) = get(&rig, &format!("/ui/api/session/{id}/recall?entry=nope"), &[]).await;
+    let (status, body) = get(
+        &rig,
+        &format!("/ui/api/session/{id}/recall?entry=nope"),
+        &[],
+    )
+    .await;
     assert_json_error(status, &body, 400);
     let (status, body) = get(&rig, &format!("/ui/frag/session/{id}/search?q="), &[]).await;
     assert_json_error(status, &body, 400);
@@ -323,14 +342,23 @@ async fn ui_a_2000_turn_session_page_is_built_within_budget() {
     let timing = resp.headers()["server-timing"].to_str().unwrap().to_owned();
     let built: f64 = timing.trim_start_matches("build;dur=").parse().unwrap();
     let html = resp.text().await.unwrap();
-    eprintln!("2,000-turn session page: built in {built:.1} ms, {wall:?} end to end, {} KB", html.len() / 1024);
+    eprintln!(
+        "2,000-turn session page: built in {built:.1} ms, {wall:?} end to end, {} KB",
+        html.len() / 1024
+    );
     // The chart has both series and the three resets; the pruned list every record's item.
-    assert!(html.contains(r#"class="series upstream""#) && html.contains(r#"class="series client""#));
+    assert!(
+        html.contains(r#"class="series upstream""#) && html.contains(r#"class="series client""#)
+    );
     assert_eq!(html.matches(r#"class="mark reset""#).count(), 4);
     assert_eq!(html.matches(r#"class="raw" data-entry="r"#).count(), 40);
     // Release builds (what ships, what `.ci/run`'s browser step runs) meet the 200 ms budget;
     // unoptimised test builds are several times slower, so they only get a sanity bound.
-    let budget = if cfg!(debug_assertions) { 30_000.0 } else { 200.0 };
+    let budget = if cfg!(debug_assertions) {
+        30_000.0
+    } else {
+        200.0
+    };
     assert!(built < budget, "built in {built} ms (budget {budget} ms)");
 
     let (_, body) = get(&rig, &format!("/ui/api/session/{id}"), &[]).await;
@@ -342,7 +370,9 @@ async fn ui_a_2000_turn_session_page_is_built_within_budget() {
         .find(|s| s["mechanism"] == "small tool outputs removed")
         .unwrap();
     assert_eq!(small["items"], 40);
-    assert!(savings.iter().any(|s| s["mechanism"] == "context windows (resets)"));
+    assert!(savings
+        .iter()
+        .any(|s| s["mechanism"] == "context windows (resets)"));
     // The client's own conversation keeps growing across resets; what went upstream does not.
     let client = page["client_sizes"].as_array().unwrap();
     let upstream = page["report"]["turns"].as_array().unwrap();
