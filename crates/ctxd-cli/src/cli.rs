@@ -207,6 +207,7 @@ mod tests {
                 Some("MODE") => "\"full\"",
                 Some("ADDR") => "\"127.0.0.1:1\"",
                 Some("URL") => "\"http://127.0.0.1:1\"",
+                Some("NAME") => "\"CTXD_ADMIN_TOKEN\"",
                 _ if key == "store" => "\"elsewhere.db\"",
                 _ => "7",
             };
