@@ -208,6 +208,7 @@ mod tests {
                 Some("LIST") => "\"none\"",
                 Some("ADDR") => "\"127.0.0.1:1\"",
                 Some("URL") => "\"http://127.0.0.1:1\"",
+                Some("NAME") => "\"CTXD_ADMIN_TOKEN\"",
                 _ if key == "store" => "\"elsewhere.db\"",
                 _ => "7",
             };

@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use ctxd_core::model::{EntryKind, Role, Session};
+use ctxd_core::model::Session;
 use ctxd_formats::Import;
-use ctxd_tokens::{CachingCounter, Tokenizer};
+use ctxd_tokens::CachingCounter;
 
 /// Import a file; the error names the file.
 pub fn import(path: &Path) -> anyhow::Result<Import> {
@@ -18,23 +18,8 @@ pub fn import(path: &Path) -> anyhow::Result<Import> {
     })
 }
 
-/// The model a session ended on: the last assistant response's model, a later model change, or
-/// the header's model.
-pub fn last_model(session: &Session) -> Option<&str> {
-    session
-        .entries
-        .iter()
-        .rev()
-        .filter(|e| !e.sidechain)
-        .find_map(|e| match &e.kind {
-            EntryKind::Message(m) if m.role == Role::Assistant => m.model.as_deref(),
-            EntryKind::ModelChange { model, .. } => Some(model.as_str()),
-            _ => None,
-        })
-        .or(session.meta.model.as_deref())
-}
-
-/// The counter for a session's model, memoising piece counts for the session's repeated words.
+/// The counter for a session's model, memoising piece counts for the session's repeated words
+/// (the one choice the dashboard shares: [`ctxd_tokens::for_session`]).
 pub fn tokenizer(session: &Session) -> CachingCounter {
-    CachingCounter::new(Tokenizer::for_model(last_model(session)))
+    ctxd_tokens::for_session(session)
 }

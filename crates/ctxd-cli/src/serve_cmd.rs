@@ -96,6 +96,11 @@ pub struct ServeArgs {
     /// tenant) [default: refused there with 401].
     #[arg(long, env = "CTXD_ALLOW_KEYLESS")]
     pub allow_keyless: bool,
+    /// The environment variable holding the dashboard's operator token: a browser that sends
+    /// it sees every tenant's sessions at `/ui` [default: none; beyond loopback each tenant
+    /// sees only its own, by its API key].
+    #[arg(long, env = "CTXD_ADMIN_TOKEN_ENV", value_name = "NAME")]
+    pub admin_token_env: Option<String>,
     /// Bytes of request bodies all requests may hold at once beyond each one's first MiB (a
     /// large body finding it spent waits 5 s, then gets 503) [default: 268435456].
     #[arg(long, env = "CTXD_MAX_BODIES_IN_FLIGHT_BYTES", value_name = "BYTES")]
@@ -167,6 +172,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
         settings.max_connections = n;
     }
     settings.allow_keyless |= args.allow_keyless;
+    if let Some(name) = &args.admin_token_env {
+        settings.admin_token_env = Some(name.clone());
+    }
     if let Some(n) = args.max_bodies_in_flight_bytes {
         settings.max_bodies_in_flight_bytes = n;
     }

@@ -64,6 +64,39 @@ pub fn compaction_threshold(agent: Option<Agent>, window: u64) -> Option<Thresho
     }
 }
 
+/// The provider's list price of one million uncached input tokens, in US dollars, by model-name
+/// prefix (longest first), as published by Anthropic and OpenAI in 2025. What the dashboard
+/// multiplies saved tokens by: an upper bound, since cached input is billed at a tenth.
+pub fn input_usd_per_mtok(model: &str) -> Option<f64> {
+    const PRICES: &[(&str, f64)] = &[
+        ("claude-opus-4-5", 5.0),
+        ("claude-opus-4", 15.0),
+        ("claude-3-opus", 15.0),
+        ("claude-sonnet-4", 3.0),
+        ("claude-3-7-sonnet", 3.0),
+        ("claude-3-5-sonnet", 3.0),
+        ("claude-haiku-4", 1.0),
+        ("claude-3-5-haiku", 0.8),
+        ("gpt-5-nano", 0.05),
+        ("gpt-5-mini", 0.25),
+        ("gpt-5", 1.25),
+        ("gpt-4.1-nano", 0.1),
+        ("gpt-4.1-mini", 0.4),
+        ("gpt-4.1", 2.0),
+        ("gpt-4o-mini", 0.15),
+        ("gpt-4o", 2.5),
+        ("o4-mini", 1.1),
+        ("o3-mini", 1.1),
+        ("o3", 2.0),
+    ];
+    let m = model.to_ascii_lowercase();
+    let m = m.rsplit('/').next().unwrap_or(&m);
+    PRICES
+        .iter()
+        .find(|(prefix, _)| m.starts_with(prefix))
+        .map(|&(_, usd)| usd)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +119,15 @@ mod tests {
         let t = compaction_threshold(Some(Agent::Codex), 400_000);
         assert_eq!(t.map(|t| t.tokens), Some(360_000));
         assert_eq!(compaction_threshold(Some(Agent::Api), 1), None);
+    }
+
+    #[test]
+    fn input_prices_by_longest_prefix() {
+        assert_eq!(input_usd_per_mtok("claude-sonnet-4-5-20250929"), Some(3.0));
+        assert_eq!(input_usd_per_mtok("claude-opus-4-5"), Some(5.0));
+        assert_eq!(input_usd_per_mtok("claude-opus-4-1"), Some(15.0));
+        assert_eq!(input_usd_per_mtok("openai/gpt-5-mini"), Some(0.25));
+        assert_eq!(input_usd_per_mtok("gpt-4o-mini"), Some(0.15));
+        assert_eq!(input_usd_per_mtok("llama-3"), None);
     }
 }

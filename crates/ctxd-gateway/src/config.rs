@@ -51,6 +51,9 @@ pub struct Settings {
     /// Serve clients that send no API key on a listener beyond loopback (they share one
     /// tenant, so anyone who can reach the port reads their sessions). Off by default.
     pub allow_keyless: bool,
+    /// The environment variable holding the dashboard's operator token (`/ui` shows every
+    /// tenant to whoever sends it). The name, not the token: settings are printed and logged.
+    pub admin_token_env: Option<String>,
     /// Bytes of request bodies (raw and decoded) all requests may hold at once beyond each
     /// one's first MiB; a large body finding it spent waits briefly, then gets 503.
     pub max_bodies_in_flight_bytes: usize,
@@ -270,6 +273,7 @@ impl Settings {
             body_timeout: Duration::from_secs(60),
             max_connections: 1024,
             allow_keyless: false,
+            admin_token_env: None,
             max_bodies_in_flight_bytes: 256 * 1024 * 1024,
             management: Management::default(),
         }
@@ -331,6 +335,9 @@ impl Settings {
         if let Some(b) = file.allow_keyless {
             self.allow_keyless = b;
         }
+        if let Some(name) = file.admin_token_env {
+            self.admin_token_env = Some(name);
+        }
         if let Some(n) = file.max_bodies_in_flight_bytes {
             self.max_bodies_in_flight_bytes = n;
         }
@@ -370,6 +377,11 @@ impl Settings {
         }
         if self.max_connections == 0 {
             return Err("--max-connections must be at least 1".into());
+        }
+        if let Some(name) = &self.admin_token_env {
+            // At start, not at the first dashboard request: a token that is not there is a
+            // mistake the operator should see at once.
+            crate::ui::admin_token(name)?;
         }
         for (name, d) in [
             ("header-timeout", self.header_timeout),
@@ -430,6 +442,7 @@ struct FileSettings {
     body_timeout: Option<u64>,
     max_connections: Option<usize>,
     allow_keyless: Option<bool>,
+    admin_token_env: Option<String>,
     max_bodies_in_flight_bytes: Option<usize>,
     record_only: Option<bool>,
     reserve: Option<u64>,

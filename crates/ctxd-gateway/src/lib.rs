@@ -27,6 +27,7 @@ pub mod served;
 mod server;
 mod sessions;
 mod turn;
+pub mod ui;
 mod upstream;
 mod writer;
 

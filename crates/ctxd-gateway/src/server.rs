@@ -581,6 +581,7 @@ fn router(app: Arc<Gateway>) -> Router {
     let mcp = crate::mcp::service(app.engine.clone(), app.tenant_key, app.mcp_seen.clone());
     Router::new()
         .nest_service("/mcp", mcp)
+        .nest_service("/ui", crate::ui::service(&app))
         .route("/v1/messages", conversation(Api::Anthropic))
         .route("/v1/chat/completions", conversation(Api::Chat))
         .route("/v1/responses", conversation(Api::Responses))

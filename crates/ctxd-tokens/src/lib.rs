@@ -18,6 +18,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+use ctxd_core::model::{EntryKind, Role, Session};
 use ctxd_core::tokens::TokenCounter;
 
 /// Anthropic's count relative to `o200k_base` on the same text.
@@ -92,6 +93,28 @@ impl TokenCounter for Tokenizer {
 
 /// Pieces up to this many bytes are memoised: words, identifiers, punctuation runs.
 const MEMO_PIECE_BYTES: usize = 32;
+/// The model a session ended on: the last assistant response's model, a later model change, or
+/// the header's model.
+pub fn last_model(session: &Session) -> Option<&str> {
+    session
+        .entries
+        .iter()
+        .rev()
+        .filter(|e| !e.sidechain)
+        .find_map(|e| match &e.kind {
+            EntryKind::Message(m) if m.role == Role::Assistant => m.model.as_deref(),
+            EntryKind::ModelChange { model, .. } => Some(model.as_str()),
+            _ => None,
+        })
+        .or(session.meta.model.as_deref())
+}
+
+/// The counter a session's report uses: its last model's tokenizer, memoising piece counts.
+/// One choice for every reader (`ctxd report`, the dashboard), so their numbers agree.
+pub fn for_session(session: &Session) -> CachingCounter {
+    CachingCounter::new(Tokenizer::for_model(last_model(session)))
+}
+
 /// The memo's bound, so a huge session cannot grow it without limit (about 10 MB at most).
 const MEMO_ENTRIES: usize = 200_000;
 

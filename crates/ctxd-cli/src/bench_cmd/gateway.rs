@@ -16,6 +16,7 @@
 
 mod bodies;
 mod child;
+mod dashboard;
 mod load;
 mod metrics;
 
@@ -61,6 +62,10 @@ pub struct GatewayBenchArgs {
     /// The binary to run `serve` from (default: this ctxd).
     #[arg(long, value_name = "PATH")]
     pub gateway_bin: Option<PathBuf>,
+    /// A dashboard client beside the load: every SECS seconds it fetches the `/ui` sessions
+    /// list and one busy session's page, as an open browser tab does.
+    #[arg(long, value_name = "SECS")]
+    pub dashboard_poll: Option<f64>,
     /// Print one JSON object per row (one a line) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -98,6 +103,8 @@ pub struct Row {
     /// Writes still queued for the store when the row's load ended, plus sessions whose
     /// indexes the writer has still to catch up: a writer that cannot keep up shows here.
     pub store_queue_after: Option<f64>,
+    /// The dashboard client's requests during the row (`--dashboard-poll`).
+    pub dashboard: Option<Stats>,
 }
 
 #[derive(Debug, Serialize)]
@@ -146,6 +153,12 @@ struct Bench {
 pub fn run(args: &GatewayBenchArgs) -> anyhow::Result<()> {
     if !(args.rate > 0.0 && args.duration > 0.0 && args.slice > 0.0) {
         bail!("--rate, --duration and --slice must be positive");
+    }
+    if args
+        .dashboard_poll
+        .is_some_and(|p| !(p > 0.0 && p.is_finite()))
+    {
+        bail!("--dashboard-poll must be a positive number of seconds");
     }
     let dir = std::env::temp_dir().join(format!("ctxd-bench-gateway-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -251,6 +264,7 @@ impl Bench {
         let per_slice = ((args.rate * args.duration) / slices as f64)
             .round()
             .max(1.0) as usize;
+        let dashboard = self.dashboard(args);
         let (mut direct, mut via) = (Vec::new(), Vec::new());
         for _ in 0..slices {
             direct.extend(self.slice(&direct_url, &sessions, args.rate, per_slice));
@@ -258,6 +272,10 @@ impl Bench {
                 via.extend(self.slice(url, &sessions, args.rate, per_slice));
             }
         }
+        let dashboard = dashboard.map(|(stop, task)| {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            stats(&self.rt.block_on(task).unwrap_or_default())
+        });
         let store_queue_after = self.store_queue();
         let after = self.histograms();
         let since = |pick: fn(&Histograms) -> &Option<Histogram>| match (
@@ -297,7 +315,29 @@ impl Bench {
             gateway_peak_rss_mb: self.gateway.as_ref().and_then(Gateway::peak_rss_mb),
             warmup_drain_s,
             store_queue_after,
+            dashboard,
         })
+    }
+
+    /// The dashboard client, started when asked for and there is a gateway: its stop flag and
+    /// its task (which returns its samples).
+    fn dashboard(
+        &self,
+        args: &GatewayBenchArgs,
+    ) -> Option<(
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+        tokio::task::JoinHandle<Vec<Sample>>,
+    )> {
+        let period = Duration::from_secs_f64(args.dashboard_poll?);
+        let base = self.gateway.as_ref()?.base_url.clone();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = self.rt.spawn(dashboard::poll(
+            self.client.clone(),
+            base,
+            period,
+            stop.clone(),
+        ));
+        Some((stop, task))
     }
 
     fn slice(
@@ -402,7 +442,7 @@ fn overhead(h: &Histogram) -> Overhead {
 
 fn header() -> String {
     format!(
-        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>8} {:>8} {:>6}",
+        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>8} {:>8} {:>6} {:>22}",
         "size",
         "mode",
         "requests",
@@ -414,7 +454,8 @@ fn header() -> String {
         "commit mean/p99≤",
         "peak MB",
         "drain s",
-        "q end"
+        "q end",
+        "dashboard n p50/max ms"
     )
 }
 
@@ -448,8 +489,19 @@ fn line(r: &Row) -> String {
             )
         },
     );
+    let dashboard = r.dashboard.as_ref().map_or_else(
+        || "-".to_owned(),
+        |d| {
+            format!(
+                "{} {} / {}",
+                d.requests - d.errors,
+                ms(d.p50_ms),
+                ms(d.max_ms)
+            )
+        },
+    );
     format!(
-        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>8} {:>8} {:>6}",
+        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>8} {:>8} {:>6} {:>22}",
         size_label(r.size_bytes),
         if r.mode == Mode::Sse { "sse" } else { "json" },
         requests,
@@ -465,6 +517,7 @@ fn line(r: &Row) -> String {
             .map_or_else(|| "-".to_owned(), |s| format!("{s:.1}")),
         r.store_queue_after
             .map_or_else(|| "-".to_owned(), |q| format!("{q:.0}")),
+        dashboard,
     )
 }
 

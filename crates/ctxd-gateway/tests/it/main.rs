@@ -12,4 +12,5 @@ mod loops;
 mod passthrough;
 mod served;
 mod support;
+mod ui;
 mod window;

@@ -1,0 +1,409 @@
+//! The web dashboard at `/ui`: every session the gateway has seen, live, and one session's
+//! context (the report's numbers, a chart per turn, savings, pruned items with their raw
+//! content, history search, notes).
+//!
+//! - `access.rs`: who is looking (loopback, a tenant's key, the operator token).
+//! - `query.rs`: the reads, over the engine on the dashboard's own store connection.
+//! - `summary.rs` / `page.rs`: the figures, pure over a loaded session; the report is
+//!   `ctxd_core::report::build` with the counter `ctxd report` uses, so the numbers agree.
+//! - `html.rs` / `chart.rs`: server-rendered fragments and the SVG chart, everything escaped.
+//! - `assets/`: the page shell, its script and style, embedded in the binary.
+//!
+//! Every query runs on a blocking thread over a read connection of its own (never the
+//! gateway's writer, never a request worker); a listing computes uncached rows within
+//! [`query::LIST_BUDGET`], and a session page is cached per version of the session.
+
+pub mod access;
+pub mod chart;
+mod counts;
+mod error;
+pub mod html;
+pub mod page;
+pub mod query;
+pub mod summary;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use ctxd_engine::Engine;
+use ctxd_store::{SessionId, SqliteStore};
+use serde::Deserialize;
+
+use crate::server::Gateway;
+use access::Access;
+pub use error::UiError;
+
+/// The operator token named by `--admin-token-env`: the variable must hold a non-empty value.
+pub fn admin_token(env: &str) -> Result<String, String> {
+    match std::env::var(env) {
+        Ok(v) if !v.trim().is_empty() => Ok(v.trim().to_owned()),
+        _ => Err(format!(
+            "--admin-token-env {env}: the environment variable {env} is not set (or empty)"
+        )),
+    }
+}
+
+/// The dashboard's state.
+struct Ui {
+    access: Access,
+    reader: Reader,
+    rows: summary::Cache,
+    pages: PageCache,
+    memos: counts::Memos,
+}
+
+/// The dashboard's own connection to the store, opened on first use (a failure is a 503 and
+/// is retried by the next request). WAL lets it read while the gateway's writer commits.
+struct Reader {
+    path: PathBuf,
+    engine: Mutex<Option<Arc<Engine<SqliteStore>>>>,
+}
+
+impl Reader {
+    fn engine(&self) -> Result<Arc<Engine<SqliteStore>>, UiError> {
+        let mut slot = self.engine.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = slot.as_ref() {
+            return Ok(e.clone());
+        }
+        let store = SqliteStore::open(&self.path, ctxd_store::Durability::Normal)
+            .map_err(|e| UiError::Unavailable(e.to_string()))?;
+        // History reads catch the derived indexes up: their commits must not checkpoint the
+        // WAL on this thread either (the gateway's checkpointer does).
+        store
+            .checkpoint_elsewhere()
+            .map_err(|e| UiError::Unavailable(e.to_string()))?;
+        let engine = Arc::new(Engine::new(store));
+        *slot = Some(engine.clone());
+        Ok(engine)
+    }
+}
+
+/// Built session pages by session, valid for the entry count they were built at.
+#[derive(Default)]
+struct PageCache {
+    pages: Mutex<HashMap<SessionId, (u64, Arc<Rendered>)>>,
+}
+
+/// How many session pages stay cached (the most recently built).
+const CACHED_PAGES: usize = 16;
+
+/// A session page's data and its HTML.
+struct Rendered {
+    page: page::Page,
+    html: String,
+    built_ms: f64,
+}
+
+/// The `/ui` service of a gateway: `Router::nest_service("/ui", ui::service(&app))`.
+pub(crate) fn service(app: &Gateway) -> Router {
+    let admin = app
+        .settings
+        .admin_token_env
+        .as_deref()
+        .and_then(|name| admin_token(name).ok())
+        .map(|t| *blake3::hash(t.as_bytes()).as_bytes());
+    let ui = Arc::new(Ui {
+        access: Access {
+            open: app.settings.listen.ip().is_loopback(),
+            admin,
+            tenant_key: app.tenant_key,
+            allow_keyless: app.settings.allow_keyless,
+        },
+        reader: Reader {
+            path: app.settings.store.clone(),
+            engine: Mutex::new(None),
+        },
+        rows: summary::Cache::default(),
+        pages: PageCache::default(),
+        memos: counts::Memos::default(),
+    });
+    Router::new()
+        .route("/", get(shell_sessions))
+        .route("/session/{id}", get(shell_session))
+        .route("/assets/{name}", get(asset))
+        .route("/api/sessions", get(api_sessions))
+        .route("/frag/sessions", get(frag_sessions))
+        .route("/api/session/{id}", get(api_session))
+        .route("/frag/session/{id}", get(frag_session))
+        .route("/api/session/{id}/recall", get(api_recall))
+        .route("/frag/session/{id}/search", get(frag_search))
+        .fallback(|| async { UiError::NotFound("no such dashboard path".into()) })
+        .with_state(ui)
+}
+
+/// Run `f` on a blocking thread with the dashboard's engine.
+async fn blocking<T: Send + 'static>(
+    ui: &Arc<Ui>,
+    f: impl FnOnce(&Ui, &Engine<SqliteStore>) -> Result<T, UiError> + Send + 'static,
+) -> Result<T, UiError> {
+    let ui = ui.clone();
+    tokio::task::spawn_blocking(move || {
+        let engine = ui.reader.engine()?;
+        f(&ui, &engine)
+    })
+    .await
+    .map_err(|e| UiError::Unavailable(format!("dashboard query: {e}")))?
+}
+
+const SHELL: &str = include_str!("assets/shell.html");
+
+/// The page shell: the script fetches the fragments (with the key, when one is needed).
+fn shell(ui: &Ui, page: &str, title: &str) -> Response {
+    let html = SHELL
+        .replace("{{page}}", page)
+        .replace("{{title}}", title)
+        .replace("{{open}}", if ui.access.open { "true" } else { "false" });
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        html,
+    )
+        .into_response()
+}
+
+async fn shell_sessions(State(ui): State<Arc<Ui>>) -> Response {
+    shell(&ui, "sessions", "ctxd · sessions")
+}
+
+async fn shell_session(
+    State(ui): State<Arc<Ui>>,
+    id: Result<Path<String>, PathRejection>,
+) -> Response {
+    match id.map_err(bad_path).and_then(|Path(id)| session_id(&id)) {
+        Ok(_) => shell(&ui, "session", "ctxd · session"),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn asset(Path(name): Path<String>) -> Response {
+    let (body, kind): (&str, &str) = match name.as_str() {
+        "ui.js" => (
+            include_str!("assets/ui.js"),
+            "text/javascript; charset=utf-8",
+        ),
+        "ui.css" => (include_str!("assets/ui.css"), "text/css; charset=utf-8"),
+        _ => return UiError::NotFound(format!("no asset {name:?}")).into_response(),
+    };
+    (
+        [
+            (header::CONTENT_TYPE, kind),
+            (header::CACHE_CONTROL, "max-age=300"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+fn bad_path(e: PathRejection) -> UiError {
+    UiError::BadRequest(e.body_text())
+}
+
+fn bad_query(e: QueryRejection) -> UiError {
+    UiError::BadRequest(e.body_text())
+}
+
+fn session_id(text: &str) -> Result<SessionId, UiError> {
+    text.parse::<SessionId>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| UiError::BadRequest(format!("session id {text:?}: a positive number")))
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ListParams {
+    sort: Option<String>,
+    dir: Option<String>,
+    q: Option<String>,
+}
+
+async fn list(
+    ui: &Arc<Ui>,
+    headers: &HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Result<(Vec<summary::Row>, usize, query::Sort), UiError> {
+    let viewer = ui.access.viewer(headers)?;
+    let Query(p) = params.map_err(bad_query)?;
+    let sort = query::Sort::parse(p.sort.as_deref(), p.dir.as_deref())?;
+    let filter = p.q.unwrap_or_default();
+    blocking(ui, move |ui, engine| {
+        let (rows, total) = query::sessions(engine, &ui.rows, &ui.memos, &viewer, sort, &filter)?;
+        Ok((rows, total, sort))
+    })
+    .await
+}
+
+async fn api_sessions(
+    State(ui): State<Arc<Ui>>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Response {
+    match list(&ui, &headers, params).await {
+        Ok((rows, total, _)) => json(&serde_json::json!({ "total": total, "sessions": rows })),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn frag_sessions(
+    State(ui): State<Arc<Ui>>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Response {
+    match list(&ui, &headers, params).await {
+        Ok((rows, total, sort)) => fragment(html::sessions(&rows, sort, total), None),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The session the path names, if the viewer may read it, with its built page.
+async fn rendered(
+    ui: &Arc<Ui>,
+    headers: &HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Arc<Rendered>, UiError> {
+    let viewer = ui.access.viewer(headers)?;
+    let Path(id) = id.map_err(bad_path)?;
+    let id = session_id(&id)?;
+    blocking(ui, move |ui, engine| {
+        let record = query::record(engine, &viewer, id)?;
+        let cached = {
+            let pages = ui.pages.pages.lock().unwrap_or_else(|p| p.into_inner());
+            pages
+                .get(&id)
+                .filter(|(count, _)| *count == record.entry_count)
+                .map(|(_, r)| r.clone())
+        };
+        if let Some(r) = cached {
+            return Ok(r);
+        }
+        let start = Instant::now();
+        let page = query::session_page(engine, &ui.memos, &record)?;
+        let notes = query::notes(engine, &record)?;
+        let built_ms = start.elapsed().as_secs_f64() * 1e3;
+        let html = html::session(&page, &notes, built_ms);
+        let r = Arc::new(Rendered {
+            page,
+            html,
+            built_ms,
+        });
+        let mut pages = ui.pages.pages.lock().unwrap_or_else(|p| p.into_inner());
+        if pages.len() >= CACHED_PAGES && !pages.contains_key(&id) {
+            // Drop one entry: the pages are cheap to rebuild, the bound is what matters.
+            if let Some(&k) = pages.keys().next() {
+                pages.remove(&k);
+            }
+        }
+        pages.insert(id, (record.entry_count, r.clone()));
+        Ok(r)
+    })
+    .await
+}
+
+async fn api_session(
+    State(ui): State<Arc<Ui>>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+) -> Response {
+    match rendered(&ui, &headers, id).await {
+        Ok(r) => json(&r.page),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn frag_session(
+    State(ui): State<Arc<Ui>>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+) -> Response {
+    match rendered(&ui, &headers, id).await {
+        Ok(r) => fragment(r.html.clone(), Some(r.built_ms)),
+        Err(e) => e.into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct RecallParams {
+    entry: String,
+}
+
+async fn api_recall(
+    State(ui): State<Arc<Ui>>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    params: Result<Query<RecallParams>, QueryRejection>,
+) -> Response {
+    let run = async {
+        let viewer = ui.access.viewer(&headers)?;
+        let id = session_id(&id.map_err(bad_path)?.0)?;
+        let Query(p) = params.map_err(bad_query)?;
+        blocking(&ui, move |_, engine| {
+            let record = query::record(engine, &viewer, id)?;
+            let text = query::recall(engine, &record, &p.entry)?;
+            Ok(serde_json::json!({ "entry": p.entry, "text": text }))
+        })
+        .await
+    };
+    match run.await {
+        Ok(v) => json(&v),
+        Err(e) => e.into_response(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct SearchParams {
+    q: String,
+}
+
+async fn frag_search(
+    State(ui): State<Arc<Ui>>,
+    headers: HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    params: Result<Query<SearchParams>, QueryRejection>,
+) -> Response {
+    let run = async {
+        let viewer = ui.access.viewer(&headers)?;
+        let id = session_id(&id.map_err(bad_path)?.0)?;
+        let Query(p) = params.map_err(bad_query)?;
+        blocking(&ui, move |_, engine| {
+            let record = query::record(engine, &viewer, id)?;
+            query::search(engine, &record, &p.q)
+        })
+        .await
+    };
+    match run.await {
+        Ok(page) => fragment(html::hits(&page), None),
+        Err(e) => e.into_response(),
+    }
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Response {
+    ([(header::CACHE_CONTROL, "no-store")], axum::Json(value)).into_response()
+}
+
+/// An HTML fragment; `built_ms`, the server's time building it, as `Server-Timing`.
+fn fragment(html: String, built_ms: Option<f64>) -> Response {
+    let mut r = (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        html,
+    )
+        .into_response();
+    if let Some(v) =
+        built_ms.and_then(|ms| HeaderValue::from_str(&format!("build;dur={ms:.1}")).ok())
+    {
+        r.headers_mut().insert("server-timing", v);
+    }
+    r
+}
