@@ -265,7 +265,9 @@ fn p_from(s: f32, high: f32, mid: f32, low: f32, none: f32) -> f32 {
 
 fn adjust(p: f32, item: &Item) -> f32 {
     let mut p = p;
-    if item.signals.partly {
+    if item.signals.partly && item.signals.requested {
+        // The rest of a file the user asked for is still the file.
+    } else if item.signals.partly {
         p *= PARTLY_FACTOR;
     } else if item.signals.superseded.is_some() {
         p *= SUPERSEDED_FACTOR;
@@ -299,7 +301,12 @@ pub fn answer_batch(plan: &Plan, index: &Index, batch: &Batch) -> Vec<Answer> {
                     .filter(|&k| chunk_score(question.item, k) >= 0.5)
                     .count();
                 let share = cited as f32 / n as f32;
-                Answer::Yes(adjust(if share >= 0.9 { 0.8 } else { 0.1 }, item))
+                let p = if share >= 0.9 || item.signals.requested {
+                    0.8
+                } else {
+                    0.1
+                };
+                Answer::Yes(adjust(p, item))
             }
             (ItemKind::Large, Target::Focus { first, count }, Ask::Choice(_)) => {
                 let scores: Vec<f32> = (first..first + count)
@@ -329,6 +336,9 @@ pub fn answer_batch(plan: &Plan, index: &Index, batch: &Batch) -> Vec<Answer> {
                 let mut p = p_from(s, 0.8, 0.6, 0.4, 0.15);
                 if item.signals.age_turns == 0 && plan.phase == super::Phase::RunEnd {
                     p += 0.1;
+                }
+                if item.signals.requested {
+                    p = p.max(0.8);
                 }
                 Answer::Yes(adjust(p, item).min(1.0))
             }

@@ -127,6 +127,7 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
                     .is_some_and(|s| s.starts_with(signals::PARTLY_PREFIX)),
                 superseded,
                 is_error: *is_error,
+                requested: call.is_some_and(|c| signals::requested(&out.run.question, c)),
                 age_turns,
             };
             let mut item = Item {
@@ -381,11 +382,10 @@ fn exchanges(
                 ok = false;
                 break;
             };
-            // Any edit: the exchange's outputs were already judged (ctxd's own edits) or what
-            // the model sees is not ours to restore (someone else's). The seed also omits
-            // exchanges holding ctxd's own edits; measured on the shared sessions that cut
-            // retention from 87% to 61% (docs/eval.md), so ctxd does not.
-            if *edited {
+            // Someone else's edit: what the model sees is not ours to restore. ctxd's own
+            // edits (the marker leads) are fine, as in the seed: `recall` gives the raw
+            // entries back.
+            if *edited && !super::record::starts_with_marker(content) {
                 ok = false;
                 break;
             }
@@ -408,11 +408,26 @@ fn exchanges(
                 }
                 for b in content.iter() {
                     if let ContentBlock::ToolCall {
-                        name, arguments, ..
+                        id,
+                        name,
+                        arguments,
                     } = b
                     {
                         if tools.len() < 20 {
                             tools.push(signals::label(name, arguments));
+                        }
+                        let call = Call {
+                            id: id.clone(),
+                            name: name.clone(),
+                            arguments: arguments.clone(),
+                            turn: 0,
+                            at: 0,
+                        };
+                        // What the user asked to read is the session's reference material:
+                        // its exchange stays (on the shared sessions, the user came back to
+                        // such files up to 400 requests later).
+                        if signals::requested(&prompt_text, &call) {
+                            ok = false;
                         }
                     }
                 }

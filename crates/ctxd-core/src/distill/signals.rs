@@ -240,6 +240,35 @@ pub fn superseded_by<'a>(call: &Call, later: impl IntoIterator<Item = &'a Call>)
     None
 }
 
+/// File stems shorter than this are too common to say a question asks for the file.
+const MIN_REQUESTED_STEM: usize = 5;
+
+/// The question names the file `call` reads: its path, its file name, or its stem (the file
+/// name without extension, at least [`MIN_REQUESTED_STEM`] characters) as a word ("look into
+/// the footer sources" asks for `footer.ts`).
+pub fn requested(question: &str, call: &Call) -> bool {
+    let Some(path) = read_path(&call.name, &call.arguments) else {
+        return false;
+    };
+    let q = question.to_ascii_lowercase();
+    let path = path.to_ascii_lowercase();
+    let name = path.rsplit('/').next().unwrap_or(&path);
+    if q.contains(&path) || (name.contains('.') && q.contains(name)) {
+        return true;
+    }
+    let stem = name.split('.').next().unwrap_or(name);
+    stem.len() >= MIN_REQUESTED_STEM && has_word(&q, stem)
+}
+
+/// `word` occurs in `text` between non-identifier characters.
+fn has_word(text: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    text.match_indices(word).any(|(at, _)| {
+        !text[..at].chars().next_back().is_some_and(ident)
+            && !text[at + word.len()..].chars().next().is_some_and(ident)
+    })
+}
+
 /// The text later edits quote (old strings, a patch's removed and context lines), as trimmed
 /// lines of at least [`MIN_QUOTE_LINE`] characters.
 pub fn quoted_lines<'a>(later: impl IntoIterator<Item = &'a Call>) -> HashSet<String> {
@@ -399,6 +428,23 @@ mod tests {
         assert_eq!(strip_line_number("    12→    let a = 1;"), "let a = 1;");
         assert_eq!(strip_line_number("12\tfoo bar"), "foo bar");
         assert_eq!(strip_line_number("  plain"), "plain");
+    }
+
+    #[test]
+    fn a_question_requests_the_files_it_names() {
+        let read = |p: &str| call("read", json!({"path": p}), 0);
+        let q = "read packages/coding-agent/docs/theme.md in full, then theme.ts, and then \
+                 oauth-selector; also look into the footer sources";
+        assert!(requested(q, &read("packages/coding-agent/docs/theme.md")));
+        assert!(requested(q, &read("src/theme/theme.ts")));
+        assert!(requested(q, &read("src/tui/oauth-selector.ts")));
+        assert!(requested(q, &read("src/tui/footer.ts")));
+        // Another file, a stem inside a longer word, a short stem, a command.
+        assert!(!requested(q, &read("src/tui/theme-selector.ts")));
+        assert!(!requested("the footers look off", &read("src/footer.ts")));
+        assert!(!requested("fix main", &read("src/main.ts")));
+        let cmd = call("bash", json!({"command": "cargo test"}), 0);
+        assert!(!requested("run cargo test", &cmd));
     }
 
     #[test]
