@@ -8,7 +8,8 @@
 //! and tool-call arguments), in the question (prompt and steering), or in the earlier
 //! conversation. The signals then move the probability: a superseded output is out of date
 //! (×0.55); an error output not superseded stays likely needed; the run's last output gets a
-//! little recency.
+//! little recency; an output the question asks for (`read theme.md in full`) is needed whole,
+//! unless a later call rewrote the file or ran the command again.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -24,9 +25,10 @@ const WORD: f32 = 0.25;
 const MIN_WORD: usize = 7;
 const SUPERSEDED_FACTOR: f32 = 0.55;
 /// A read that a later edit changed only in part. Tried at 0.85 (cited chunks stay, since the
-/// rest is still the file): fewer edited outputs left more old exchanges eligible for
-/// omission, and retention on the shared sessions fell from 87% to 79%; so the same as a
-/// whole rewrite.
+/// rest is still the file) while exchanges holding ctxd's edits were not eligible: fewer
+/// edited outputs left more old exchanges eligible for omission, and retention on the shared
+/// sessions fell from 87% to 79%; so the same as a whole rewrite, except for an output the
+/// question asks for.
 const PARTLY_FACTOR: f32 = SUPERSEDED_FACTOR;
 
 const STOP: &[&str] = &[
