@@ -23,7 +23,7 @@
 //! never silently the raw history. The report, which must show broken logs too, reads the walk
 //! step by step and can ask [`Projector::missing_boot`].
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use crate::model::{Compaction, ContentBlock, EntryKind, Message, Role, Session, ToolDef};
 
@@ -401,8 +401,11 @@ pub fn unpaired(items: &[Item<'_>]) -> Vec<usize> {
     let mut dropped = Vec::new();
     loop {
         let shown = || ids.iter().filter(|(at, _, _)| alive[*at]);
-        let mut calls: HashMap<&str, usize> = HashMap::new();
-        let mut results: HashMap<&str, usize> = HashMap::new();
+        // FxHash: SipHash on the ids was a fifth of `ctxd eval`'s time in this function.
+        let mut calls: FxHashMap<&str, usize> =
+            FxHashMap::with_capacity_and_hasher(ids.len(), Default::default());
+        let mut results: FxHashMap<&str, usize> =
+            FxHashMap::with_capacity_and_hasher(ids.len(), Default::default());
         for &(at, is_call, id) in shown() {
             let first = if is_call { &mut calls } else { &mut results };
             first.entry(id).or_insert(at);

@@ -8,7 +8,8 @@
 //! and tool-call arguments), in the question (prompt and steering), or in the earlier
 //! conversation. The signals then move the probability: a superseded output is out of date
 //! (×0.55); an error output not superseded stays likely needed; the run's last output gets a
-//! little recency.
+//! little recency; an output the question asks for (`read theme.md in full`) is needed whole,
+//! unless a later call rewrote the file or ran the command again.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -24,9 +25,10 @@ const WORD: f32 = 0.25;
 const MIN_WORD: usize = 7;
 const SUPERSEDED_FACTOR: f32 = 0.55;
 /// A read that a later edit changed only in part. Tried at 0.85 (cited chunks stay, since the
-/// rest is still the file): fewer edited outputs left more old exchanges eligible for
-/// omission, and retention on the shared sessions fell from 87% to 79%; so the same as a
-/// whole rewrite.
+/// rest is still the file) while exchanges holding ctxd's edits were not eligible: fewer
+/// edited outputs left more old exchanges eligible for omission, and retention on the shared
+/// sessions fell from 87% to 79%; so the same as a whole rewrite, except for an output the
+/// question asks for.
 const PARTLY_FACTOR: f32 = SUPERSEDED_FACTOR;
 
 const STOP: &[&str] = &[
@@ -265,7 +267,9 @@ fn p_from(s: f32, high: f32, mid: f32, low: f32, none: f32) -> f32 {
 
 fn adjust(p: f32, item: &Item) -> f32 {
     let mut p = p;
-    if item.signals.partly {
+    if item.signals.partly && item.signals.requested {
+        // The rest of a file the user asked for is still the file.
+    } else if item.signals.partly {
         p *= PARTLY_FACTOR;
     } else if item.signals.superseded.is_some() {
         p *= SUPERSEDED_FACTOR;
@@ -299,7 +303,12 @@ pub fn answer_batch(plan: &Plan, index: &Index, batch: &Batch) -> Vec<Answer> {
                     .filter(|&k| chunk_score(question.item, k) >= 0.5)
                     .count();
                 let share = cited as f32 / n as f32;
-                Answer::Yes(adjust(if share >= 0.9 { 0.8 } else { 0.1 }, item))
+                let p = if share >= 0.9 || item.signals.requested {
+                    0.8
+                } else {
+                    0.1
+                };
+                Answer::Yes(adjust(p, item))
             }
             (ItemKind::Large, Target::Focus { first, count }, Ask::Choice(_)) => {
                 let scores: Vec<f32> = (first..first + count)
@@ -329,6 +338,9 @@ pub fn answer_batch(plan: &Plan, index: &Index, batch: &Batch) -> Vec<Answer> {
                 let mut p = p_from(s, 0.8, 0.6, 0.4, 0.15);
                 if item.signals.age_turns == 0 && plan.phase == super::Phase::RunEnd {
                     p += 0.1;
+                }
+                if item.signals.requested {
+                    p = p.max(0.8);
                 }
                 Answer::Yes(adjust(p, item).min(1.0))
             }

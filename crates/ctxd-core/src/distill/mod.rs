@@ -151,6 +151,9 @@ pub struct Signals {
     pub partly: bool,
     /// The tool reported an error.
     pub is_error: bool,
+    /// The run's question names what this output reads ("read theme.md in full"): the user
+    /// asked for it, so it is reference material for the work, not a step on the way.
+    pub requested: bool,
     /// Assistant turns since the call (0: the call of the last turn).
     pub age_turns: usize,
 }

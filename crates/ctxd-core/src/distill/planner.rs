@@ -34,6 +34,13 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
 
     let mut calls: Vec<Call> = run.calls.values().cloned().collect();
     calls.sort_by(|a, b| (a.at, &a.id).cmp(&(b.at, &b.id)));
+    let facts: Vec<signals::Facts> = calls.iter().map(signals::Facts::of).collect();
+    let facts_of: HashMap<&str, usize> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.id.as_str(), i))
+        .collect();
+    let question = run.question.to_ascii_lowercase();
     // A quoted line → the last projection index of a call quoting it.
     let mut quoted: HashMap<String, usize> = HashMap::default();
     for c in &calls {
@@ -80,8 +87,15 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
             let entry_id = session.entries[vitem.entry].id.clone();
             let turn = call.map_or(out.run.turns, |c| c.turn);
             let age_turns = out.run.turns.saturating_sub(turn + 1);
-            let later: Vec<&Call> = calls.iter().filter(|c| c.at > at).collect();
-            let superseded = call.and_then(|c| signals::superseded_by(c, later.iter().copied()));
+            let first_later = calls.partition_point(|c| c.at <= at);
+            let superseded = call.and_then(|c| {
+                let own = &facts[*facts_of.get(c.id.as_str())?];
+                signals::superseded_with(
+                    c,
+                    own,
+                    calls[first_later..].iter().zip(&facts[first_later..]),
+                )
+            });
             let pinned_as = |reason: &str| ItemResult {
                 kind: if text.len() >= cfg.min_result_chars {
                     ItemKind::Large
@@ -127,6 +141,8 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
                     .is_some_and(|s| s.starts_with(signals::PARTLY_PREFIX)),
                 superseded,
                 is_error: *is_error,
+                requested: call
+                    .is_some_and(|c| signals::requested(&question, &c.name, &c.arguments)),
                 age_turns,
             };
             let mut item = Item {
@@ -370,6 +386,7 @@ fn exchanges(
         let mut last_calls = false;
         let mut last_text = String::new();
         let mut prompt_text = String::new();
+        let mut prompt_lower = String::new();
         let mut tools: Vec<String> = Vec::new();
         for (j, it) in span.iter().enumerate() {
             let ViewKind::Message {
@@ -381,11 +398,10 @@ fn exchanges(
                 ok = false;
                 break;
             };
-            // Any edit: the exchange's outputs were already judged (ctxd's own edits) or what
-            // the model sees is not ours to restore (someone else's). The seed also omits
-            // exchanges holding ctxd's own edits; measured on the shared sessions that cut
-            // retention from 87% to 61% (docs/eval.md), so ctxd does not.
-            if *edited {
+            // Someone else's edit: what the model sees is not ours to restore. ctxd's own
+            // edits (the marker leads) are fine, as in the seed: `recall` gives the raw
+            // entries back.
+            if *edited && !super::record::starts_with_marker(content) {
                 ok = false;
                 break;
             }
@@ -397,6 +413,7 @@ fn exchanges(
                     break;
                 }
                 if j == 0 {
+                    prompt_lower = t.to_ascii_lowercase();
                     prompt_text = t;
                 }
             }
@@ -413,6 +430,12 @@ fn exchanges(
                     {
                         if tools.len() < 20 {
                             tools.push(signals::label(name, arguments));
+                        }
+                        // What the user asked to read is the session's reference material:
+                        // its exchange stays (on the shared sessions, the user came back to
+                        // such files up to 400 requests later).
+                        if signals::requested(&prompt_lower, name, arguments) {
+                            ok = false;
                         }
                     }
                 }

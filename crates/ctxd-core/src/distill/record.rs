@@ -147,7 +147,8 @@ pub fn blocks_chars(blocks: &[ContentBlock]) -> usize {
         .sum()
 }
 
-fn starts_with_marker(blocks: &[ContentBlock]) -> bool {
+/// Some text of `blocks` (or of their tool results) starts with ctxd's marker: ctxd's own edit.
+pub(crate) fn starts_with_marker(blocks: &[ContentBlock]) -> bool {
     blocks.iter().any(|b| match b {
         ContentBlock::Text { text } => text.starts_with(super::render::MARKER),
         ContentBlock::ToolResult { content, .. } => starts_with_marker(content),

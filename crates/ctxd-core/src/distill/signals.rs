@@ -200,23 +200,55 @@ fn turns(n: usize) -> String {
 /// a whole rewrite).
 pub const PARTLY_PREFIX: &str = "part of this file was changed after this read";
 
+/// What [`superseded_by`] reads of a call, worked out once per call: a pass compares every
+/// output with every later call, and normalising the same commands again for each pair was a
+/// tenth of `ctxd eval`'s time.
+#[derive(Clone, Debug, Default)]
+pub struct Facts {
+    /// The file it reads.
+    pub read: Option<String>,
+    /// Its shell command, normalised ([`command`]).
+    pub command: Option<String>,
+    /// The files it changes.
+    pub edits: Vec<String>,
+    /// It replaces text in a file (quotes old text, or patches) rather than rewriting it.
+    pub partial: bool,
+}
+
+impl Facts {
+    pub fn of(call: &Call) -> Self {
+        let partial = call.arguments.as_object().is_some_and(|o| {
+            QUOTE_KEYS.iter().any(|k| o.contains_key(*k))
+                || o.values()
+                    .any(|v| v.as_str().is_some_and(|s| s.contains("*** Update File:")))
+        });
+        Facts {
+            read: read_path(&call.name, &call.arguments),
+            command: command(&call.arguments),
+            edits: edit_paths(&call.name, &call.arguments),
+            partial,
+        }
+    }
+}
+
 /// Why `call`'s output is out of date, judged from the calls after it (`later`, in order).
 pub fn superseded_by<'a>(call: &Call, later: impl IntoIterator<Item = &'a Call>) -> Option<String> {
-    let read = read_path(&call.name, &call.arguments);
-    let cmd = command(&call.arguments);
-    for l in later {
+    let facts = Facts::of(call);
+    let later: Vec<(&Call, Facts)> = later.into_iter().map(|l| (l, Facts::of(l))).collect();
+    superseded_with(call, &facts, later.iter().map(|(l, f)| (*l, f)))
+}
+
+/// [`superseded_by`] with every call's [`Facts`] at hand.
+pub fn superseded_with<'a>(
+    call: &Call,
+    facts: &Facts,
+    later: impl IntoIterator<Item = (&'a Call, &'a Facts)>,
+) -> Option<String> {
+    for (l, lf) in later {
         let after = turns(l.turn.saturating_sub(call.turn));
-        if let Some(p) = &read {
-            if let Some(e) = edit_paths(&l.name, &l.arguments)
-                .into_iter()
-                .find(|e| same_path(e, p))
-            {
-                let partial = l.arguments.as_object().is_some_and(|o| {
-                    QUOTE_KEYS.iter().any(|k| o.contains_key(*k))
-                        || o.values()
-                            .any(|v| v.as_str().is_some_and(|s| s.contains("*** Update File:")))
-                });
-                let what = if partial {
+        if let Some(p) = &facts.read {
+            if let Some(e) = lf.edits.iter().find(|e| same_path(e, p)) {
+                let what = if lf.partial {
                     PARTLY_PREFIX
                 } else {
                     "this file was changed after this read"
@@ -225,19 +257,76 @@ pub fn superseded_by<'a>(call: &Call, later: impl IntoIterator<Item = &'a Call>)
             }
         }
         if l.name == call.name && l.arguments == call.arguments {
-            return Some(match (&read, &cmd) {
+            return Some(match (&facts.read, &facts.command) {
                 (Some(_), _) => format!("the file was read again ({after})"),
                 (_, Some(_)) => format!("the command ran again ({after})"),
                 _ => format!("called again with the same arguments ({after})"),
             });
         }
-        if let (Some(c), Some(lc)) = (&cmd, command(&l.arguments)) {
-            if *c == lc {
+        if let (Some(c), Some(lc)) = (&facts.command, &lf.command) {
+            if c == lc {
                 return Some(format!("the command ran again ({after})"));
             }
         }
     }
     None
+}
+
+/// File stems shorter than this are too common to say a question asks for the file.
+const MIN_REQUESTED_STEM: usize = 5;
+/// After a stem that is a plain word, what makes it name source code ("the footer sources").
+const SOURCE_WORDS: &[&str] = &[
+    "source",
+    "sources",
+    "file",
+    "files",
+    "code",
+    "module",
+    "component",
+    "class",
+];
+
+/// The question names the file a call (`name`, `arguments`) reads: its path, its file name, or
+/// its stem (the file name without extension, at least [`MIN_REQUESTED_STEM`] characters) as a
+/// word: an identifier-like stem anywhere (`oauth-selector`), a plain word only before a word
+/// that names code ("look into the footer sources" asks for `footer.ts`; "the proxy for
+/// staging" does not ask for `staging.conf`). `question` is lowercase.
+pub fn requested(question: &str, name: &str, arguments: &Value) -> bool {
+    let Some(path) = read_path(name, arguments) else {
+        return false;
+    };
+    let path = path.to_ascii_lowercase();
+    let file = path.rsplit('/').next().unwrap_or(&path);
+    if question.contains(&path) || (file.contains('.') && question.contains(file)) {
+        return true;
+    }
+    let stem = file.split('.').next().unwrap_or(file);
+    if stem.len() < MIN_REQUESTED_STEM {
+        return false;
+    }
+    let plain = stem.bytes().all(|b| b.is_ascii_alphabetic());
+    let found = word_ends(question, stem).any(|end| {
+        !plain || {
+            let next = question[end..]
+                .trim_start()
+                .split(|c: char| !c.is_ascii_alphabetic());
+            next.into_iter()
+                .next()
+                .is_some_and(|w| SOURCE_WORDS.contains(&w))
+        }
+    });
+    found
+}
+
+/// Where each occurrence of `word` in `text` between non-identifier characters ends.
+fn word_ends<'a>(text: &'a str, word: &'a str) -> impl Iterator<Item = usize> + 'a {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    text.match_indices(word).filter_map(move |(at, _)| {
+        let end = at + word.len();
+        (!text[..at].chars().next_back().is_some_and(ident)
+            && !text[end..].chars().next().is_some_and(ident))
+        .then_some(end)
+    })
 }
 
 /// The text later edits quote (old strings, a patch's removed and context lines), as trimmed
@@ -399,6 +488,35 @@ mod tests {
         assert_eq!(strip_line_number("    12→    let a = 1;"), "let a = 1;");
         assert_eq!(strip_line_number("12\tfoo bar"), "foo bar");
         assert_eq!(strip_line_number("  plain"), "plain");
+    }
+
+    #[test]
+    fn a_question_requests_the_files_it_names() {
+        let read = |p: &str| json!({"path": p});
+        let requested = |q: &str, args: &Value| requested(q, "read", args);
+        let q = "read packages/coding-agent/docs/theme.md in full, then theme.ts, and then \
+                 oauth-selector; also look into the footer sources";
+        assert!(requested(q, &read("packages/coding-agent/docs/theme.md")));
+        assert!(requested(q, &read("src/theme/theme.ts")));
+        assert!(requested(q, &read("src/tui/oauth-selector.ts")));
+        assert!(requested(q, &read("src/tui/footer.ts")));
+        // Another file, a stem inside a longer word, a short stem, a command.
+        assert!(!requested(q, &read("src/tui/theme-selector.ts")));
+        assert!(!requested("the footers look off", &read("src/footer.ts")));
+        assert!(!requested("fix main", &read("src/main.ts")));
+        assert!(!requested(
+            "configure the proxy for staging",
+            &read("/etc/nginx/staging.conf")
+        ));
+        assert!(requested(
+            "open the staging file",
+            &read("/etc/nginx/staging.conf")
+        ));
+        assert!(!super::requested(
+            "run cargo test",
+            "bash",
+            &json!({"command": "cargo test"})
+        ));
     }
 
     #[test]

@@ -564,3 +564,91 @@ fn missing_answers_keep_everything() {
     assert!(d.edits.is_empty());
     assert_eq!(d.results[0].reason, "timeout");
 }
+
+#[test]
+fn a_read_the_question_asks_for_is_kept_whole_and_pins_its_exchange() {
+    let mut log = Log::default();
+    let asked = log.user("read docs/theme.md in full, then port the selector to the theme");
+    let doc = log.tool(
+        "d1",
+        "read",
+        json!({"path": "docs/theme.md"}),
+        &source("theme", 120),
+    );
+    // Another read of the same run, which nobody asked for and nobody cites.
+    let other = log.tool(
+        "d2",
+        "read",
+        json!({"path": "src/other.rs"}),
+        &source("other", 120),
+    );
+    log.say("Ported the selector.");
+    let (plan, d) = log.pass(Phase::RunEnd);
+    let item = plan
+        .items
+        .iter()
+        .find(|i| i.entry_id.as_str() == doc)
+        .unwrap();
+    assert!(item.signals.requested);
+    let r = Log::result_of(&d, &doc);
+    assert_eq!(
+        (r.outcome, r.reason.as_str()),
+        (Outcome::Kept, "whole-needed")
+    );
+    assert_eq!(Log::result_of(&d, &other).outcome, Outcome::Removed);
+
+    // Later runs about something else: the exchange that asked for the file is not judged,
+    // while an unrelated one holding ctxd's own edit is (the seed's rule).
+    let unrelated = log.user("configure the nginx reverse proxy for staging");
+    let conf_text = "proxy_pass http://upstream_staging;\n".repeat(300)
+        + &"worker_connections_limit 1024;\n".repeat(300);
+    let conf = log.tool(
+        "n1",
+        "bash",
+        json!({"command": "cat /etc/nginx/sites/staging.conf"}),
+        &conf_text,
+    );
+    log.say("Configured the proxy for upstream_staging.");
+    let (_, d) = log.pass(Phase::RunEnd);
+    assert_eq!(Log::result_of(&d, &conf).outcome, Outcome::Distilled);
+    for i in 0..3 {
+        log.user(&format!("recent question {i}"));
+        log.say("recent answer");
+    }
+    log.user("write a unit test for parse_duration in src/time.rs");
+    log.tool(
+        "t1",
+        "read",
+        json!({"path": "src/time.rs"}),
+        "fn parse_duration() {}",
+    );
+    log.say("Added the test for parse_duration.");
+    let (_, d) = log.pass(Phase::RunEnd);
+    assert!(d.results.iter().all(|r| r.entry_id != asked), "{d:?}");
+    assert!(log.shown(&doc).unwrap().contains("theme_value_120"));
+    let r = Log::result_of(&d, &unrelated);
+    assert_eq!(r.outcome, Outcome::Omitted, "{r:?}");
+    assert!(r.omitted.contains(&conf));
+}
+
+#[test]
+fn a_requested_read_an_edit_changed_in_part_stays_whole_but_a_rewrite_supersedes_it() {
+    let run = |edit: Value| {
+        let mut log = Log::default();
+        log.user("read src/theme.rs and fix the border colour");
+        let read = log.tool(
+            "r1",
+            "read",
+            json!({"path": "src/theme.rs"}),
+            &source("theme", 120),
+        );
+        log.tool("e1", "edit", edit, "ok");
+        log.say("Fixed the border colour.");
+        let (_, d) = log.pass(Phase::RunEnd);
+        Log::result_of(&d, &read).outcome
+    };
+    let partly = json!({"path": "src/theme.rs", "old_string": "a", "new_string": "b"});
+    assert_eq!(run(partly), Outcome::Kept);
+    let rewrite = json!({"path": "src/theme.rs", "content": "fn main() {}"});
+    assert_eq!(run(rewrite), Outcome::Removed);
+}
