@@ -341,17 +341,10 @@ async fn api_recall(
     id: Result<Path<String>, PathRejection>,
     params: Result<Query<RecallParams>, QueryRejection>,
 ) -> Response {
-    let run = async {
-        let viewer = ui.access.viewer(&headers)?;
-        let id = session_id(&id.map_err(bad_path)?.0)?;
-        let Query(p) = params.map_err(bad_query)?;
-        blocking(&ui, move |_, engine| {
-            let record = query::record(engine, &viewer, id)?;
-            let text = query::recall(engine, &record, &p.entry)?;
-            Ok(serde_json::json!({ "entry": p.entry, "text": text }))
-        })
-        .await
-    };
+    let run = on_session(&ui, &headers, id, params, |engine, record, p| {
+        let text = query::recall(engine, record, &p.entry)?;
+        Ok(serde_json::json!({ "entry": p.entry, "text": text }))
+    });
     match run.await {
         Ok(v) => json(&v),
         Err(e) => e.into_response(),
@@ -369,20 +362,38 @@ async fn frag_search(
     id: Result<Path<String>, PathRejection>,
     params: Result<Query<SearchParams>, QueryRejection>,
 ) -> Response {
-    let run = async {
-        let viewer = ui.access.viewer(&headers)?;
-        let id = session_id(&id.map_err(bad_path)?.0)?;
-        let Query(p) = params.map_err(bad_query)?;
-        blocking(&ui, move |_, engine| {
-            let record = query::record(engine, &viewer, id)?;
-            query::search(engine, &record, &p.q)
-        })
-        .await
-    };
+    let run = on_session(&ui, &headers, id, params, |engine, record, p| {
+        query::search(engine, record, &p.q)
+    });
     match run.await {
         Ok(page) => fragment(html::hits(&page), None),
         Err(e) => e.into_response(),
     }
+}
+
+/// `f` over a session the viewer may see, with the request's parameters, on a blocking
+/// thread: the viewer, the path's id and the query checked first, each with its own error.
+async fn on_session<P, T>(
+    ui: &Arc<Ui>,
+    headers: &HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    params: Result<Query<P>, QueryRejection>,
+    f: impl FnOnce(&Engine<SqliteStore>, &ctxd_store::SessionRecord, P) -> Result<T, UiError>
+        + Send
+        + 'static,
+) -> Result<T, UiError>
+where
+    P: Send + 'static,
+    T: Send + 'static,
+{
+    let viewer = ui.access.viewer(headers)?;
+    let id = session_id(&id.map_err(bad_path)?.0)?;
+    let Query(p) = params.map_err(bad_query)?;
+    blocking(ui, move |_, engine| {
+        let record = query::record(engine, &viewer, id)?;
+        f(engine, &record, p)
+    })
+    .await
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Response {
