@@ -419,7 +419,7 @@ async fn prepare(
             Ok(parts) => parts,
             Err(ProjectionError::MissingBoot { .. }) => {
                 drop(state);
-                return Err(repair_and_retry_hint(app, api, &slot, &caller).await);
+                return Err(repair_and_retry_hint(app, api, &slot, &caller, policy.tools).await);
             }
         }
     };
@@ -545,20 +545,20 @@ async fn recover_overflow(
     )))
 }
 
-/// A window marker without its boot: the seed's narrow repair, then the client retries.
+/// A window marker without its boot: the seed's narrow repair (the boot names the ctxd tools
+/// this request offers), then the client retries.
 async fn repair_and_retry_hint(
     app: &Arc<Gateway>,
     api: Api,
     slot: &Arc<Slot>,
     caller: &Caller,
+    tools: ctxd_core::offered::ModelTools,
 ) -> Response {
     app.writer.flush().await;
     let engine = app.engine.clone();
     let c = caller.clone();
-    let outcome = tokio::task::spawn_blocking(move || {
-        engine.repair_window(&c, ctxd_core::offered::ModelTools::NONE, now_ms())
-    })
-    .await;
+    let outcome =
+        tokio::task::spawn_blocking(move || engine.repair_window(&c, tools, now_ms())).await;
     // Whatever happened, the next request reads the session back from the store.
     slot.stale.store(true, std::sync::atomic::Ordering::Release);
     let message = match outcome {
