@@ -283,19 +283,22 @@ pub async fn json_rounds(
     first: &Bytes,
     assembled: Assembled,
 ) -> Result<(Option<Bytes>, Assembled), (StatusCode, String)> {
-    let calls = Calls::of(&cx.offer, assembled.elements.iter().map(|e| &e.message));
-    if calls.ctxd == 0 {
-        return Ok((None, assembled));
-    }
     let parse = |b: &Bytes| serde_json::from_slice::<Value>(b).unwrap_or(Value::Null);
-    let mut bodies = vec![parse(first)];
+    let mut bodies = Vec::new();
     let mut current = assembled;
     let mut rounds = 0;
     let cut = loop {
         let calls = Calls::of(&cx.offer, current.elements.iter().map(|e| &e.message));
         if calls.ctxd == 0 {
+            if rounds == 0 {
+                // Nothing of ctxd's: the first body goes to the client as it is.
+                return Ok((None, current));
+            }
             cx.finish_with(Some(current));
             break false;
+        }
+        if bodies.is_empty() {
+            bodies.push(parse(first));
         }
         let hidden = calls.hidden_round() && rounds < MAX_ROUNDS;
         let body = cx

@@ -95,16 +95,15 @@ impl Offer {
 
     /// ctxd's calls among `content`'s tool calls: (id, name, arguments).
     pub fn calls_in<'a>(
-        &self,
+        &'a self,
         content: &'a [ContentBlock],
     ) -> impl Iterator<Item = (&'a str, &'a str, &'a Value)> + 'a {
-        let names = self.names.clone();
         content.iter().filter_map(move |b| match b {
             ContentBlock::ToolCall {
                 id,
                 name,
                 arguments,
-            } if names.contains(&name.as_str()) => Some((id.as_str(), name.as_str(), arguments)),
+            } if self.has(name) => Some((id.as_str(), name.as_str(), arguments)),
             _ => None,
         })
     }

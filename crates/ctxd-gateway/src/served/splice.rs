@@ -220,13 +220,12 @@ impl Splicer {
                 }
             }
             "message_delta" => {
-                if let (Some(Value::Object(total)), Some(Value::Object(u))) =
-                    (Some(&mut self.round_usage), v.get("usage"))
+                // Its usage fields are the response's totals so far: they replace the start's.
+                if let (Value::Object(round), Some(Value::Object(u))) =
+                    (&mut self.round_usage, v.get("usage"))
                 {
-                    for (k, val) in u {
-                        if !val.is_null() {
-                            total.insert(k.clone(), val.clone());
-                        }
+                    for (k, val) in u.iter().filter(|(_, val)| !val.is_null()) {
+                        round.insert(k.clone(), val.clone());
                     }
                 }
                 self.held.push((name.map(str::to_owned), v));
