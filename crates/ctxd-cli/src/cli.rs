@@ -33,12 +33,18 @@ pub fn config_keys(serve: &clap::Command) -> Vec<String> {
     let mut keys: Vec<String> = serve
         .get_arguments()
         .filter_map(|a| a.get_long())
-        // The file says these as `reminders = false`, `resets = false` and a
+        // The file says these as `reminders = false`, `resets = false`, `distill = false` and a
         // `[model-windows]` table (see the help below).
         .filter(|l| {
             !matches!(
                 *l,
-                "config" | "log-json" | "help" | "no-reminders" | "no-resets" | "model-window"
+                "config"
+                    | "log-json"
+                    | "help"
+                    | "no-reminders"
+                    | "no-resets"
+                    | "no-distill"
+                    | "model-window"
             )
         })
         .map(str::to_owned)
@@ -56,9 +62,9 @@ pub fn with_config_help(cli: clap::Command) -> clap::Command {
         let help = format!(
             "A TOML settings file. Its keys are the long flags' names with the flags' values \
              ({flags}; e.g. `read-timeout = 60`), and `cached-sessions` (sessions kept indexed in \
-             memory, default 256; no flag). `reminders = false` and `resets = false` do what \
-             --no-reminders and --no-resets do, `[agents.NAME]` tables set `reminders` and `resets` \
-             for one agent (claude-code, codex, pi, sdk); a `[model-windows]` table maps model \
+             memory, default 256; no flag). `reminders = false`, `resets = false` and \
+             `distill = false` do what --no-reminders, --no-resets and --no-distill do, \
+             `[agents.NAME]` tables set `reminders`, `resets`, `distill` and `tools` for one agent (claude-code, codex, pi, sdk); a `[model-windows]` table maps model \
              names to windows (\"claude-sonnet-4-5\" = 1000000) as --model-window does. Flags and \
              environment variables win over the file"
         );

@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// agent in `[agents.NAME]`).
     #[arg(long, env = "CTXD_NO_RESETS")]
     pub no_resets: bool,
+    /// No distillation of tool outputs for any agent (config: `distill = false`, or per agent
+    /// in `[agents.NAME]`). Distillation acts only where the model is offered `recall`.
+    #[arg(long, env = "CTXD_NO_DISTILL")]
+    pub no_distill: bool,
     /// ctxd's tools the gateway offers the model beside the client's own and answers itself:
     /// `all`, `none`, or a list of tools and groups (`reset`, `remaining`, `notes`, `history`,
     /// `recall`), e.g. `notes,recall` (config: `tools = ...`, or per agent in `[agents.NAME]`)
@@ -105,6 +109,10 @@ pub struct ServeArgs {
     /// large body finding it spent waits 5 s, then gets 503) [default: 268435456].
     #[arg(long, env = "CTXD_MAX_BODIES_IN_FLIGHT_BYTES", value_name = "BYTES")]
     pub max_bodies_in_flight_bytes: Option<usize>,
+    /// Longest a session's request waits for the distillation pass of its previous turn end
+    /// before going without its edits [default: 250].
+    #[arg(long, env = "CTXD_DISTILL_WAIT_MS", value_name = "MS")]
+    pub distill_wait_ms: Option<u64>,
     /// Log lines (stderr) as JSON objects instead of text. Which lines: `CTXD_LOG` (or
     /// `RUST_LOG`), a filter such as `debug` or `ctxd_gateway=debug`; default `info`.
     #[arg(long)]
@@ -178,6 +186,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if let Some(n) = args.max_bodies_in_flight_bytes {
         settings.max_bodies_in_flight_bytes = n;
     }
+    if let Some(ms) = args.distill_wait_ms {
+        settings.distill_wait = Duration::from_millis(ms);
+    }
     let m = &mut settings.management;
     m.record_only |= args.record_only;
     if let Some(n) = args.reserve {
@@ -194,6 +205,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     }
     if args.no_resets {
         m.mechanisms.resets = false;
+    }
+    if args.no_distill {
+        m.mechanisms.distill = false;
     }
     if let Some(t) = &args.tools {
         m.tools = t.clone();
@@ -219,6 +233,7 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
             record_only = settings.management.record_only,
             reminders = settings.management.mechanisms.reminders,
             resets = settings.management.mechanisms.resets,
+            distill = settings.management.mechanisms.distill,
             tools = ?settings.management.tools,
             "ctxd gateway listening"
         );

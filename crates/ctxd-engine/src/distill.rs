@@ -117,9 +117,14 @@ pub async fn ask<C: Classifier>(classifier: &C, plan: &Plan, limits: &Limits) ->
         vec![Err(Missing::Timeout); plan.questions.len()];
     let mut usage = Usage::default();
     let pass_ref = &pass;
-    let mut replies = stream::iter(plan.batches.iter())
+    // The futures are made before the stream (not by a closure inside it), which keeps the
+    // whole future `Send` for `tokio::spawn` (a higher-ranked closure in the stream is not).
+    let asking: Vec<_> = plan
+        .batches
+        .iter()
         .map(|batch| async move { (batch, classifier.classify(pass_ref, batch).await) })
-        .buffer_unordered(limits.concurrency.max(1));
+        .collect();
+    let mut replies = stream::iter(asking).buffer_unordered(limits.concurrency.max(1));
     let mut timed_out = false;
     loop {
         match tokio::time::timeout_at(deadline, replies.next()).await {

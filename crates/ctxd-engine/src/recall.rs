@@ -45,8 +45,13 @@ impl<S: Store> Engine<S> {
             .ok_or_else(|| EngineError::invalid(format!("no session {id} for this caller")))?;
         // An item id of the history tools (`i_…`, what boots and checkpoints show) names the
         // same entry as its own id: one id scheme for everything the model reads.
+        // The index is brought up to date first: a distillation pass names items of entries
+        // the writer may not have indexed yet.
         let by_item = match ctxd_core::history::parse_item_id(entry_id) {
-            Ok(key) => self.store.history_item(id, key)?.into_iter().next(),
+            Ok(key) => {
+                self.store.history_sync(id)?;
+                self.store.history_item(id, key)?.into_iter().next()
+            }
             Err(_) => None,
         };
         let entry = match by_item {

@@ -57,6 +57,9 @@ pub struct Settings {
     /// Bytes of request bodies (raw and decoded) all requests may hold at once beyond each
     /// one's first MiB; a large body finding it spent waits briefly, then gets 503.
     pub max_bodies_in_flight_bytes: usize,
+    /// Longest a session's request waits for the distillation pass of its previous turn end;
+    /// past it the request goes without that pass's edits (the next turn end judges again).
+    pub distill_wait: Duration,
     /// What ctxd changes in what the model sees.
     pub management: Management,
 }
@@ -169,14 +172,18 @@ impl<'de> Deserialize<'de> for ToolsSetting {
     }
 }
 
-/// Which management mechanisms act. Both on by default: they are what keeps a long session
-/// inside its window (reminders warn the model; resets fold the old window away).
+/// Which management mechanisms act. All on by default: they are what keeps a long session
+/// inside its window (reminders warn the model; resets fold the old window away; distillation
+/// takes the tool outputs the work no longer needs out of its view).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mechanisms {
     /// The budget's early reminder and final warning.
     pub reminders: bool,
     /// Threshold resets and overflow recovery.
     pub resets: bool,
+    /// Distillation passes at turn ends (only where the model is offered `recall`, which
+    /// every replacement text names).
+    pub distill: bool,
 }
 
 impl Default for Mechanisms {
@@ -184,6 +191,7 @@ impl Default for Mechanisms {
         Mechanisms {
             reminders: true,
             resets: true,
+            distill: true,
         }
     }
 }
@@ -194,6 +202,7 @@ impl Default for Mechanisms {
 pub struct MechanismOverrides {
     pub reminders: Option<bool>,
     pub resets: Option<bool>,
+    pub distill: Option<bool>,
     pub tools: Option<ToolsSetting>,
 }
 
@@ -204,6 +213,7 @@ impl Management {
         if let Some(o) = self.agents.get(agent) {
             m.reminders = o.reminders.unwrap_or(m.reminders);
             m.resets = o.resets.unwrap_or(m.resets);
+            m.distill = o.distill.unwrap_or(m.distill);
         }
         m
     }
@@ -275,6 +285,7 @@ impl Settings {
             allow_keyless: false,
             admin_token_env: None,
             max_bodies_in_flight_bytes: 256 * 1024 * 1024,
+            distill_wait: Duration::from_millis(250),
             management: Management::default(),
         }
     }
@@ -341,6 +352,9 @@ impl Settings {
         if let Some(n) = file.max_bodies_in_flight_bytes {
             self.max_bodies_in_flight_bytes = n;
         }
+        if let Some(ms) = file.distill_wait_ms {
+            self.distill_wait = Duration::from_millis(ms);
+        }
         let m = &mut self.management;
         if let Some(b) = file.record_only {
             m.record_only = b;
@@ -359,6 +373,9 @@ impl Settings {
         }
         if let Some(b) = file.resets {
             m.mechanisms.resets = b;
+        }
+        if let Some(b) = file.distill {
+            m.mechanisms.distill = b;
         }
         if let Some(t) = file.tools {
             m.tools = t;
@@ -444,14 +461,17 @@ struct FileSettings {
     allow_keyless: Option<bool>,
     admin_token_env: Option<String>,
     max_bodies_in_flight_bytes: Option<usize>,
+    /// Milliseconds, as `--distill-wait-ms`.
+    distill_wait_ms: Option<u64>,
     record_only: Option<bool>,
     reserve: Option<u64>,
     reminder_margin: Option<u64>,
     warning_runway: Option<u64>,
     reminders: Option<bool>,
     resets: Option<bool>,
+    distill: Option<bool>,
     tools: Option<ToolsSetting>,
-    /// `[agents.NAME]` tables: `reminders`, `resets`, `tools`.
+    /// `[agents.NAME]` tables: `reminders`, `resets`, `distill`, `tools`.
     #[serde(default)]
     agents: BTreeMap<String, MechanismOverrides>,
     /// `[model-windows]` table: `"MODEL_PREFIX" = TOKENS`.
@@ -501,7 +521,7 @@ mod tests {
         std::fs::write(
             &path,
             "record-only = true\nreserve = 8000\nreminder-margin = 9000\nwarning-runway = 4000\n\
-             reminders = false\n[agents.claude-code]\nresets = false\n\
+             reminders = false\n[agents.claude-code]\nresets = false\ndistill = false\n\
              [model-windows]\n\"claude-sonnet-4-5\" = 1000000\n",
         )
         .unwrap();
@@ -522,10 +542,12 @@ mod tests {
             m.mechanisms_for("claude-code"),
             Mechanisms {
                 reminders: false,
-                resets: false
+                resets: false,
+                distill: false,
             }
         );
         assert!(m.mechanisms_for("codex").resets);
+        assert!(m.mechanisms_for("codex").distill);
         assert_eq!(
             m.configured_window("claude-sonnet-4-5-20250929"),
             Some(1_000_000)

@@ -346,6 +346,10 @@ async fn prepare(
     // A key named in the headers wins in `session_key`: its slot is the one found above.
     let slot = named.unwrap_or_else(|| app.sessions.slot(&tenant, &key));
     slot.wait_settled(Duration::from_secs(10)).await;
+    if !slot.wait_distilled(app.settings.distill_wait).await {
+        metrics::counter!("ctxd_distill_late_total").increment(1);
+        tracing::debug!("a distillation pass is still running; this request goes without it");
+    }
     let mut state = slot.state.lock().await;
     if state.is_none() || slot.take_stale() {
         let meta = SessionMeta {
@@ -452,11 +456,16 @@ async fn prepare(
         policy,
         insert,
     });
+    // Distillation's replacement texts name `recall`: only where the model has it.
+    let distill = !management.record_only
+        && management.mechanisms_for(agent_name).distill
+        && policy.tools.recall;
     let completion = Completion::new(
         app.clone(),
         slot,
         caller,
         policy,
+        distill,
         attach,
         api,
         started,

@@ -11,6 +11,7 @@ pub mod api;
 mod budget;
 mod checkpoints;
 pub mod config;
+mod distill;
 mod handler;
 pub mod hash;
 pub mod identity;

@@ -138,6 +138,7 @@ mod tests {
             MechanismOverrides {
                 reminders: Some(false),
                 resets: None,
+                distill: None,
                 tools: None,
             },
         );

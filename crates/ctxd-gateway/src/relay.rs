@@ -51,6 +51,8 @@ pub struct Completion {
     caller: Caller,
     /// The request's budget policy (the turn boundary's, when the response ends the turn).
     policy: WindowPolicy,
+    /// A distillation pass follows the committed turn ([`crate::distill`]).
+    distill: bool,
     /// Where the response attaches (the request's last entry, or the leaf after ctxd's hidden
     /// rounds), and what those rounds left to record; shared with the exchange.
     tail: SharedTail,
@@ -70,6 +72,7 @@ impl Completion {
         slot: Arc<Slot>,
         caller: Caller,
         policy: WindowPolicy,
+        distill: bool,
         attach: Option<EntryId>,
         api: Api,
         started: Instant,
@@ -80,6 +83,7 @@ impl Completion {
             slot,
             caller,
             policy,
+            distill,
             tail: Arc::new(std::sync::Mutex::new(Tail {
                 attach,
                 hidden: None,
@@ -174,6 +178,7 @@ impl Completion {
             slot: self.slot.clone(),
             caller: self.caller.clone(),
             policy: self.policy,
+            distill: self.distill,
             attach,
             hidden,
             outcome,
@@ -189,6 +194,7 @@ struct TurnRecord {
     slot: Arc<Slot>,
     caller: Caller,
     policy: WindowPolicy,
+    distill: bool,
     attach: Option<EntryId>,
     /// ctxd answered calls in this request: the response is the client's view of them.
     hidden: Option<Hidden>,
@@ -232,10 +238,14 @@ impl TurnRecord {
             slot,
             caller,
             policy,
+            distill,
             attach,
             hidden,
             outcome,
         } = self;
+        // Counted from here, so the session's next request cannot slip in before the pass.
+        let distill = (distill && matches!(outcome, Outcome::Response(_)))
+            .then(|| crate::distill::Ticket::take(&slot));
         tokio::spawn(async move {
             let _ticket = ticket;
             let mut state = slot.state.lock().await;
@@ -286,6 +296,27 @@ impl TurnRecord {
             batch.extend(entries);
             let session = loaded.record.id;
             let stale = slot.stale.clone();
+            drop(state);
+            // The distillation pass starts once the turn is committed (the client then has
+            // its answer).
+            let done = match distill {
+                Some(ticket) => {
+                    let (ack, committed) = oneshot::channel();
+                    let app = app.clone();
+                    tokio::spawn(async move {
+                        let result = committed
+                            .await
+                            .unwrap_or_else(|_| Err("the store writer has stopped".to_owned()));
+                        let ok = result.is_ok();
+                        let _ = done.send(result);
+                        if ok {
+                            crate::distill::start(app, ticket);
+                        }
+                    });
+                    ack
+                }
+                None => done,
+            };
             // Committed here when nothing else is writing (no hand-off to the writer thread);
             // see `writer.rs`.
             if !batch.is_empty() {

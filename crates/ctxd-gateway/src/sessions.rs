@@ -44,6 +44,10 @@ pub struct Slot {
     /// waits for them, so it always plans against the complete log.
     pub recording: AtomicUsize,
     pub settled: tokio::sync::Notify,
+    /// Distillation passes started at this session's turn ends and not yet over; its next
+    /// request waits for them a bounded time (`distill-wait`), then goes without their edits.
+    pub distilling: AtomicUsize,
+    pub distilled: tokio::sync::Notify,
     /// The session's latest request, for splitting the next one ([`PrevRequest`]).
     last_request: Mutex<Option<Retained>>,
     last_used: AtomicU64,
@@ -56,6 +60,8 @@ impl Slot {
             stale: Arc::new(AtomicBool::new(false)),
             recording: AtomicUsize::new(0),
             settled: tokio::sync::Notify::new(),
+            distilling: AtomicUsize::new(0),
+            distilled: tokio::sync::Notify::new(),
             last_request: Mutex::new(None),
             last_used: AtomicU64::new(now),
         }
@@ -63,19 +69,15 @@ impl Slot {
 
     /// Wait (up to `limit`) until no response of this session is still being recorded.
     pub async fn wait_settled(&self, limit: std::time::Duration) {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let notified = self.settled.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.recording.load(Ordering::Acquire) == 0 {
-                return;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                tracing::warn!("a response is still being recorded; planning without it");
-                return;
-            }
+        if !wait_zero(&self.recording, &self.settled, limit).await {
+            tracing::warn!("a response is still being recorded; planning without it");
         }
+    }
+
+    /// Wait (up to `limit`) until no distillation pass of this session is running. `false`
+    /// when one still is (the request goes without its edits).
+    pub async fn wait_distilled(&self, limit: std::time::Duration) -> bool {
+        wait_zero(&self.distilling, &self.distilled, limit).await
     }
 
     /// The session's latest request, if kept.
@@ -87,6 +89,26 @@ impl Slot {
     /// Whether the loaded copy must be dropped and read again.
     pub fn take_stale(&self) -> bool {
         self.stale.swap(false, Ordering::AcqRel)
+    }
+}
+
+/// Wait (up to `limit`) until `counter` is zero, woken by `notify`; whether it is.
+async fn wait_zero(
+    counter: &AtomicUsize,
+    notify: &tokio::sync::Notify,
+    limit: std::time::Duration,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let notified = notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if counter.load(Ordering::Acquire) == 0 {
+            return true;
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            return counter.load(Ordering::Acquire) == 0;
+        }
     }
 }
 

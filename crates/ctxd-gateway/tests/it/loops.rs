@@ -221,7 +221,22 @@ struct LoopReport {
     client_chars: usize,
 }
 
-async fn run_loop(api: Api, stream: bool, thinking: bool, hidden_every: usize) -> LoopReport {
+/// Which of ctxd's mechanisms keep the loop inside the window.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Keeper {
+    /// Windows alone (distillation off): the loop must reset.
+    Windows,
+    /// Distillation on (the default): mid-run checkpoints take superseded outputs out.
+    Distillation,
+}
+
+async fn run_loop(
+    api: Api,
+    stream: bool,
+    thinking: bool,
+    hidden_every: usize,
+    keeper: Keeper,
+) -> LoopReport {
     // Every answer is a tool call: the loop never ends by itself. With thinking, every answer
     // starts with a signed thinking block (Anthropic) or an encrypted reasoning item
     // (Responses), which the strict mock wants back unchanged in the ongoing tool loop. With
@@ -251,7 +266,12 @@ async fn run_loop(api: Api, stream: bool, thinking: bool, hidden_every: usize) -
         },
         ..Config::default()
     };
-    let mut rig = Rig::with(config, |_| {}).await;
+    let mut rig = Rig::with(config, |s| {
+        s.management.mechanisms.distill = keeper == Keeper::Distillation;
+        // Deterministic: each request waits for the previous turn end's pass.
+        s.distill_wait = std::time::Duration::from_secs(10);
+    })
+    .await;
     let headers = api.headers();
     let mut conversation = api.first_messages();
     let mut client_chars = 0usize;
@@ -304,6 +324,7 @@ async fn run_loop(api: Api, stream: bool, thinking: bool, hidden_every: usize) -
     let mut largest = (0usize, 0u64, 0u64);
     let mut upstream_chars = 0usize;
     let mut saw_boot_after_reset = false;
+    let mut distilled_requests = 0usize;
     for (i, r) in sent.iter().enumerate() {
         let body: &[u8] = &r.body;
         upstream_chars += body.len();
@@ -316,6 +337,11 @@ async fn run_loop(api: Api, stream: bool, thinking: bool, hidden_every: usize) -
             largest = (body.len(), mock_tokens, ctxd_estimate(body, &counter));
         }
         let text = String::from_utf8_lossy(body);
+        if text.contains("[ctxd] Distilled output of")
+            || text.contains("[ctxd] Omitted the output of")
+        {
+            distilled_requests += 1;
+        }
         if text.contains("Your context was reset") {
             saw_boot_after_reset = true;
             assert!(
@@ -324,7 +350,16 @@ async fn run_loop(api: Api, stream: bool, thinking: bool, hidden_every: usize) -
             );
         }
     }
-    assert!(saw_boot_after_reset, "{api:?}: no reset reached upstream");
+    match keeper {
+        Keeper::Windows => {
+            assert!(saw_boot_after_reset, "{api:?}: no reset reached upstream");
+            assert_eq!(distilled_requests, 0, "{api:?}: distillation is off");
+        }
+        Keeper::Distillation => assert!(
+            distilled_requests >= TURNS / 2,
+            "{api:?}: {distilled_requests} requests carried distilled outputs"
+        ),
+    }
 
     // The store: the windows, and where reminders sit.
     let stored = rig.stored().await;
@@ -362,8 +397,17 @@ async fn run_loop(api: Api, stream: bool, thinking: bool, hidden_every: usize) -
             _ => {}
         }
     }
-    assert!(turns_per_window.len() >= 2, "{api:?}: no window opened");
-    assert!(reminders >= 1, "{api:?}: no reminder");
+    if keeper == Keeper::Windows {
+        assert!(turns_per_window.len() >= 2, "{api:?}: no window opened");
+        assert!(reminders >= 1, "{api:?}: no reminder");
+    } else {
+        let records = session
+            .entries
+            .iter()
+            .filter(|e| matches!(&e.kind, EntryKind::Event { name, .. } if name == ctxd_core::distill::record::EVENT))
+            .count();
+        assert!(records >= 1, "{api:?}: no distillation record in the store");
+    }
     LoopReport {
         turns_per_window,
         largest_upstream_bytes: largest.0,
@@ -393,9 +437,13 @@ async fn check(api: Api, stream: bool) {
 }
 
 async fn check_with(api: Api, stream: bool, thinking: bool, hidden_every: usize) {
-    let r = run_loop(api, stream, thinking, hidden_every).await;
+    check_kept(api, stream, thinking, hidden_every, Keeper::Windows).await;
+}
+
+async fn check_kept(api: Api, stream: bool, thinking: bool, hidden_every: usize, keeper: Keeper) {
+    let r = run_loop(api, stream, thinking, hidden_every, keeper).await;
     eprintln!(
-        "loop {api:?} stream={stream} thinking={thinking}: turns per window {:?}; largest upstream request {} bytes, \
+        "loop {api:?} stream={stream} thinking={thinking} {keeper:?}: turns per window {:?}; largest upstream request {} bytes, \
          {} tokens by the mock's estimate, {} by ctxd's; upstream/client bytes {}/{} ({:.2})",
         r.turns_per_window,
         r.largest_upstream_bytes,
@@ -459,4 +507,17 @@ async fn tool_loops_with_hidden_rounds_stay_valid_on_every_api() {
     }
     check_with(Api::Anthropic, true, true, 7).await;
     check_with(Api::Responses, true, true, 7).await;
+}
+
+/// The same loops with distillation on (the default): mid-run checkpoints take the superseded
+/// outputs (the same command run again) out of the model's view, so the loop stays inside its
+/// window, every edited request accepted by the strict mock; thinking and reasoning intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distilled_tool_loops_stay_valid_on_every_api() {
+    for api in [Api::Anthropic, Api::Chat, Api::Responses] {
+        check_kept(api, true, false, 0, Keeper::Distillation).await;
+        check_kept(api, false, false, 7, Keeper::Distillation).await;
+    }
+    check_kept(Api::Anthropic, true, true, 7, Keeper::Distillation).await;
+    check_kept(Api::Responses, false, true, 0, Keeper::Distillation).await;
 }

@@ -5,6 +5,7 @@
 //! API's shape, tenants kept apart.
 
 mod conversation;
+mod distill;
 mod durable;
 mod errors;
 mod limits;

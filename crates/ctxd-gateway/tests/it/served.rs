@@ -22,7 +22,7 @@ const CTXD_TOOLS: [&str; 5] = [
     "recall",
 ];
 
-fn user_text(api: Api, text: &str) -> Value {
+pub(crate) fn user_text(api: Api, text: &str) -> Value {
     match api {
         Api::Responses => json!({"type": "message", "role": "user",
             "content": [{"type": "input_text", "text": text}]}),
@@ -31,7 +31,7 @@ fn user_text(api: Api, text: &str) -> Value {
 }
 
 /// One client turn: the response as the client reads it (its elements' wire JSON).
-async fn turn(
+pub(crate) async fn turn(
     rig: &Rig,
     api: Api,
     conversation: &[Value],
@@ -57,7 +57,7 @@ async fn turn(
 }
 
 /// The client never sees a call of ctxd's tools.
-fn no_ctxd_calls(api: Api, assembled: &Assembled) {
+pub(crate) fn no_ctxd_calls(api: Api, assembled: &Assembled) {
     for el in &assembled.elements {
         for b in &el.message.content {
             if let ContentBlock::ToolCall { name, .. } = b {
@@ -70,7 +70,7 @@ fn no_ctxd_calls(api: Api, assembled: &Assembled) {
     }
 }
 
-fn text_of(assembled: &Assembled) -> String {
+pub(crate) fn text_of(assembled: &Assembled) -> String {
     assembled
         .elements
         .iter()

@@ -224,6 +224,7 @@ async fn record_only_and_switched_off_resets_leave_the_request_alone() {
                     ctxd_gateway::config::MechanismOverrides {
                         reminders: None,
                         resets: Some(false),
+                        distill: None,
                         tools: None,
                     },
                 );

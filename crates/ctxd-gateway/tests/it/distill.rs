@@ -1,0 +1,186 @@
+//! Distillation through the gateway, against the strict mock: a run greps a large output and
+//! answers citing one line of it; the pass at the run's end distils the output; the next
+//! request carries the distilled text (the cited line verbatim, the rest replaced by omission
+//! lines naming `recall`), and the model's `recall` (answered by the gateway in a hidden round)
+//! gives the raw output back. Every upstream request accepted; each API, JSON and SSE.
+
+use std::fmt::Write as _;
+
+use ctxd_core::model::EntryKind;
+use ctxd_mock::{Config, Reply};
+use serde_json::json;
+
+use crate::loops::Api;
+use crate::served::{no_ctxd_calls, text_of, turn, user_text};
+use crate::support::Rig;
+
+/// A grep over a source tree: ~12 KB of unrelated matches, one line the answer cites, and a
+/// marker line among the unrelated ones (what only `recall` brings back).
+fn grep_output() -> String {
+    let mut out = String::new();
+    for i in 0..160 {
+        let _ = writeln!(
+            out,
+            "src/module_{i:03}/handler.rs:{}: let retry_limit_{i} = backoff(attempt, {});",
+            10 + i,
+            i * 3
+        );
+        if i == 40 {
+            out.push_str("src/config.rs:42: pub const WIDGET_LIMIT: usize = 7;\n");
+        }
+        if i == 120 {
+            out.push_str("src/module_120/handler.rs:130: // OMITTED-MARK-91 legacy limit\n");
+        }
+    }
+    out
+}
+
+/// The id of the first `recall({"entryId":"…"})` in `text`.
+fn recall_id(text: &str) -> Option<String> {
+    let key = "recall({\\\"entryId\\\":\\\"";
+    let at = text.find(key)? + key.len();
+    let id: String = text[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+        .collect();
+    (!id.is_empty()).then_some(id)
+}
+
+async fn session(api: Api, stream: bool) {
+    let mut rig = Rig::with(Config::default(), |s| {
+        // Deterministic: each request waits for the previous turn end's pass.
+        s.distill_wait = std::time::Duration::from_secs(10);
+    })
+    .await;
+    let script = rig.mock.script();
+
+    // Run 1: a grep, then an answer citing one line of it.
+    script.push(Reply::tool_call(
+        "bash",
+        json!({"command": "grep -rn limit src/"}),
+    ));
+    script.push(Reply::text(
+        "The widget limit is WIDGET_LIMIT in src/config.rs line 42 (set to 7).",
+    ));
+    let mut conversation = vec![user_text(
+        api,
+        "Where is the widget limit set? Grep for it.",
+    )];
+    if let Api::Chat = api {
+        conversation.insert(
+            0,
+            json!({"role": "system", "content": "You are a coding agent."}),
+        );
+    }
+    let (a1, els) = turn(&rig, api, &conversation, stream, false).await;
+    let results = api.results(&els, &grep_output());
+    conversation.extend(els);
+    conversation.extend(results);
+    let (a2, els) = turn(&rig, api, &conversation, stream, false).await;
+    assert!(text_of(&a2).contains("WIDGET_LIMIT"), "{api:?}");
+    conversation.extend(els);
+    no_ctxd_calls(api, &a1);
+
+    // Run 2: the next prompt goes upstream with the output distilled.
+    script.push(Reply::text("Noted."));
+    conversation.push(user_text(
+        api,
+        "Thanks. Which file would I edit to raise it?",
+    ));
+    let (_, els) = turn(&rig, api, &conversation, stream, false).await;
+    conversation.extend(els);
+    let sent = rig.mock.requests();
+    assert_eq!(sent.len(), 3, "{api:?}");
+    let body = String::from_utf8_lossy(&sent[2].body).into_owned();
+    assert!(
+        body.contains("[ctxd] Distilled output of bash"),
+        "{api:?} stream={stream}: the output was not distilled:\n{}",
+        &body[..body.len().min(4000)]
+    );
+    assert!(
+        body.contains("src/config.rs:42: pub const WIDGET_LIMIT: usize = 7;"),
+        "{api:?}: the cited line is not kept verbatim"
+    );
+    assert!(
+        !body.contains("OMITTED-MARK-91"),
+        "{api:?}: the unrelated lines went upstream"
+    );
+    assert!(
+        body.len() + 6_000 < String::from_utf8_lossy(&sent[1].body).len() + 200,
+        "{api:?}: the request did not shrink"
+    );
+    let id = recall_id(&body).unwrap_or_else(|| panic!("{api:?}: no recall id:\n{body}"));
+
+    // Run 3: the model recalls the raw output (a hidden round the client never sees).
+    script.push(Reply::tool_call("recall", json!({"entryId": id})));
+    script.push(Reply::text("Here is the whole output."));
+    conversation.push(user_text(api, "Show me the whole grep output."));
+    let (a3, _) = turn(&rig, api, &conversation, stream, false).await;
+    no_ctxd_calls(api, &a3);
+    assert!(
+        text_of(&a3).contains("Here is the whole output."),
+        "{api:?}"
+    );
+    let sent = rig.mock.requests();
+    assert_eq!(
+        sent.len(),
+        5,
+        "{api:?}: the prompt and the hidden round's continuation"
+    );
+    let continuation = String::from_utf8_lossy(&sent[4].body).into_owned();
+    assert!(
+        continuation.contains("OMITTED-MARK-91") && continuation.contains("retry_limit_159"),
+        "{api:?}: recall did not give the raw output back:\n{}",
+        &continuation[..continuation.find("\"tools\"").unwrap_or(continuation.len())]
+            [continuation
+                .find("\"tools\"")
+                .unwrap_or(continuation.len())
+                .saturating_sub(3000)..]
+    );
+    for (i, r) in sent.iter().enumerate() {
+        assert!(
+            r.refused.is_none(),
+            "{api:?} stream={stream} request {i} refused: {:?}",
+            r.refused
+        );
+    }
+
+    // The store: the raw output untouched, the edit and the pass's record beside it.
+    let stored = rig.stored().await;
+    let record = stored.sessions().remove(0);
+    let s = stored.load(&record);
+    let raw = s.entries.iter().any(|e| {
+        matches!(&e.kind, EntryKind::Message(m) if ctxd_core::text::message_text(m).contains("OMITTED-MARK-91"))
+    });
+    assert!(raw, "{api:?}: the raw output is not in the store");
+    let edits = s
+        .entries
+        .iter()
+        .filter(|e| matches!(e.kind, EntryKind::ContextEdit { .. }))
+        .count();
+    let records = s
+        .entries
+        .iter()
+        .filter(|e| matches!(&e.kind, EntryKind::Event { name, .. } if name == ctxd_core::distill::record::EVENT))
+        .count();
+    assert!(edits >= 1, "{api:?}: no edit stored");
+    assert!(records >= 1, "{api:?}: no record stored");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_distilled_outputs_go_upstream_and_recall_brings_them_back() {
+    session(Api::Anthropic, false).await;
+    session(Api::Anthropic, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_distilled_outputs_go_upstream_and_recall_brings_them_back() {
+    session(Api::Chat, false).await;
+    session(Api::Chat, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_distilled_outputs_go_upstream_and_recall_brings_them_back() {
+    session(Api::Responses, false).await;
+    session(Api::Responses, true).await;
+}
