@@ -109,8 +109,8 @@ pub struct ServeArgs {
     /// large body finding it spent waits 5 s, then gets 503) [default: 268435456].
     #[arg(long, env = "CTXD_MAX_BODIES_IN_FLIGHT_BYTES", value_name = "BYTES")]
     pub max_bodies_in_flight_bytes: Option<usize>,
-    /// Longest a session's request waits for the distillation pass of its previous turn end
-    /// before going without its edits [default: 250].
+    /// Longest a session's request waits for a distillation pass still running before going
+    /// without its edits, which then land at the next request [default: 0].
     #[arg(long, env = "CTXD_DISTILL_WAIT_MS", value_name = "MS")]
     pub distill_wait_ms: Option<u64>,
     /// Log lines (stderr) as JSON objects instead of text. Which lines: `CTXD_LOG` (or

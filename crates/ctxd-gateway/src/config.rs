@@ -57,8 +57,8 @@ pub struct Settings {
     /// Bytes of request bodies (raw and decoded) all requests may hold at once beyond each
     /// one's first MiB; a large body finding it spent waits briefly, then gets 503.
     pub max_bodies_in_flight_bytes: usize,
-    /// Longest a session's request waits for the distillation pass of its previous turn end;
-    /// past it the request goes without that pass's edits (the next turn end judges again).
+    /// Longest a session's request waits for a distillation pass still running (0: not at
+    /// all); past it the request goes without that pass's edits, which land at the next.
     pub distill_wait: Duration,
     /// What ctxd changes in what the model sees.
     pub management: Management,
@@ -285,7 +285,7 @@ impl Settings {
             allow_keyless: false,
             admin_token_env: None,
             max_bodies_in_flight_bytes: 256 * 1024 * 1024,
-            distill_wait: Duration::from_millis(250),
+            distill_wait: Duration::ZERO,
             management: Management::default(),
         }
     }

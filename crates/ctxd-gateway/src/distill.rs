@@ -2,31 +2,34 @@
 //! (`ctxd_core::distill::{plan, decide}`) and the engine's classifier runner
 //! (`ctxd_engine::distill::ask`).
 //!
-//! A pass starts once a response's turn is committed (the client already has the answer): a
-//! run-end pass after an answer without tool calls, a mid-run checkpoint after one that called
-//! tools (the planner decides whether a checkpoint pays off). Its three steps hold the
-//! session's lock only while they read or write the log:
+//! Where a turn is recorded (the session's lock is held there anyway), once its commit is on
+//! its way, the branch is copied for a pass ([`Snapshot`]): a run-end pass after an answer
+//! without tool calls, a mid-run checkpoint after one that called tools (the planner decides
+//! whether a checkpoint pays off). Passes run on a thread of their own at the lowest CPU
+//! priority and never take the session's lock, so they cost a request nothing but the copy. At
+//! most one pass per session is queued or running; a turn end meanwhile is noted, and the
+//! branch is copied for it at the session's next request (once the pass is over), so a burst
+//! of turns costs one copy per pass, not one per turn.
 //!
-//! 1. plan, on a blocking thread, under the lock (a pure read of the branch);
-//! 2. ask the classifier, without the lock (a remote classifier may take seconds);
-//! 3. decide and append, under the lock again, only if the branch has not moved since the plan:
-//!    the edits go into the log and to the store before the session's next request is
-//!    projected. A request that came first went upstream as it would have; the next boundary's
-//!    pass judges again from the log (passes keep no state of their own).
+//! A pass plans, asks the classifier and decides on its copy, and leaves the edits on the
+//! session's slot. The session's next request appends them under the previous turn before it
+//! is planned ([`apply_ready`]), in its own batch for the store: they reach the model from that
+//! request on. A request that comes while the pass still runs waits for it at most
+//! `distill-wait` (0 by default), then goes as it would have; the edits land at a later request
+//! instead. Edits of a branch the client has left are dropped (passes keep no state of their
+//! own: the next one judges again from the log).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use ctxd_core::distill::{self, Config, Phase};
-use ctxd_core::model::{ContentBlock, EntryId, EntryKind, Role};
+use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Role, Session, SessionMeta};
 use ctxd_engine::distill::{ask, Classifier, Limits, LocalClassifier};
 use ctxd_store::NewEntry;
 
 use crate::hash;
 use crate::log::SessionLog;
-use crate::server::Gateway;
-use crate::sessions::Slot;
-use crate::writer::Job;
+use crate::sessions::{Loaded, Slot};
 
 /// The phase of a pass at the end of `branch`: a run end after an answer without tool calls,
 /// a mid-run checkpoint after one with calls; `None` when the branch does not end with an
@@ -49,139 +52,234 @@ pub(crate) fn phase_at_end(log: &SessionLog, branch: &[usize]) -> Option<Phase> 
     Some(if calls { Phase::MidRun } else { Phase::RunEnd })
 }
 
-/// What the plan step hands the ask and decide steps.
-struct Planned {
-    plan: distill::Plan,
-    config: Config,
-    /// The leaf the plan was laid out on (its position and id), and the log's length then:
-    /// the decision is taken only on that same log.
+/// A session's passes, on its slot.
+#[derive(Default)]
+pub struct SlotPasses {
+    /// A pass is queued or running.
+    busy: bool,
+    /// A turn ended while it was: the next request copies the branch for another.
+    again: bool,
+    /// Edits waiting for the session's next request.
+    ready: Option<Ready>,
+}
+
+/// A pass's decided edits, waiting for the session's next request.
+pub struct Ready {
+    drafts: Vec<EntryKind>,
+    /// The leaf the pass judged the branch at (its position and id).
     leaf: (usize, EntryId),
-    len: usize,
+    edits: usize,
+    saved_chars: usize,
 }
 
-/// A pass counted on its session from the turn's commit until the pass is over: the session's
-/// next request waits for it (a bounded time, [`crate::Settings::distill_wait`]).
-pub(crate) struct Ticket {
-    slot: Arc<Slot>,
+/// What a pass reads: a copy of the branch (root first). Taken where the turn is recorded, at
+/// the request path's priority (a few hundred microseconds per MB): a pass at the lowest
+/// priority holding the session's lock could hold it for long.
+pub struct Snapshot {
+    session: Session,
+    phase: Phase,
+    leaf: (usize, EntryId),
+    store_session: i64,
 }
 
-impl Ticket {
-    pub(crate) fn take(slot: &Arc<Slot>) -> Self {
-        slot.distilling.fetch_add(1, Ordering::AcqRel);
-        Ticket { slot: slot.clone() }
+impl Snapshot {
+    /// The branch as it is now; `None` when it does not end with an answer.
+    pub fn take(loaded: &Loaded) -> Option<Self> {
+        let log = &loaded.log;
+        let branch = log.branch();
+        let phase = phase_at_end(log, &branch)?;
+        let leaf = log.leaf()?;
+        let entries: Vec<Entry> = branch
+            .iter()
+            .filter_map(|&p| log.entry(p).cloned())
+            .collect();
+        Some(Snapshot {
+            session: Session {
+                meta: SessionMeta::default(),
+                leaf: entries.last().map(|e| e.id.clone()),
+                entries,
+            },
+            phase,
+            leaf: (leaf, log.entry(leaf)?.id.clone()),
+            store_session: loaded.record.id,
+        })
     }
 }
 
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        self.slot.distilling.fetch_sub(1, Ordering::AcqRel);
-        self.slot.distilled.notify_waiters();
-    }
+type Queue = tokio::sync::mpsc::UnboundedSender<(Arc<Slot>, Snapshot)>;
+
+/// The queue to the passes' thread.
+pub struct Distiller {
+    queue: Queue,
 }
 
-/// Start a pass of the ticket's session in the background (see the module docs).
-pub(crate) fn start(app: Arc<Gateway>, ticket: Ticket) {
-    tokio::spawn(async move {
-        let slot = ticket.slot.clone();
-        let started = std::time::Instant::now();
-        let planning = {
-            let slot = slot.clone();
-            tokio::task::spawn_blocking(move || plan(&slot))
-        };
-        let Ok(Some(planned)) = planning.await else {
+/// The passes' thread, stopped at shutdown.
+pub struct DistillThread {
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Distiller {
+    /// Start the passes' thread (its own single-threaded runtime, at the lowest priority).
+    pub fn start() -> std::io::Result<(Self, DistillThread)> {
+        let (queue, mut jobs) = tokio::sync::mpsc::unbounded_channel::<(Arc<Slot>, Snapshot)>();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let thread = std::thread::Builder::new()
+            .name("ctxd-distill".into())
+            .spawn(move || {
+                lowest_priority();
+                runtime.block_on(async {
+                    loop {
+                        tokio::select! {
+                            job = jobs.recv() => match job {
+                                // Passes of different sessions overlap while they wait on a
+                                // remote classifier; their CPU work shares this one thread.
+                                Some((slot, snapshot)) => {
+                                    drop(tokio::spawn(run(slot, snapshot)));
+                                }
+                                None => break,
+                            },
+                            _ = &mut stopped => break,
+                        }
+                    }
+                });
+                // Dropping the runtime drops the passes still running.
+            })?;
+        Ok((Distiller { queue }, DistillThread { stop, thread }))
+    }
+
+    /// A turn of `slot`'s session ended on `loaded`'s branch: queue a pass on a copy of it,
+    /// or note the turn while a pass runs (see the module docs).
+    pub fn turn_ended(&self, slot: &Arc<Slot>, loaded: &Loaded) {
+        let mut passes = slot.passes();
+        if passes.busy {
+            passes.again = true;
             return;
-        };
-        let classifier = LocalClassifier;
-        let answered = ask(&classifier, &planned.plan, &Limits::default()).await;
-        let name = classifier.name().to_owned();
-        let appended = {
-            let app = app.clone();
-            let slot = slot.clone();
-            tokio::task::spawn_blocking(move || conclude(&app, &slot, planned, answered, &name))
-        };
-        let outcome = match appended.await {
-            Ok(Some(n)) => {
-                metrics::counter!("ctxd_distill_passes_total", "outcome" => "edited").increment(1);
-                tracing::debug!(
-                    entries = n,
-                    ms = started.elapsed().as_millis() as u64,
-                    "distillation pass"
-                );
-                "edited"
-            }
-            Ok(None) => "late",
-            Err(_) => "failed",
-        };
-        if outcome != "edited" {
-            metrics::counter!("ctxd_distill_passes_total", "outcome" => outcome).increment(1);
         }
-        metrics::histogram!("ctxd_distill_pass_seconds").record(started.elapsed().as_secs_f64());
-        drop(ticket);
-    });
+        drop(passes);
+        if let Some(snapshot) = Snapshot::take(loaded) {
+            self.enqueue(slot, snapshot);
+        }
+    }
+
+    /// At a request of `slot`'s session: the pass for a turn end noted while another ran,
+    /// once that one is over (on the branch as that turn left it).
+    pub fn catch_up(&self, slot: &Arc<Slot>, loaded: &Loaded) {
+        let mut passes = slot.passes();
+        if passes.busy || !std::mem::take(&mut passes.again) {
+            return;
+        }
+        drop(passes);
+        if let Some(snapshot) = Snapshot::take(loaded) {
+            self.enqueue(slot, snapshot);
+        }
+    }
+
+    fn enqueue(&self, slot: &Arc<Slot>, snapshot: Snapshot) {
+        let mut passes = slot.passes();
+        passes.busy = true;
+        passes.again = false;
+        slot.distilling.store(1, Ordering::Release);
+        drop(passes);
+        if self.queue.send((slot.clone(), snapshot)).is_err() {
+            // Shutting down: nothing runs any more.
+            finish(slot);
+        }
+    }
 }
 
-/// Step 1: lay the pass out on the session's branch as it is now. `None`: nothing to judge.
-fn plan(slot: &Slot) -> Option<Planned> {
-    let state = slot.state.blocking_lock();
-    if slot.stale.load(Ordering::Acquire) {
-        return None;
+impl DistillThread {
+    /// Stop running passes (those running are dropped: later turn ends judge again).
+    pub fn stop(self) {
+        let _ = self.stop.send(());
+        if self.thread.join().is_err() {
+            tracing::error!("the distillation thread panicked");
+        }
     }
-    let loaded = state.as_ref()?;
-    let log = &loaded.log;
-    let branch = log.branch();
-    let phase = phase_at_end(log, &branch)?;
-    let leaf = log.leaf()?;
+}
+
+/// Passes give way to everything else on the machine: a late pass costs nothing (its edits
+/// land one request later), a request slowed by one would.
+fn lowest_priority() {
+    #[cfg(unix)]
+    if let Err(e) = rustix::process::setpriority_process(None, 19) {
+        tracing::debug!(error = %e, "cannot lower the distillation thread's priority");
+    }
+}
+
+/// One pass of `slot`'s session on `snapshot`: plan, ask, decide, leave the edits on the slot.
+async fn run(slot: Arc<Slot>, snapshot: Snapshot) {
+    let started = std::time::Instant::now();
+    let outcome = match pass(snapshot).await {
+        Some(ready) => {
+            slot.passes().ready = Some(ready);
+            "decided"
+        }
+        None => "nothing",
+    };
+    metrics::counter!("ctxd_distill_passes_total", "outcome" => outcome).increment(1);
+    metrics::histogram!("ctxd_distill_pass_seconds").record(started.elapsed().as_secs_f64());
+    finish(&slot);
+}
+
+/// The pass of `slot` is over: wake a request waiting for it.
+fn finish(slot: &Slot) {
+    slot.passes().busy = false;
+    slot.distilling.store(0, Ordering::Release);
+    slot.distilled.notify_waiters();
+}
+
+/// Plan, ask and decide on `snapshot`. `None` when there is nothing to judge.
+async fn pass(snapshot: Snapshot) -> Option<Ready> {
+    let Snapshot {
+        session,
+        phase,
+        leaf,
+        store_session,
+    } = snapshot;
     let config = Config {
-        store_session: Some(loaded.record.id),
+        store_session: Some(store_session),
         ..Config::default()
     };
-    let plan = distill::plan(&log.session, &branch, &config, phase);
+    let branch: Vec<usize> = (0..session.entries.len()).collect();
+    let plan = distill::plan(&session, &branch, &config, phase);
     if plan.is_empty() {
         return None;
     }
-    Some(Planned {
-        plan,
-        config,
-        leaf: (leaf, log.entry(leaf)?.id.clone()),
-        len: log.len(),
+    let classifier = LocalClassifier;
+    let answered = ask(&classifier, &plan, &Limits::default()).await;
+    let decisions = distill::decide(&session, &plan, &answered.answers, &config);
+    let drafts = decisions.drafts(classifier.name(), answered.usage, answered.timed_out);
+    Some(Ready {
+        drafts,
+        leaf,
+        edits: decisions.edits.len(),
+        saved_chars: decisions.saved_chars,
     })
 }
 
-/// Step 3: decide, and append the drafts under the leaf the plan saw, when the log has not
-/// moved since. The number of entries appended; `None` when the pass came too late.
-fn conclude(
-    app: &Gateway,
-    slot: &Slot,
-    planned: Planned,
-    answered: ctxd_engine::distill::Answered,
-    classifier: &str,
-) -> Option<usize> {
-    let mut state = slot.state.blocking_lock();
-    if slot.stale.load(Ordering::Acquire) {
-        return None;
-    }
-    let loaded = state.as_mut()?;
+/// Append the edits a pass left on `slot`, if any, under the log's leaf (before the request
+/// that calls this is planned): the entries for the store, in order. Edits of a branch the log
+/// no longer continues are dropped.
+pub(crate) fn apply_ready(slot: &Slot, loaded: &mut Loaded) -> Vec<NewEntry> {
+    let Some(ready) = slot.passes().ready.take() else {
+        return Vec::new();
+    };
     let log = &mut loaded.log;
-    let (leaf, leaf_id) = &planned.leaf;
-    let unmoved = log.len() == planned.len
-        && log.leaf() == Some(*leaf)
-        && log.entry(*leaf).is_some_and(|e| &e.id == leaf_id);
-    if !unmoved {
-        return None;
-    }
-    let decisions = distill::decide(
-        &log.session,
-        &planned.plan,
-        &answered.answers,
-        &planned.config,
-    );
-    let drafts = decisions.drafts(classifier, answered.usage, answered.timed_out);
-    if drafts.is_empty() {
-        return Some(0);
+    let (leaf, leaf_id) = &ready.leaf;
+    let same_log = log.entry(*leaf).is_some_and(|e| &e.id == leaf_id);
+    // The pass's branch ends at its leaf: on the current branch, every entry it judged is.
+    if !same_log || !log.branch().contains(leaf) {
+        metrics::counter!("ctxd_distill_passes_total", "outcome" => "dropped").increment(1);
+        return Vec::new();
     }
     let stamp = Some(ctxd_core::windows::iso8601(ctxd_engine::now_ms()));
-    let mut parent = Some(*leaf);
-    let entries: Vec<NewEntry> = drafts
+    let mut parent = log.leaf();
+    let entries: Vec<NewEntry> = ready
+        .drafts
         .into_iter()
         .enumerate()
         .map(|(i, kind)| {
@@ -195,15 +293,9 @@ fn conclude(
             NewEntry::new(entry)
         })
         .collect();
-    let n = entries.len();
-    if decisions.saved_chars > 0 {
-        metrics::counter!("ctxd_distill_saved_chars_total").increment(decisions.saved_chars as u64);
+    if ready.edits > 0 {
+        metrics::counter!("ctxd_distill_passes_total", "outcome" => "edited").increment(1);
+        metrics::counter!("ctxd_distill_saved_chars_total").increment(ready.saved_chars as u64);
     }
-    app.writer.send(Job::Append {
-        session: loaded.record.id,
-        entries,
-        stale: slot.stale.clone(),
-        ack: None,
-    });
-    Some(n)
+    entries
 }

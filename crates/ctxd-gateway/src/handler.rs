@@ -346,8 +346,8 @@ async fn prepare(
     // A key named in the headers wins in `session_key`: its slot is the one found above.
     let slot = named.unwrap_or_else(|| app.sessions.slot(&tenant, &key));
     slot.wait_settled(Duration::from_secs(10)).await;
-    if !slot.wait_distilled(app.settings.distill_wait).await {
-        metrics::counter!("ctxd_distill_late_total").increment(1);
+    if !app.settings.distill_wait.is_zero() && !slot.wait_distilled(app.settings.distill_wait).await
+    {
         tracing::debug!("a distillation pass is still running; this request goes without it");
     }
     let mut state = slot.state.lock().await;
@@ -369,6 +369,10 @@ async fn prepare(
         session: Some(loaded.record.id),
         ..caller
     };
+    // A finished distillation pass's edits go under the previous turn, before this request;
+    // a turn end that came while that pass ran gets its own now.
+    let distilled = crate::distill::apply_ready(&slot, loaded);
+    app.distiller.catch_up(&slot, loaded);
     let now = ctxd_core::windows::iso8601(now_ms());
     let mut plan = plan_request(&mut loaded.log, &req, &decoded, &now);
     let management = &app.settings.management;
@@ -387,7 +391,8 @@ async fn prepare(
         loaded.log.accepted_tokens(),
         offer.model_tools(),
     );
-    let mut appended = std::mem::take(&mut plan.appended);
+    let mut appended = distilled;
+    appended.append(&mut plan.appended);
     // The results that complete a tool batch end the turn that called the tools (the seed's
     // `turn_end`): its reminder and a due reset are committed after them, before projecting.
     if !management.record_only

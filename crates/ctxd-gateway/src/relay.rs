@@ -243,9 +243,7 @@ impl TurnRecord {
             hidden,
             outcome,
         } = self;
-        // Counted from here, so the session's next request cannot slip in before the pass.
-        let distill = (distill && matches!(outcome, Outcome::Response(_)))
-            .then(|| crate::distill::Ticket::take(&slot));
+        let distill = distill && matches!(outcome, Outcome::Response(_));
         tokio::spawn(async move {
             let _ticket = ticket;
             let mut state = slot.state.lock().await;
@@ -296,27 +294,6 @@ impl TurnRecord {
             batch.extend(entries);
             let session = loaded.record.id;
             let stale = slot.stale.clone();
-            drop(state);
-            // The distillation pass starts once the turn is committed (the client then has
-            // its answer).
-            let done = match distill {
-                Some(ticket) => {
-                    let (ack, committed) = oneshot::channel();
-                    let app = app.clone();
-                    tokio::spawn(async move {
-                        let result = committed
-                            .await
-                            .unwrap_or_else(|_| Err("the store writer has stopped".to_owned()));
-                        let ok = result.is_ok();
-                        let _ = done.send(result);
-                        if ok {
-                            crate::distill::start(app, ticket);
-                        }
-                    });
-                    ack
-                }
-                None => done,
-            };
             // Committed here when nothing else is writing (no hand-off to the writer thread);
             // see `writer.rs`.
             if !batch.is_empty() {
@@ -335,6 +312,11 @@ impl TurnRecord {
                 });
             } else {
                 let _ = done.send(Ok(()));
+            }
+            // After the commit is on its way (the client's answer does not wait for the copy),
+            // and before the session's next request can come (it may wait for the pass).
+            if distill {
+                app.distiller.turn_ended(&slot, loaded);
             }
         });
         rx

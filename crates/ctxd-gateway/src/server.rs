@@ -100,6 +100,8 @@ pub struct Gateway {
     pub upstream: Upstream,
     pub sessions: Sessions,
     pub writer: WriterHandle,
+    /// Distillation passes at turn ends, on a thread of their own.
+    pub(crate) distiller: crate::distill::Distiller,
     /// Key of the tenant hash, kept in the store (so tenants survive restarts).
     pub tenant_key: [u8; 32],
     metrics: PrometheusHandle,
@@ -261,6 +263,7 @@ pub struct Server {
     app: Arc<Gateway>,
     writer: Writer,
     checkpoints: Checkpoints,
+    distill_thread: crate::distill::DistillThread,
     lock: ServeLock,
 }
 
@@ -278,6 +281,7 @@ impl Server {
             engine.clone(),
             settings.store_sync == ctxd_store::Durability::Normal,
         )?;
+        let (distiller, distill_thread) = crate::distill::Distiller::start()?;
         if !settings.listen.ip().is_loopback() {
             tracing::warn!(
                 listen = %settings.listen,
@@ -296,6 +300,7 @@ impl Server {
             upstream: Upstream::new(&settings)?,
             sessions: Sessions::new(settings.cached_sessions),
             writer: writer.handle(),
+            distiller,
             tenant_key: key,
             metrics: metrics_handle(),
             recording: AtomicUsize::new(0),
@@ -315,6 +320,7 @@ impl Server {
             app,
             writer,
             checkpoints,
+            distill_thread,
             lock,
         })
     }
@@ -351,6 +357,7 @@ impl Server {
             app,
             writer,
             checkpoints,
+            distill_thread,
             lock,
         } = self;
         let router = router(app.clone());
@@ -454,6 +461,7 @@ impl Server {
         drop(router);
         drop(app);
         tokio::task::spawn_blocking(move || {
+            distill_thread.stop();
             writer.shutdown();
             checkpoints.stop();
         })

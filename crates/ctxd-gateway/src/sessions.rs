@@ -48,6 +48,8 @@ pub struct Slot {
     /// request waits for them a bounded time (`distill-wait`), then goes without their edits.
     pub distilling: AtomicUsize,
     pub distilled: tokio::sync::Notify,
+    /// The session's distillation passes: queued, running, answers waiting.
+    passes: Mutex<crate::distill::SlotPasses>,
     /// The session's latest request, for splitting the next one ([`PrevRequest`]).
     last_request: Mutex<Option<Retained>>,
     last_used: AtomicU64,
@@ -62,6 +64,7 @@ impl Slot {
             settled: tokio::sync::Notify::new(),
             distilling: AtomicUsize::new(0),
             distilled: tokio::sync::Notify::new(),
+            passes: Mutex::new(crate::distill::SlotPasses::default()),
             last_request: Mutex::new(None),
             last_used: AtomicU64::new(now),
         }
@@ -78,6 +81,11 @@ impl Slot {
     /// when one still is (the request goes without its edits).
     pub async fn wait_distilled(&self, limit: std::time::Duration) -> bool {
         wait_zero(&self.distilling, &self.distilled, limit).await
+    }
+
+    /// The session's distillation passes (a short lock: flags and a hand-over).
+    pub fn passes(&self) -> std::sync::MutexGuard<'_, crate::distill::SlotPasses> {
+        self.passes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The session's latest request, if kept.

@@ -184,3 +184,46 @@ async fn responses_distilled_outputs_go_upstream_and_recall_brings_them_back() {
     session(Api::Responses, false).await;
     session(Api::Responses, true).await;
 }
+
+/// With the default `distill-wait` (0), no request waits for a pass: the edits land at the
+/// first request after the pass is over, each request valid either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_wait_the_edits_land_at_a_later_request() {
+    let api = Api::Anthropic;
+    let rig = Rig::with(Config::default(), |_| {}).await;
+    let script = rig.mock.script();
+    script.push(Reply::tool_call(
+        "bash",
+        json!({"command": "grep -rn limit src/"}),
+    ));
+    script.push(Reply::text(
+        "The widget limit is WIDGET_LIMIT in src/config.rs line 42 (set to 7).",
+    ));
+    let mut conversation = vec![user_text(
+        api,
+        "Where is the widget limit set? Grep for it.",
+    )];
+    let (_, els) = turn(&rig, api, &conversation, true, false).await;
+    let results = api.results(&els, &grep_output());
+    conversation.extend(els);
+    conversation.extend(results);
+    let (_, els) = turn(&rig, api, &conversation, true, false).await;
+    conversation.extend(els);
+    let mut landed = None;
+    for i in 0..50 {
+        script.push(Reply::text(format!("Reply {i}.")));
+        conversation.push(user_text(api, &format!("Question {i}?")));
+        let (_, els) = turn(&rig, api, &conversation, true, false).await;
+        conversation.extend(els);
+        let sent = rig.mock.requests();
+        let last = sent.last().unwrap();
+        assert!(last.refused.is_none(), "refused: {:?}", last.refused);
+        if String::from_utf8_lossy(&last.body).contains("[ctxd] Distilled output of bash") {
+            landed = Some(i);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let landed = landed.expect("the pass's edits never reached upstream");
+    eprintln!("the edits landed at follow-up request {landed}");
+}
