@@ -147,7 +147,10 @@ async fn answers_are_read_from_logprobs_and_usage_is_recorded() {
         assert!(user.contains("<final_answer>\nThere are 3 pages.\n</final_answer>"));
         assert!(user.contains("<chunk_1 lines 1-"), "{user}");
     }
-    assert!(mock.requests().iter().all(|r| r.header("authorization").is_none()));
+    assert!(mock
+        .requests()
+        .iter()
+        .all(|r| r.header("authorization").is_none()));
     // Every question of the batch shares its text up to the question (prefix caches).
     let users: Vec<&str> = bodies
         .iter()
@@ -263,10 +266,7 @@ async fn a_slow_server_times_out_and_keeps() {
         .questions
         .iter()
         .all(|&q| a.answers[q] == Err(Missing::Error)));
-    assert!(p.batches[1]
-        .questions
-        .iter()
-        .all(|&q| a.answers[q].is_ok()));
+    assert!(p.batches[1].questions.iter().all(|&q| a.answers[q].is_ok()));
 
     // The pass's budget: every reply takes 2 s, the budget is 300 ms.
     let slow = MockConfig {
@@ -320,11 +320,19 @@ async fn requests_in_flight_stay_within_the_limit() {
     let window = DELAY.as_secs_f64() / 2.0;
     let peak = arrivals
         .iter()
-        .map(|t| arrivals.iter().filter(|u| **u <= *t && **u > t - window).count())
+        .map(|t| {
+            arrivals
+                .iter()
+                .filter(|u| **u <= *t && **u > t - window)
+                .count()
+        })
         .max()
         .unwrap();
     assert_eq!(peak, 2, "{arrivals:?}");
-    assert!(elapsed >= DELAY * (n as u32 / 2), "{elapsed:?} for {n} requests");
+    assert!(
+        elapsed >= DELAY * (n as u32 / 2),
+        "{elapsed:?} for {n} requests"
+    );
     eprintln!(
         "{n} questions, 2 in flight, {} ms each: {:.0} ms",
         DELAY.as_millis(),

@@ -327,9 +327,7 @@ mod tests {
         );
         assert_eq!("wait".parse::<Reply>().unwrap(), Reply::wait(DEFAULT_WAIT));
         assert_eq!(
-            "logprobs:Yes=0.7, Yes=0.1,No=0.2"
-                .parse::<Reply>()
-                .unwrap(),
+            "logprobs:Yes=0.7, Yes=0.1,No=0.2".parse::<Reply>().unwrap(),
             Reply::sampled(&[("Yes", 0.7), (" Yes", 0.1), ("No", 0.2)])
         );
         assert_eq!(

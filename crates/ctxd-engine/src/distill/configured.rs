@@ -107,7 +107,10 @@ impl ClassifierSettings {
                 format!("{base_url:?} must not have a query or fragment (/chat/completions is appended)"),
             ));
         }
-        if base_url.trim_end_matches('/').ends_with("/chat/completions") {
+        if base_url
+            .trim_end_matches('/')
+            .ends_with("/chat/completions")
+        {
             return Err(bad(
                 "base_url",
                 format!("{base_url:?} should stop before /chat/completions (it is appended)"),
@@ -128,9 +131,7 @@ impl ClassifierSettings {
             None => None,
             Some(var) => {
                 let valid = !var.is_empty()
-                    && var
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                    && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
                     && !var.as_bytes()[0].is_ascii_digit();
                 if !valid {
                     return Err(bad(
@@ -281,43 +282,86 @@ mod tests {
 
     #[test]
     fn openai_settings_are_checked_and_name_what_is_wrong() {
-        let ok = openai(serde_json::json!({"kind": "openai", "base_url": "http://127.0.0.1:9/v1/",
-            "model": "qwen", "concurrency": 3, "price_per_mtok": 0.15}))
+        let ok = openai(
+            serde_json::json!({"kind": "openai", "base_url": "http://127.0.0.1:9/v1/",
+            "model": "qwen", "concurrency": 3, "price_per_mtok": 0.15}),
+        )
         .unwrap();
         let Configured::OpenAi(c) = &ok else {
             panic!("{ok:?}")
         };
         assert_eq!(c.name(), "openai:qwen");
         assert_eq!(c.settings().base_url, "http://127.0.0.1:9/v1");
-        assert_eq!(c.settings().timeout, Duration::from_millis(DEFAULT_TIMEOUT_MS));
+        assert_eq!(
+            c.settings().timeout,
+            Duration::from_millis(DEFAULT_TIMEOUT_MS)
+        );
         assert_eq!(c.settings().concurrency, 3);
 
         for (v, want) in [
-            (serde_json::json!({"kind": "openai", "model": "m"}), "base_url: missing"),
-            (serde_json::json!({"kind": "openai", "base_url": "http://h/v1"}), "model: missing"),
-            (serde_json::json!({"kind": "openai", "base_url": "ftp://h", "model": "m"}), "http:// or https://"),
-            (serde_json::json!({"kind": "openai", "base_url": "not a url", "model": "m"}), "is not a URL"),
-            (serde_json::json!({"kind": "openai", "base_url": "http://h/v1/chat/completions", "model": "m"}), "stop before /chat/completions"),
-            (serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "concurrency": 0}), "concurrency: must be"),
-            (serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "timeout_ms": 0}), "timeout_ms: must be"),
-            (serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "price_per_mtok": -1.0}), "price_per_mtok"),
-            (serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "api_key_env": "sk-live-123"}), "NAME of an environment variable"),
-            (serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "api_key_env": "CTXD_TEST_SURELY_UNSET_KEY"}), "CTXD_TEST_SURELY_UNSET_KEY, which is not set"),
+            (
+                serde_json::json!({"kind": "openai", "model": "m"}),
+                "base_url: missing",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "http://h/v1"}),
+                "model: missing",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "ftp://h", "model": "m"}),
+                "http:// or https://",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "not a url", "model": "m"}),
+                "is not a URL",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "http://h/v1/chat/completions", "model": "m"}),
+                "stop before /chat/completions",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "concurrency": 0}),
+                "concurrency: must be",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "timeout_ms": 0}),
+                "timeout_ms: must be",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "price_per_mtok": -1.0}),
+                "price_per_mtok",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "api_key_env": "sk-live-123"}),
+                "NAME of an environment variable",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "api_key_env": "CTXD_TEST_SURELY_UNSET_KEY"}),
+                "CTXD_TEST_SURELY_UNSET_KEY, which is not set",
+            ),
         ] {
             let e = err(v.clone());
             assert!(e.contains(want), "{v}: {e}");
         }
         // A key-looking value is never echoed back.
-        assert!(!err(serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m",
-            "api_key_env": "sk-live-123"}))
+        assert!(!err(
+            serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m",
+            "api_key_env": "sk-live-123"})
+        )
         .contains("sk-live"));
     }
 
     #[test]
     fn unknown_fields_and_kinds_are_refused() {
-        assert!(serde_json::from_str::<ClassifierSettings>(r#"{"kind": "openai", "url": "x"}"#).is_err());
+        assert!(
+            serde_json::from_str::<ClassifierSettings>(r#"{"kind": "openai", "url": "x"}"#)
+                .is_err()
+        );
         assert!(serde_json::from_str::<ClassifierSettings>(r#"{"kind": "jev"}"#).is_err());
-        assert_eq!(ClassifierKind::parse("openai"), Some(ClassifierKind::OpenAi));
+        assert_eq!(
+            ClassifierKind::parse("openai"),
+            Some(ClassifierKind::OpenAi)
+        );
         assert_eq!(ClassifierKind::parse("minilm"), None);
     }
 }

@@ -132,9 +132,8 @@ impl LogprobClassifier {
                 self.url
             )));
         }
-        let completion: Completion = serde_json::from_slice(&bytes).map_err(|e| {
-            ClassifierError(format!("{} sent no chat completion: {e}", self.url))
-        })?;
+        let completion: Completion = serde_json::from_slice(&bytes)
+            .map_err(|e| ClassifierError(format!("{} sent no chat completion: {e}", self.url)))?;
         let alternatives = completion.first_token();
         let answer = match ask {
             Ask::YesNo => probs::yes_probability(&alternatives).map(Answer::Yes),
@@ -161,7 +160,11 @@ impl LogprobClassifier {
         }
     }
 
-    async fn classify_batch(&self, pass: &Pass<'_>, batch: &Batch) -> Result<Reply, ClassifierError> {
+    async fn classify_batch(
+        &self,
+        pass: &Pass<'_>,
+        batch: &Batch,
+    ) -> Result<Reply, ClassifierError> {
         let plan = pass.plan;
         let messages = prompt::batch(plan, batch).map_err(|e| ClassifierError(e.to_string()))?;
         let asks: Vec<&Ask> = batch

@@ -28,15 +28,20 @@ impl TokenLogprob {
     pub(crate) fn to_json(&self, n: usize) -> Value {
         let entry = |t: &str, lp: f64| json!({"token": t, "logprob": lp, "bytes": t.as_bytes()});
         let mut v = entry(&self.token, self.logprob);
-        v["top_logprobs"] = self.top.iter().take(n).map(|(t, lp)| entry(t, *lp)).collect();
+        v["top_logprobs"] = self
+            .top
+            .iter()
+            .take(n)
+            .map(|(t, lp)| entry(t, *lp))
+            .collect();
         v
     }
 }
 
 /// Filler alternatives, after a token's own variants.
 const FILLERS: [&str; 20] = [
-    " the", ",", ".", " and", " to", " a", " of", " is", " in", "\n", " I", " it", " that",
-    " for", " this", " on", " with", " be", " as", " not",
+    " the", ",", ".", " and", " to", " a", " of", " is", " in", "\n", " I", " it", " that", " for",
+    " this", " on", " with", " be", " as", " not",
 ];
 
 /// FNV-1a: a stable hash (the std hasher may change between Rust releases).
@@ -284,6 +289,10 @@ mod tests {
         let letters: Vec<&str> = j.iter().map(|(t, _)| t.as_str()).take(3).collect();
         assert_eq!(letters, ["A", "B", "C"]);
         assert!((j.iter().map(|p| p.1).sum::<f64>() - 1.0).abs() < 1e-9);
-        assert_eq!(options("A) x\nC) y"), Vec::<char>::new(), "letters in order from A");
+        assert_eq!(
+            options("A) x\nC) y"),
+            Vec::<char>::new(),
+            "letters in order from A"
+        );
     }
 }

@@ -248,7 +248,8 @@ mod tests {
     #[test]
     fn top_logprobs_needs_logprobs_and_at_most_20() {
         let head = |extra: Value| -> Result<(), Refusal> {
-            let mut body = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]});
+            let mut body =
+                json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]});
             for (k, v) in extra.as_object().unwrap() {
                 body[k] = v.clone();
             }

@@ -18,11 +18,15 @@ pub const MAX_OPTIONS: usize = 52;
 /// Why a reply's first token gives no answer.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum Unreadable {
-    #[error("the reply has no log-probabilities for its first token")]
+    #[error("the reply has no log-probabilities for its first token (does the server support `logprobs`?)")]
     NoLogprobs,
-    #[error("neither Yes nor No is among the first token's top alternatives (the model answered {0:?})")]
+    #[error(
+        "neither Yes nor No is among the first token's top alternatives (the model answered {0:?})"
+    )]
     NotYesNo(String),
-    #[error("no option letter is among the first token's top alternatives (the model answered {0:?})")]
+    #[error(
+        "no option letter is among the first token's top alternatives (the model answered {0:?})"
+    )]
     NoLetter(String),
     #[error("a choice of {0} options: at most {MAX_OPTIONS} can be lettered")]
     TooManyOptions(usize),
@@ -120,7 +124,10 @@ pub fn yes_probability(alternatives: &[Alternative]) -> Result<f32, Unreadable> 
 }
 
 /// The probability of each of `n` lettered options.
-pub fn choice_probabilities(alternatives: &[Alternative], n: usize) -> Result<Vec<f32>, Unreadable> {
+pub fn choice_probabilities(
+    alternatives: &[Alternative],
+    n: usize,
+) -> Result<Vec<f32>, Unreadable> {
     if n > MAX_OPTIONS {
         return Err(Unreadable::TooManyOptions(n));
     }
@@ -178,8 +185,13 @@ mod tests {
         .unwrap();
         assert!(close(p, 0.7 / 0.9), "{p}");
         // Words that merely start like the answer are not the answer.
-        let p = yes_probability(&alts(&[("Yes", 0.6), ("Nope", 0.2), ("Now", 0.1), ("No", 0.1)]))
-            .unwrap();
+        let p = yes_probability(&alts(&[
+            ("Yes", 0.6),
+            ("Nope", 0.2),
+            ("Now", 0.1),
+            ("No", 0.1),
+        ]))
+        .unwrap();
         assert!(close(p, 0.6 / 0.7), "{p}");
     }
 
@@ -215,7 +227,13 @@ mod tests {
     #[test]
     fn choices_read_letters_and_normalise() {
         let ps = choice_probabilities(
-            &alts(&[("B", 0.5), (" B", 0.1), ("A", 0.2), ("c", 0.1), ("The", 0.05)]),
+            &alts(&[
+                ("B", 0.5),
+                (" B", 0.1),
+                ("A", 0.2),
+                ("c", 0.1),
+                ("The", 0.05),
+            ]),
             4,
         )
         .unwrap();
@@ -241,7 +259,10 @@ mod tests {
         assert_eq!(label(26), 'a');
         assert_eq!(label(41), 'p');
         let ps = choice_probabilities(&alts(&[("a", 0.6), ("A", 0.2), ("p", 0.2)]), 42).unwrap();
-        assert!(close(ps[26], 0.6) && close(ps[0], 0.2) && close(ps[41], 0.2), "{ps:?}");
+        assert!(
+            close(ps[26], 0.6) && close(ps[0], 0.2) && close(ps[41], 0.2),
+            "{ps:?}"
+        );
         // Up to 26 options, "a" is "A".
         let ps = choice_probabilities(&alts(&[("a", 0.6), ("A", 0.2)]), 3).unwrap();
         assert!(close(ps[0], 1.0), "{ps:?}");

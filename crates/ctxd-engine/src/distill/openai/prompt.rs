@@ -81,9 +81,17 @@ fn section(out: &mut String, name: &str, body: &str) {
     let _ = write!(out, "<{name}>\n{}\n</{name}>\n\n", body.trim_end());
 }
 
-/// What the agent did after an output: its later steps (text and call arguments), clipped.
+/// What the agent did after an output: its later steps (text and call arguments), clipped;
+/// the final answer is shown on its own.
 fn later_steps(plan: &Plan, item: &Item) -> String {
-    let steps = plan.run.steps.get(item.later_from..).unwrap_or_default();
+    let steps: Vec<_> = plan
+        .run
+        .steps
+        .get(item.later_from..)
+        .unwrap_or_default()
+        .iter()
+        .filter(|s| plan.phase == Phase::MidRun || s.text.trim() != plan.run.answer.trim())
+        .collect();
     let mut out = String::new();
     let half = MAX_STEPS / 2;
     for (i, step) in steps.iter().enumerate() {
@@ -142,7 +150,11 @@ pub fn item(plan: &Plan, batch: &Batch, item: &Item) -> String {
                 out.push_str("status: failed\n");
             }
             if let Some(s) = &item.signals.superseded {
-                let part = if item.signals.partly { " (in part)" } else { "" };
+                let part = if item.signals.partly {
+                    " (in part)"
+                } else {
+                    ""
+                };
                 let _ = writeln!(out, "superseded{part}: {s}");
             }
             if item.signals.requested {
@@ -237,4 +249,169 @@ pub fn batch(plan: &Plan, batch: &Batch) -> Result<Vec<String>, Unreadable> {
         out.push(message);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use ctxd_core::distill::{self, Config};
+    use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, Session};
+    use ctxd_core::tree::active_branch;
+    use expect_test::expect;
+    use serde_json::json;
+
+    use super::*;
+
+    /// A run: a grep over three files, then an answer citing one of them.
+    fn session() -> Session {
+        let mut s = Session::default();
+        let mut push = |kind: EntryKind| {
+            let parent = s.entries.last().map(|e: &Entry| e.id.clone());
+            let id = EntryId::new(format!("e{}", s.entries.len()));
+            s.entries.push(Entry {
+                id,
+                parent,
+                timestamp: None,
+                sidechain: false,
+                kind,
+            });
+        };
+        push(EntryKind::Message(Message::text(
+            Role::User,
+            "where is the badge rendered?",
+        )));
+        push(EntryKind::Message(Message::new(
+            Role::Assistant,
+            vec![ContentBlock::ToolCall {
+                id: "c1".into(),
+                name: "bash".into(),
+                arguments: json!({"command": "rg -n badge src"}),
+            }],
+        )));
+        let mut grep = String::new();
+        for f in ["alpha", "bravo", "charlie"] {
+            for k in 1..=30 {
+                grep.push_str(&format!(
+                    "src/{f}.rs:{}:    let badge = render_badge_{f}_{k}(item, &theme);\n",
+                    k * 10
+                ));
+            }
+        }
+        push(EntryKind::Message(Message::new(
+            Role::Tool,
+            vec![ContentBlock::ToolResult {
+                call_id: "c1".into(),
+                tool_name: Some("bash".into()),
+                content: vec![ContentBlock::text(grep)],
+                is_error: false,
+            }],
+        )));
+        push(EntryKind::Message(Message::text(
+            Role::Assistant,
+            "In src/bravo.rs (render_badge_bravo_3).",
+        )));
+        s
+    }
+
+    #[test]
+    fn a_segment_request_reads_as_the_question_texts_name_it() {
+        let s = session();
+        let plan = distill::plan(&s, &active_branch(&s), &Config::default(), Phase::RunEnd);
+        assert_eq!(plan.batches.len(), 1);
+        let messages = batch(&plan, &plan.batches[0]).unwrap();
+        assert_eq!(messages.len(), plan.batches[0].questions.len());
+        // Shorten the chunks for the snapshot: first and last line of each.
+        let short = |m: &str| -> String {
+            let mut out = Vec::new();
+            let mut in_chunk = Vec::new();
+            for line in m.lines() {
+                if line.starts_with("<chunk_") {
+                    out.push(line.to_owned());
+                    in_chunk.clear();
+                    in_chunk.push(String::new());
+                } else if line.starts_with("</chunk_") {
+                    let body: Vec<String> = in_chunk.drain(1..).collect();
+                    out.push(body[0].clone());
+                    out.push(format!("[{} lines]", body.len()));
+                    out.push(line.to_owned());
+                    in_chunk.clear();
+                } else if !in_chunk.is_empty() {
+                    in_chunk.push(line.to_owned());
+                } else {
+                    out.push(line.to_owned());
+                }
+            }
+            out.join("\n")
+        };
+        expect![[r#"
+            situation: the agent's run just ended with final_answer. Decide what of its context the answer relies on, or a likely follow-up would need.
+
+            <user_question>
+            where is the badge rendered?
+            </user_question>
+
+            <final_answer>
+            In src/bravo.rs (render_badge_bravo_3).
+            </final_answer>
+
+            <tool_output>
+            call: bash `rg -n badge src`
+            size: 6366 characters in 6 chunks; chunk_1 to chunk_6 shown
+            <chunk_1 lines 1-28, src/alpha.rs>
+            src/alpha.rs:10:    let badge = render_badge_alpha_1(item, &theme);
+            [28 lines]
+            </chunk_1>
+            <chunk_2 lines 29-30, src/alpha.rs>
+            src/alpha.rs:290:    let badge = render_badge_alpha_29(item, &theme);
+            [2 lines]
+            </chunk_2>
+            <chunk_3 lines 31-58, src/bravo.rs>
+            src/bravo.rs:10:    let badge = render_badge_bravo_1(item, &theme);
+            [28 lines]
+            </chunk_3>
+            <chunk_4 lines 59-60, src/bravo.rs>
+            src/bravo.rs:290:    let badge = render_badge_bravo_29(item, &theme);
+            [2 lines]
+            </chunk_4>
+            <chunk_5 lines 61-87, src/charlie.rs>
+            src/charlie.rs:10:    let badge = render_badge_charlie_1(item, &theme);
+            [27 lines]
+            </chunk_5>
+            <chunk_6 lines 88-90, src/charlie.rs>
+            src/charlie.rs:280:    let badge = render_badge_charlie_28(item, &theme);
+            [3 lines]
+            </chunk_6>
+            </tool_output>
+
+            Question: Which part of this output matters most for the work: one chunk, the whole output, or none of it?
+            Options:
+            A) chunk_1
+            B) chunk_2
+            C) chunk_3
+            D) chunk_4
+            E) chunk_5
+            F) chunk_6
+            G) whole
+            H) none
+            Answer with the letter of one option."#]].assert_eq(&short(&messages[1]));
+        let last = messages.last().unwrap();
+        let question = &last[last.find("Question:").unwrap()..];
+        expect![[r#"
+            Question: Does chunk_6 contain anything final_answer relies on, or that a likely follow-up would need?
+            Answer Yes or No."#]].assert_eq(question);
+        // Everything before the question is the same in every request of the batch.
+        let prefix = &messages[0][..messages[0].find("Question:").unwrap()];
+        assert!(messages.iter().all(|m| m.starts_with(prefix)));
+    }
+
+    #[test]
+    fn too_many_options_cannot_be_lettered() {
+        let q = Question {
+            item: 0,
+            target: Target::Whole,
+            ask: Ask::Choice((0..53).map(|i| format!("o{i}")).collect()),
+            text: "which?".into(),
+        };
+        assert_eq!(question(&q), Err(Unreadable::TooManyOptions(53)));
+    }
 }
