@@ -196,6 +196,8 @@ impl ClassifierSettings {
 }
 
 /// The classifier a configuration names.
+// One per gateway or eval run, borrowed by every pass: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Configured {
     Local(LocalClassifier),
@@ -240,16 +242,14 @@ impl Classifier for Configured {
         }
     }
 
-    fn classify<'a>(
+    async fn classify<'a>(
         &'a self,
         pass: &'a Pass<'a>,
         batch: &'a Batch,
-    ) -> impl std::future::Future<Output = Result<Reply, ClassifierError>> + Send + 'a {
-        async move {
-            match self {
-                Self::Local(c) => c.classify(pass, batch).await,
-                Self::OpenAi(c) => c.classify(pass, batch).await,
-            }
+    ) -> Result<Reply, ClassifierError> {
+        match self {
+            Self::Local(c) => c.classify(pass, batch).await,
+            Self::OpenAi(c) => c.classify(pass, batch).await,
         }
     }
 }
