@@ -10,6 +10,7 @@ use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, S
 use ctxd_core::tree::active_branch;
 use ctxd_engine::distill::{
     ask, Classifier, ClassifierKind, ClassifierSettings, Configured, Limits, LogprobClassifier,
+    Pass,
 };
 use ctxd_mock::{Config as MockConfig, MockServer, Reply, Shape};
 use serde_json::{json, Value};
@@ -217,6 +218,17 @@ async fn the_api_key_comes_from_the_named_variable() {
     assert!(r
         .iter()
         .all(|r| r.header("authorization") == Some("Bearer sk-test-123")));
+
+    // A server that echoes the key in an error: the error does not carry it.
+    mock.script().push(Reply::error(
+        401,
+        "Incorrect API key provided: sk-test-123.",
+    ));
+    let p = plan(&s);
+    let pass = Pass::new(&p);
+    let e = c.classify(&pass, &p.batches[0]).await.unwrap_err();
+    assert!(e.0.contains("HTTP 401") && e.0.contains("[api key]"), "{e}");
+    assert!(!e.0.contains("sk-test-123"), "{e}");
 }
 
 #[tokio::test]

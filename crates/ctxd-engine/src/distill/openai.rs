@@ -108,13 +108,15 @@ impl LogprobClassifier {
             .post(&self.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
+        let mut key = None;
         if let Some(var) = &self.settings.api_key_env {
-            let key = std::env::var(var).map_err(|_| {
+            let k = std::env::var(var).map_err(|_| {
                 ClassifierError(format!(
                     "the environment variable {var} (api_key_env) is not set"
                 ))
             })?;
-            request = request.bearer_auth(key);
+            request = request.bearer_auth(&k);
+            key = Some(k);
         }
         let _permit = self
             .permits
@@ -125,7 +127,11 @@ impl LogprobClassifier {
         let status = response.status();
         let bytes = response.bytes().await.map_err(|e| self.http_error(&e))?;
         if status != reqwest::StatusCode::OK {
-            let text = String::from_utf8_lossy(&bytes);
+            let mut text = String::from_utf8_lossy(&bytes).into_owned();
+            // A server echoing the key back must not put it in a log.
+            if let Some(k) = key.as_deref().filter(|k| !k.is_empty()) {
+                text = text.replace(k, "[api key]");
+            }
             let text: String = text.chars().take(ERROR_BODY_CHARS).collect();
             return Err(ClassifierError(format!(
                 "{} answered HTTP {status}: {text}",
