@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Args;
+use ctxd_core::distill::record::Usage;
+use ctxd_engine::distill::{Classifier, ClassifierKind, ClassifierSettings, Configured};
 use serde::Serialize;
 
 use crate::load;
 use replay::{Miss, Outcome, Retention, Sent};
 
-/// The classifiers `--classifier` names.
-const CLASSIFIERS: &[&str] = &["local"];
 /// Misses listed per session in the text output.
 const TEXT_MISSES: usize = 3;
 
@@ -28,9 +28,31 @@ pub struct EvalArgs {
     /// Print JSON (schema `ctxd.eval/1`): per session and in total, with every miss.
     #[arg(long)]
     pub json: bool,
-    /// The classifier deciding what to keep: `local` (no network, no model files).
+    /// The classifier deciding what to keep: `local` (no network, no model files) or `openai`
+    /// (any OpenAI-compatible model through yes/no log-probabilities; needs --classifier-url
+    /// and --classifier-model).
     #[arg(long, value_name = "NAME", default_value = "local")]
     pub classifier: String,
+    /// `openai`: the API's base URL, without `/chat/completions`
+    /// (`https://api.openai.com/v1`, `http://127.0.0.1:8080/v1`).
+    #[arg(long, value_name = "URL")]
+    pub classifier_url: Option<String>,
+    /// `openai`: the model name the server knows.
+    #[arg(long, value_name = "NAME")]
+    pub classifier_model: Option<String>,
+    /// `openai`: the environment variable holding the API key (its NAME; none for a local
+    /// server).
+    #[arg(long, value_name = "NAME")]
+    pub classifier_key_env: Option<String>,
+    /// `openai`: each request's time limit in milliseconds (default 10000).
+    #[arg(long, value_name = "MS")]
+    pub classifier_timeout_ms: Option<u64>,
+    /// `openai`: requests in flight at once (default 8).
+    #[arg(long, value_name = "N")]
+    pub classifier_concurrency: Option<usize>,
+    /// `openai`: USD per million input tokens, for the classifier's cost.
+    #[arg(long, value_name = "USD")]
+    pub classifier_price_per_mtok: Option<f64>,
     /// The baseline: keep the last N tool outputs, mask older ones (SWE-agent's rule).
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub baseline_last: usize,
@@ -58,6 +80,8 @@ struct Total {
     retention_last_n: Retention,
     passes: usize,
     edits: usize,
+    /// The classifier's requests, input tokens, cost and time over every pass.
+    classifier: Usage,
     classifier_ms: f64,
     policy_ms: f64,
     seconds: f64,
@@ -68,6 +92,8 @@ struct Total {
 struct Report<'a> {
     schema: &'static str,
     classifier: &'a str,
+    /// The classifier's name in records (`local`, `openai:MODEL`).
+    classifier_name: &'a str,
     baseline_last: usize,
     sessions: &'a [SessionRow],
     total: &'a Total,
@@ -114,20 +140,48 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
-pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
-    if !CLASSIFIERS.contains(&args.classifier.as_str()) {
+/// The classifier the flags name, checked (a flag of the other kind is an error).
+fn classifier(args: &EvalArgs) -> anyhow::Result<Configured> {
+    let Some(kind) = ClassifierKind::parse(&args.classifier) else {
         anyhow::bail!(
             "unknown classifier {:?}: the classifiers are {}",
             args.classifier,
-            CLASSIFIERS.join(", ")
+            ClassifierKind::NAMES.join(", ")
         );
-    }
+    };
+    let settings = ClassifierSettings {
+        kind,
+        base_url: args.classifier_url.clone(),
+        model: args.classifier_model.clone(),
+        api_key_env: args.classifier_key_env.clone(),
+        timeout_ms: args.classifier_timeout_ms,
+        concurrency: args.classifier_concurrency,
+        price_per_mtok: args.classifier_price_per_mtok,
+    };
+    Configured::from_settings(&settings).map_err(|e| {
+        // The flag, not the settings' field.
+        let flag = match e.field {
+            "base_url" => "--classifier-url",
+            "model" => "--classifier-model",
+            "api_key_env" => "--classifier-key-env",
+            "timeout_ms" => "--classifier-timeout-ms",
+            "concurrency" => "--classifier-concurrency",
+            "price_per_mtok" => "--classifier-price-per-mtok",
+            _ => "--classifier",
+        };
+        anyhow::anyhow!("{flag}: {}", e.problem)
+    })
+}
+
+pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
+    let classifier = classifier(args)?;
     let files = collect(&args.files)?;
     if files.is_empty() {
         anyhow::bail!("no session files found");
     }
+    // The logprob classifier's HTTP needs the I/O driver.
     let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        .enable_all()
         .build()?;
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(files.len() as u64);
@@ -153,6 +207,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
             last_n: args.baseline_last,
             counter: &counter,
             runtime: &runtime,
+            classifier: &classifier,
         };
         let outcome = replay::replay(&import.session, &opts);
         let ms = t0.elapsed().as_secs_f64() * 1_000.0;
@@ -166,6 +221,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         total.retention_last_n.add(&outcome.retention_last_n);
         total.passes += outcome.passes;
         total.edits += outcome.edits;
+        total.classifier.add(&outcome.classifier);
         total.classifier_ms += outcome.classifier_us as f64 / 1_000.0;
         total.policy_ms += outcome.policy_us as f64 / 1_000.0;
         rows.push(SessionRow {
@@ -195,6 +251,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         let report = Report {
             schema: "ctxd.eval/1",
             classifier: &args.classifier,
+            classifier_name: classifier.name(),
             baseline_last: args.baseline_last,
             sessions: &rows,
             total: &total,
@@ -203,7 +260,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         writeln!(stdout)?;
         return Ok(());
     }
-    write_text(&mut stdout, args, &rows, &total)?;
+    write_text(&mut stdout, args, classifier.name(), &rows, &total)?;
     Ok(())
 }
 
@@ -222,14 +279,14 @@ fn name_of(file: &str) -> String {
 fn write_text(
     out: &mut impl Write,
     args: &EvalArgs,
+    classifier: &str,
     rows: &[SessionRow],
     total: &Total,
 ) -> std::io::Result<()> {
     let n = args.baseline_last;
     writeln!(
         out,
-        "ctxd eval: classifier {}, baseline last-{n} masking; tokens and cache-adjusted cost as a share of sending everything",
-        args.classifier
+        "ctxd eval: classifier {classifier}, baseline last-{n} masking; tokens and cache-adjusted cost as a share of sending everything"
     )?;
     writeln!(
         out,
@@ -309,6 +366,16 @@ fn write_text(
         total.policy_ms,
         total.classifier_ms
     )?;
+    if total.classifier.input_tokens > 0 {
+        writeln!(
+            out,
+            "classifier {}: {} requests, {} input tokens, ${:.4}",
+            classifier,
+            total.classifier.requests,
+            total.classifier.input_tokens,
+            total.classifier.cost_usd
+        )?;
+    }
     let misses: Vec<(&str, &Miss)> = rows
         .iter()
         .flat_map(|r| {

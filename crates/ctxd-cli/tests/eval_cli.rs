@@ -159,3 +159,117 @@ fn eval_replays_a_session_and_measures_savings_retention_and_the_baseline() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("unknown classifier \"gpt\""), "{err}");
 }
+
+#[test]
+fn eval_with_the_openai_classifier_runs_against_a_model_server() {
+    let dir = common::fresh_dir("eval-openai");
+    let file = dir.join("session.jsonl");
+    std::fs::write(&file, session()).unwrap();
+    let mock = ctxd_mock::MockServer::start_blocking(ctxd_mock::Config::default()).unwrap();
+    let url = format!("{}/v1", mock.base_url());
+
+    let out = common::succeed(
+        common::ctxd()
+            .args(["eval", "--json", "--classifier", "openai"])
+            .args(["--classifier-url", &url, "--classifier-model", "judge-1"])
+            .args(["--classifier-price-per-mtok", "0.2"])
+            .arg(&file),
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["classifier"], "openai");
+    assert_eq!(v["classifier_name"], "openai:judge-1");
+    let s = &v["sessions"][0];
+    assert_eq!(s["requests"], 4);
+    assert_eq!(s["passes"], 1);
+    // One request per question of the pass, every one answered (nothing kept for an error).
+    let sent = mock
+        .requests()
+        .iter()
+        .filter(|r| r.route() == "/v1/chat/completions" && r.refused.is_none())
+        .count() as u64;
+    assert!(sent > 2, "{sent}");
+    let total = &v["total"]["classifier"];
+    assert_eq!(total["requests"].as_u64().unwrap(), sent, "{v}");
+    assert_eq!(s["classifier"]["requests"], total["requests"]);
+    let tokens = total["input_tokens"].as_u64().unwrap();
+    assert!(tokens > 100 * sent, "{tokens} input tokens");
+    let cost = total["cost_usd"].as_f64().unwrap();
+    assert!((cost - tokens as f64 * 0.2 / 1e6).abs() < 1e-9, "{cost}");
+    let reasons = s["reasons"].as_object().unwrap();
+    assert!(
+        !reasons.keys().any(|k| k.ends_with("/error")),
+        "{reasons:?}"
+    );
+
+    // Text: the classifier's line.
+    let out = common::succeed(
+        common::ctxd()
+            .args(["eval", "--classifier", "openai"])
+            .args(["--classifier-url", &url, "--classifier-model", "judge-1"])
+            .arg(&file),
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("classifier openai:judge-1:"), "{text}");
+    mock.stop();
+}
+
+#[test]
+fn bad_classifier_flags_say_which_and_exit_2() {
+    let dir = common::fresh_dir("eval-flags");
+    let file = dir.join("session.jsonl");
+    std::fs::write(&file, session()).unwrap();
+    for (args, want) in [
+        (
+            vec!["--classifier", "openai", "--classifier-model", "m"],
+            "--classifier-url: missing",
+        ),
+        (
+            vec![
+                "--classifier",
+                "openai",
+                "--classifier-url",
+                "http://127.0.0.1:9/v1",
+            ],
+            "--classifier-model: missing",
+        ),
+        (
+            vec!["--classifier-url", "http://127.0.0.1:9/v1"],
+            "--classifier-url: applies to the openai classifier only",
+        ),
+        (
+            vec![
+                "--classifier",
+                "openai",
+                "--classifier-url",
+                "127.0.0.1:9",
+                "--classifier-model",
+                "m",
+            ],
+            "--classifier-url:",
+        ),
+        (
+            vec![
+                "--classifier",
+                "openai",
+                "--classifier-url",
+                "http://127.0.0.1:9/v1",
+                "--classifier-model",
+                "m",
+                "--classifier-key-env",
+                "CTXD_EVAL_TEST_NO_SUCH_KEY",
+            ],
+            "--classifier-key-env: names CTXD_EVAL_TEST_NO_SUCH_KEY, which is not set",
+        ),
+    ] {
+        let out = common::ctxd()
+            .arg("eval")
+            .args(&args)
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

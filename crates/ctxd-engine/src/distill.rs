@@ -1,5 +1,6 @@
-//! Distillation's classifier: the trait, the runner that asks a plan's questions, and the
-//! default local classifier.
+//! Distillation's classifier: the trait, the runner that asks a plan's questions, the
+//! default local classifier, a logprob classifier over any OpenAI-compatible model
+//! ([`openai`]), and [`Configured`], the one type a configuration makes ([`configured`]).
 //!
 //! The core lays a pass out ([`ctxd_core::distill::plan`]) and decides from the answers
 //! ([`ctxd_core::distill::decide`]); only asking is asynchronous, and it lives here. The runner
@@ -8,6 +9,15 @@
 //! answers the wrong number of questions or is not back in time leaves its questions without an
 //! answer, and the core keeps their items (asked again at the next pass). Usage (requests,
 //! tokens, ms) goes into the pass's record.
+
+mod configured;
+pub mod openai;
+
+pub use configured::{
+    ClassifierKind, ClassifierSettings, Configured, SettingsError, DEFAULT_CONCURRENCY,
+    DEFAULT_TIMEOUT_MS,
+};
+pub use openai::{LogprobClassifier, LogprobSettings};
 
 use std::future::Future;
 use std::sync::OnceLock;
@@ -38,6 +48,8 @@ impl<'a> Pass<'a> {
 #[derive(Clone, Debug, Default)]
 pub struct Reply {
     pub answers: Vec<Answer>,
+    /// Requests the batch took (0 counts as one: a local classifier's batch is one "request").
+    pub requests: u64,
     pub input_tokens: u64,
     pub cost_usd: f64,
 }
@@ -76,6 +88,7 @@ impl Classifier for LocalClassifier {
         let answers = local::answer_batch(pass.plan, index, batch);
         std::future::ready(Ok(Reply {
             answers,
+            requests: 1,
             input_tokens: 0,
             cost_usd: 0.0,
         }))
@@ -134,7 +147,7 @@ pub async fn ask<C: Classifier>(classifier: &C, plan: &Plan, limits: &Limits) ->
             }
             Ok(None) => break,
             Ok(Some((batch, reply))) => {
-                usage.requests += 1;
+                usage.requests += reply.as_ref().map_or(1, |r| r.requests.max(1));
                 match reply {
                     Ok(r) if r.answers.len() == batch.questions.len() => {
                         usage.input_tokens += r.input_tokens;
@@ -147,10 +160,13 @@ pub async fn ask<C: Classifier>(classifier: &C, plan: &Plan, limits: &Limits) ->
                         .questions
                         .iter()
                         .for_each(|&q| answers[q] = Err(Missing::NoAnswer)),
-                    Err(_) => batch
-                        .questions
-                        .iter()
-                        .for_each(|&q| answers[q] = Err(Missing::Error)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, questions = batch.questions.len(), "a classifier batch failed; its items are kept");
+                        batch
+                            .questions
+                            .iter()
+                            .for_each(|&q| answers[q] = Err(Missing::Error));
+                    }
                 }
             }
         }
@@ -263,6 +279,7 @@ mod tests {
                 .collect();
             Ok(Reply {
                 answers,
+                requests: 1,
                 input_tokens: 10,
                 cost_usd: 0.0,
             })

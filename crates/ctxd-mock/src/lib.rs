@@ -14,6 +14,12 @@
 //!   forgets them), and a `wait` reply holds its request until the next one is queued, so a
 //!   test can answer with what it reads in the recorded request (an id only the run knows).
 //! - [`Recorded`]: one request as received.
+//! - Chat Completions with `logprobs: true` list each token's log-probability and its
+//!   `top_logprobs` alternatives, deterministically: a [`Part::Sampled`] reply (spec
+//!   `logprobs:Yes=0.7,No=0.3`) sets the first token's; a judging request (logprobs asked, no
+//!   tools, nothing scripted) gets a one-token Yes/No, or a letter when its last user message
+//!   lists `A) …` options, steered by `mock:p=0.8` / `mock:pick=C` in that message (else from a
+//!   hash of it).
 //!
 //! # Strict by default
 //!
@@ -39,7 +45,8 @@
 //! - OpenAI Chat (`invalid_request_error`, `param` `messages.[N].role`): `messages` present
 //!   and non-empty; an assistant message with `tool_calls` followed by a `tool` message per
 //!   call id before any other user/assistant message; a `tool` message answering a call of
-//!   the assistant message before it; system/developer messages anywhere.
+//!   the assistant message before it; system/developer messages anywhere; `top_logprobs` only
+//!   with `logprobs: true`, and from 0 to 20 (`param` `top_logprobs`).
 //! - OpenAI Responses (`param: "input"`): every `function_call`/`custom_tool_call` in an
 //!   `input` array has its output item, every output item answers an earlier call; not
 //!   checked with `previous_response_id` (the mock keeps no server state).

@@ -38,7 +38,8 @@ struct Args {
     /// Scripted replies, used in order, one per generation request, before the built-in
     /// logic: default | text:TEXT | tool:NAME[:JSON] | error:STATUS[:MESSAGE] | fail:MESSAGE |
     /// wait[:MS] (hold the request until a reply is queued after it, by
-    /// `POST /_mock/script` with a JSON array of these specs; default 30000 ms).
+    /// `POST /_mock/script` with a JSON array of these specs; default 30000 ms) |
+    /// logprobs:TOKEN=P,TOKEN=P... (one token, the most likely; Chat `logprobs` lists them).
     #[arg(long = "reply", value_name = "SPEC")]
     replies: Vec<Reply>,
     /// Delay before the first byte of every reply, in milliseconds.

@@ -34,6 +34,11 @@ pub(crate) struct Head<'a> {
     pub tool_choice: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub previous_response_id: Option<&'a RawValue>,
+    /// Chat: `logprobs` and `top_logprobs`.
+    #[serde(borrow, default)]
+    pub logprobs: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub top_logprobs: Option<&'a RawValue>,
 }
 
 /// A message or input item: only what decides the turn.
@@ -110,6 +115,51 @@ impl<'a> Head<'a> {
         lenient::<Opts>(self.stream_options)
             .include_usage
             .unwrap_or(false)
+    }
+
+    /// Chat: `logprobs: true`.
+    pub(crate) fn wants_logprobs(&self) -> bool {
+        self.logprobs.is_some_and(|r| r.get() == "true")
+    }
+
+    /// Chat: `top_logprobs` as a number (`None`: absent or null; a number that is not a whole
+    /// one reads as -1, which strict mode refuses).
+    pub(crate) fn top_logprobs(&self) -> Option<i64> {
+        let raw = self.top_logprobs?.get();
+        if raw == "null" {
+            return None;
+        }
+        Some(raw.parse::<i64>().unwrap_or(-1))
+    }
+
+    /// Chat: the text of the last user message (a string, or its `text` parts joined).
+    pub(crate) fn last_user_text(&self) -> String {
+        #[derive(Default, Deserialize)]
+        struct Msg<'b> {
+            #[serde(borrow, default)]
+            role: Option<Cow<'b, str>>,
+            #[serde(default)]
+            content: Option<serde_json::Value>,
+        }
+        let Some(messages) = self.messages.as_deref() else {
+            return String::new();
+        };
+        for raw in messages.iter().rev() {
+            let m: Msg = lenient(Some(raw));
+            if m.role.as_deref() != Some("user") {
+                continue;
+            }
+            return match m.content {
+                Some(serde_json::Value::String(s)) => s,
+                Some(serde_json::Value::Array(parts)) => parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(|t| t.as_str()))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                _ => String::new(),
+            };
+        }
+        String::new()
     }
 
     /// Anthropic: `thinking.type` is `enabled` or `adaptive`.

@@ -50,6 +50,10 @@ pub enum Part {
         name: String,
         args: Value,
     },
+    /// One token sampled from these (token, probability) alternatives at temperature 0: the
+    /// text is the most likely, and a Chat request asking for `logprobs` gets them all as the
+    /// first token's `top_logprobs` (how a classifier reads a yes/no answer).
+    Sampled(Vec<(String, f64)>),
 }
 
 /// How a reply is delivered.
@@ -90,6 +94,16 @@ impl Reply {
             name: name.into(),
             args,
         }])
+    }
+
+    /// A one-token answer with these first-token probabilities (see [`Part::Sampled`]).
+    pub fn sampled(alternatives: &[(&str, f64)]) -> Self {
+        Self::parts(vec![Part::Sampled(
+            alternatives
+                .iter()
+                .map(|(t, p)| ((*t).to_owned(), *p))
+                .collect(),
+        )])
     }
 
     pub fn parts(parts: Vec<Part>) -> Self {
@@ -155,9 +169,9 @@ impl From<Action> for Reply {
 }
 
 /// A reply spec is not `default`, `text:TEXT`, `tool:NAME[:JSON]`, `error:STATUS[:MESSAGE]`,
-/// `fail:MESSAGE` or `wait[:MILLISECONDS]`.
+/// `fail:MESSAGE`, `wait[:MILLISECONDS]` or `logprobs:TOKEN=P,TOKEN=P...`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("bad reply spec {spec:?}: {why} (want default, text:TEXT, tool:NAME[:JSON], error:STATUS[:MESSAGE], fail:MESSAGE or wait[:MILLISECONDS])")]
+#[error("bad reply spec {spec:?}: {why} (want default, text:TEXT, tool:NAME[:JSON], error:STATUS[:MESSAGE], fail:MESSAGE, wait[:MILLISECONDS] or logprobs:TOKEN=P,TOKEN=P...)")]
 pub struct ReplySpecError {
     pub spec: String,
     pub why: String,
@@ -199,6 +213,22 @@ impl FromStr for Reply {
                     return Err(bad("status out of range"));
                 }
                 Ok(Reply::error(status, message))
+            }
+            "logprobs" => {
+                let mut alternatives = Vec::new();
+                for pair in rest.split(',') {
+                    let (token, p) = pair
+                        .rsplit_once('=')
+                        .ok_or_else(|| bad("an alternative is not TOKEN=P"))?;
+                    let p: f64 = p
+                        .parse()
+                        .map_err(|_| bad("a probability is not a number"))?;
+                    if token.is_empty() || !(p > 0.0 && p <= 1.0) {
+                        return Err(bad("an alternative needs a token and 0 < P <= 1"));
+                    }
+                    alternatives.push((token.to_owned(), p));
+                }
+                Ok(Reply::parts(vec![Part::Sampled(alternatives)]))
             }
             _ => Err(bad("unknown kind")),
         }
@@ -297,6 +327,10 @@ mod tests {
         );
         assert_eq!("wait".parse::<Reply>().unwrap(), Reply::wait(DEFAULT_WAIT));
         assert_eq!(
+            "logprobs:Yes=0.7, Yes=0.1,No=0.2".parse::<Reply>().unwrap(),
+            Reply::sampled(&[("Yes", 0.7), (" Yes", 0.1), ("No", 0.2)])
+        );
+        assert_eq!(
             "wait:250".parse::<Reply>().unwrap(),
             Reply::wait(Duration::from_millis(250))
         );
@@ -312,6 +346,11 @@ mod tests {
             "error:abc",
             "error:42",
             "wait:soon",
+            "logprobs:",
+            "logprobs:Yes",
+            "logprobs:Yes=x",
+            "logprobs:Yes=0",
+            "logprobs:=0.5",
         ] {
             let err = spec.parse::<Reply>().unwrap_err();
             assert_eq!(err.spec, spec);

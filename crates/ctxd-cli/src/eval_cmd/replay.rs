@@ -24,7 +24,7 @@ use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, S
 use ctxd_core::tokens::{blocks_tokens, tool_def_tokens, TokenCounter};
 use ctxd_core::tree::active_branch;
 use ctxd_core::view::{self, ItemKind as ViewKind, Projection};
-use ctxd_engine::distill::{ask, Limits, LocalClassifier};
+use ctxd_engine::distill::{ask, Classifier, Limits};
 use serde::Serialize;
 
 /// Cache prices relative to base input (Anthropic).
@@ -106,11 +106,13 @@ pub struct Outcome {
     pub misses: Vec<Miss>,
 }
 
-pub struct Options<'a> {
+pub struct Options<'a, C> {
     pub config: Config,
     pub last_n: usize,
     pub counter: &'a dyn TokenCounter,
     pub runtime: &'a tokio::runtime::Runtime,
+    /// What answers the passes' questions.
+    pub classifier: &'a C,
 }
 
 /// Token counts by content address (contents never move once appended) and variant.
@@ -357,7 +359,7 @@ fn same_response(a: &Message, b: &Message) -> bool {
 }
 
 /// Replay `session`.
-pub fn replay(session: &Session, opts: &Options<'_>) -> Outcome {
+pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcome {
     let branch = active_branch(session);
     let entries: Vec<&Entry> = branch.iter().map(|&p| &session.entries[p]).collect();
     let mut out = Outcome::default();
@@ -563,10 +565,10 @@ pub fn replay(session: &Session, opts: &Options<'_>) -> Outcome {
     out
 }
 
-fn run_pass(
+fn run_pass<C: Classifier>(
     work: &mut Session,
     phase: Phase,
-    opts: &Options<'_>,
+    opts: &Options<'_, C>,
     limits: &Limits,
     out: &mut Outcome,
     drafts: &mut usize,
@@ -579,7 +581,7 @@ fn run_pass(
         return;
     }
     let asked = Instant::now();
-    let answered = opts.runtime.block_on(ask(&LocalClassifier, &plan, limits));
+    let answered = opts.runtime.block_on(ask(opts.classifier, &plan, limits));
     out.classifier_us += asked.elapsed().as_micros() as u64;
     let decisions = distill::decide(work, &plan, &answered.answers, &opts.config);
     out.passes += 1;
@@ -600,11 +602,7 @@ fn run_pass(
     }
     out.saved_chars += decisions.saved_chars;
     out.classifier.add(&answered.usage);
-    for kind in decisions.drafts(
-        ctxd_engine::distill::Classifier::name(&LocalClassifier),
-        answered.usage,
-        answered.timed_out,
-    ) {
+    for kind in decisions.drafts(opts.classifier.name(), answered.usage, answered.timed_out) {
         *drafts += 1;
         let parent = work.entries.last().map(|e| e.id.clone());
         work.entries.push(Entry {

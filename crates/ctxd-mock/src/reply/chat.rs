@@ -1,6 +1,8 @@
 //! OpenAI Chat Completions: a chat.completion JSON, or chunks (role, content deltas, one
 //! header and one arguments chunk per tool call, finish_reason), a usage chunk when
-//! `stream_options.include_usage`, then `data: [DONE]`.
+//! `stream_options.include_usage`, then `data: [DONE]`. With `logprobs: true`, the choice's
+//! `logprobs.content` lists each token (streamed: one content chunk per token, carrying its
+//! own).
 
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -50,6 +52,15 @@ fn calls(plan: &Plan) -> Vec<(&str, &str, String)> {
         .collect()
 }
 
+/// A choice's `logprobs` object for these tokens.
+fn logprobs(plan: &Plan, tokens: &[super::logprobs::TokenLogprob]) -> Value {
+    let content: Vec<Value> = tokens
+        .iter()
+        .map(|t| t.to_json(plan.top_logprobs))
+        .collect();
+    json!({"content": content, "refusal": null})
+}
+
 pub(super) fn json(plan: &Plan) -> Vec<u8> {
     let mut message = json!({"role": "assistant", "content": text(plan), "refusal": null});
     let calls = calls(plan);
@@ -64,14 +75,16 @@ pub(super) fn json(plan: &Plan) -> Vec<u8> {
         "object": "chat.completion",
         "created": plan.created,
         "model": plan.model,
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": finish_reason(plan)}],
+        "choices": [{"index": 0, "message": message,
+            "logprobs": plan.logprobs.as_deref().map_or(Value::Null, |t| logprobs(plan, t)),
+            "finish_reason": finish_reason(plan)}],
         "usage": usage(plan),
     })
     .to_string()
     .into_bytes()
 }
 
-fn chunk(plan: &Plan, delta: Value, finish: Option<&str>) -> Bytes {
+fn chunk(plan: &Plan, delta: Value, finish: Option<&str>) -> Value {
     let mut data = json!({
         "id": plan.id,
         "object": "chat.completion.chunk",
@@ -82,28 +95,40 @@ fn chunk(plan: &Plan, delta: Value, finish: Option<&str>) -> Bytes {
     if plan.include_usage {
         data["usage"] = Value::Null;
     }
-    sse(None, &data)
+    data
 }
 
 pub(super) fn events(plan: &Plan) -> Vec<Bytes> {
-    let mut out = vec![chunk(
-        plan,
-        json!({"role": "assistant", "content": ""}),
+    let mut out = vec![sse(
         None,
+        &chunk(plan, json!({"role": "assistant", "content": ""}), None),
     )];
-    if let Some(text) = text(plan) {
-        for d in deltas(&text) {
-            out.push(chunk(plan, json!({"content": d}), None));
+    match (text(plan), plan.logprobs.as_deref()) {
+        (Some(_), Some(tokens)) => {
+            for t in tokens {
+                let mut c = chunk(plan, json!({"content": t.token}), None);
+                c["choices"][0]["logprobs"] = logprobs(plan, std::slice::from_ref(t));
+                out.push(sse(None, &c));
+            }
         }
+        (Some(text), None) => {
+            for d in deltas(&text) {
+                out.push(sse(None, &chunk(plan, json!({"content": d}), None)));
+            }
+        }
+        (None, _) => {}
     }
     for (index, (id, name, args)) in calls(plan).into_iter().enumerate() {
         let head = json!({"tool_calls": [{"index": index, "id": id, "type": "function",
             "function": {"name": name, "arguments": ""}}]});
-        out.push(chunk(plan, head, None));
+        out.push(sse(None, &chunk(plan, head, None)));
         let body = json!({"tool_calls": [{"index": index, "function": {"arguments": args}}]});
-        out.push(chunk(plan, body, None));
+        out.push(sse(None, &chunk(plan, body, None)));
     }
-    out.push(chunk(plan, json!({}), Some(finish_reason(plan))));
+    out.push(sse(
+        None,
+        &chunk(plan, json!({}), Some(finish_reason(plan))),
+    ));
     if plan.include_usage {
         let data = json!({
             "id": plan.id,
@@ -125,7 +150,10 @@ pub(super) fn failure(plan: &Plan, message: &str) -> Vec<Bytes> {
     let error =
         json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}});
     vec![
-        chunk(plan, json!({"role": "assistant", "content": ""}), None),
+        sse(
+            None,
+            &chunk(plan, json!({"role": "assistant", "content": ""}), None),
+        ),
         sse(None, &error),
     ]
 }

@@ -6,6 +6,7 @@
 mod anthropic;
 mod chat;
 mod errors;
+mod logprobs;
 mod pad;
 mod responses;
 
@@ -40,6 +41,9 @@ pub(crate) struct Plan {
     /// Responses: echoed request fields.
     pub tool_choice: Value,
     pub previous_response_id: Value,
+    /// Chat with `logprobs: true`: each token of the text, and how many alternatives to list.
+    pub logprobs: Option<Vec<logprobs::TokenLogprob>>,
+    pub top_logprobs: usize,
 }
 
 /// The thinking block (Anthropic) or reasoning item (Responses).
@@ -100,6 +104,9 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
         reasoning,
         body_len,
     } = input;
+    let logprobs_asked = api == Api::OpenAiChat && head.wants_logprobs();
+    // The first token's alternatives, when a reply says them (or a judging request's).
+    let mut first: Option<Vec<(String, f64)>> = None;
     let parts = match parts {
         Some(parts) => {
             let tools = head.tools();
@@ -111,8 +118,21 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
                         let kind = turn::kind_of(&tools, &name);
                         Planned::Call(Call { name, args, kind })
                     }
+                    Part::Sampled(alternatives) => {
+                        let text = logprobs::sampled(&alternatives);
+                        if first.is_none() {
+                            first = Some(alternatives);
+                        }
+                        Planned::Text(text)
+                    }
                 })
                 .collect()
+        }
+        None if logprobs_asked && head.tools().is_empty() => {
+            let alternatives = logprobs::judge(&head.last_user_text());
+            let text = logprobs::sampled(&alternatives);
+            first = Some(alternatives);
+            vec![Planned::Text(text)]
         }
         None => match turn::decide(api, head) {
             Turn::Final => vec![Planned::Text(final_text.to_owned())],
@@ -146,7 +166,17 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
                 }
             }
         })
-        .collect();
+        .collect::<Vec<Piece>>();
+    let logprobs = logprobs_asked.then(|| {
+        let text: String = pieces
+            .iter()
+            .filter_map(|p| match p {
+                Piece::Text { text, .. } => Some(text.as_str()),
+                Piece::Call { .. } => None,
+            })
+            .collect();
+        logprobs::for_text(&text, first.as_deref())
+    });
     let reasoning = reasoning.then(|| reasoned(api, ids));
     Plan {
         api,
@@ -165,6 +195,11 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
             .previous_response_id
             .and_then(|r| serde_json::from_str(r.get()).ok())
             .unwrap_or(Value::Null),
+        logprobs,
+        top_logprobs: head
+            .top_logprobs()
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0),
     }
 }
 

@@ -6,6 +6,7 @@
 //!   anywhere), including at the end of the conversation.
 //! - A `tool` message answers a call of the assistant message before it (only tool, system and
 //!   developer messages in between).
+//! - `top_logprobs` only with `logprobs: true`, and a whole number from 0 to 20.
 
 use std::borrow::Cow;
 
@@ -62,7 +63,48 @@ impl Open<'_> {
     }
 }
 
+/// The most `top_logprobs` OpenAI accepts.
+pub(crate) const MAX_TOP_LOGPROBS: i64 = 20;
+
+/// `top_logprobs` needs `logprobs: true` and lies in 0..=20, with OpenAI's messages.
+fn logprobs(head: &Head) -> Result<(), Refusal> {
+    let Some(n) = head.top_logprobs() else {
+        return Ok(());
+    };
+    if !head.wants_logprobs() {
+        return Err(Refusal::new(
+            "chat.top_logprobs_without_logprobs",
+            "The 'top_logprobs' parameter is only allowed when 'logprobs' is enabled.",
+        )
+        .param("top_logprobs"));
+    }
+    if n > MAX_TOP_LOGPROBS {
+        return Err(Refusal::new(
+            "chat.top_logprobs_range",
+            format!(
+                "Invalid 'top_logprobs': integer above maximum value. Expected a value <= \
+                 {MAX_TOP_LOGPROBS}, but got {n} instead."
+            ),
+        )
+        .param("top_logprobs")
+        .code("integer_above_max_value"));
+    }
+    if n < 0 {
+        return Err(Refusal::new(
+            "chat.top_logprobs_range",
+            format!(
+                "Invalid 'top_logprobs': integer below minimum value. Expected a value >= 0, \
+                 but got {n} instead."
+            ),
+        )
+        .param("top_logprobs")
+        .code("integer_below_min_value"));
+    }
+    Ok(())
+}
+
 pub(super) fn check(head: &Head) -> Result<(), Refusal> {
+    logprobs(head)?;
     let Some(raw) = head.messages.as_deref() else {
         return Err(
             Refusal::new("chat.messages", "Missing required parameter: 'messages'.")
@@ -201,6 +243,36 @@ mod tests {
         assert_eq!(err.rule, "chat.tool_message_unexpected");
         let err = run(json!([user, call(&["a"]), tool("a"), user, tool("a")])).unwrap_err();
         assert_eq!(err.param.as_deref(), Some("messages.[4].role"));
+    }
+
+    #[test]
+    fn top_logprobs_needs_logprobs_and_at_most_20() {
+        let head = |extra: Value| -> Result<(), Refusal> {
+            let mut body =
+                json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]});
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            let text = body.to_string();
+            check(&serde_json::from_str::<Head>(&text).unwrap())
+        };
+        assert!(head(json!({"logprobs": true, "top_logprobs": 20})).is_ok());
+        assert!(head(json!({"logprobs": true})).is_ok());
+        assert!(head(json!({"logprobs": false, "top_logprobs": null})).is_ok());
+        let e = head(json!({"top_logprobs": 5})).unwrap_err();
+        assert_eq!(e.rule, "chat.top_logprobs_without_logprobs");
+        assert_eq!(e.param.as_deref(), Some("top_logprobs"));
+        assert_eq!(
+            head(json!({"logprobs": false, "top_logprobs": 5}))
+                .unwrap_err()
+                .rule,
+            "chat.top_logprobs_without_logprobs"
+        );
+        let e = head(json!({"logprobs": true, "top_logprobs": 21})).unwrap_err();
+        assert_eq!(e.code, Some("integer_above_max_value"));
+        assert!(e.message.contains("got 21"), "{}", e.message);
+        let e = head(json!({"logprobs": true, "top_logprobs": -1})).unwrap_err();
+        assert_eq!(e.code, Some("integer_below_min_value"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! OpenAI Chat Completions, JSON and SSE.
 
+use ctxd_mock::Reply;
 use serde_json::{json, Value};
 
 use crate::support::{post, post_raw, start};
@@ -112,4 +113,125 @@ async fn errors_in_openai_shape() {
         .await
         .unwrap();
     assert_eq!(r.status(), 405);
+}
+
+/// A judging request: logprobs asked, no tools.
+fn judge(text: &str, stream: bool) -> Value {
+    json!({"model": "judge", "stream": stream, "max_tokens": 1, "temperature": 0,
+           "logprobs": true, "top_logprobs": 5,
+           "messages": [{"role": "system", "content": "answer Yes or No"},
+                        {"role": "user", "content": text}]})
+}
+
+#[tokio::test]
+async fn logprobs_answer_judging_requests_deterministically() {
+    let mock = start().await;
+    let c = post(
+        &mock,
+        "/v1/chat/completions",
+        &judge("Keep it? mock:p=0.8", false),
+    )
+    .await
+    .json();
+    let choice = &c["choices"][0];
+    assert_eq!(choice["message"]["content"], "Yes");
+    let first = &choice["logprobs"]["content"][0];
+    assert_eq!(first["token"], "Yes");
+    assert_eq!(first["bytes"], json!([89, 101, 115]));
+    let top = first["top_logprobs"].as_array().unwrap();
+    assert_eq!(top.len(), 5, "top_logprobs is honoured");
+    let p = |t: &str| -> f64 {
+        top.iter()
+            .filter(|a| a["token"] == t)
+            .map(|a| a["logprob"].as_f64().unwrap().exp())
+            .sum()
+    };
+    assert!((p("Yes") - 0.97 * 0.8 * 0.92).abs() < 1e-9);
+    assert!((p("No") - 0.97 * 0.2 * 0.92).abs() < 1e-9);
+    assert_eq!(choice["logprobs"]["refusal"], Value::Null);
+
+    // The same request, the same numbers; options get a letter.
+    let again = post(
+        &mock,
+        "/v1/chat/completions",
+        &judge("Keep it? mock:p=0.8", false),
+    )
+    .await
+    .json();
+    assert_eq!(again["choices"][0]["logprobs"], choice["logprobs"]);
+    let c = post(
+        &mock,
+        "/v1/chat/completions",
+        &judge("Which?\nA) chunk_1\nB) whole\nC) none\nmock:pick=B", false),
+    )
+    .await
+    .json();
+    assert_eq!(c["choices"][0]["message"]["content"], "B");
+
+    // Streamed: one content chunk per token, each with its logprobs.
+    let events = post(
+        &mock,
+        "/v1/chat/completions",
+        &judge("Keep it? mock:p=0.1", true),
+    )
+    .await
+    .events();
+    let content: Vec<&crate::support::Event> = events
+        .iter()
+        .filter(|e| {
+            e.data["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|c| !c.is_empty())
+        })
+        .collect();
+    assert_eq!(content.len(), 1);
+    assert_eq!(content[0].data["choices"][0]["delta"]["content"], "No");
+    assert_eq!(
+        content[0].data["choices"][0]["logprobs"]["content"][0]["token"],
+        "No"
+    );
+
+    // Without logprobs, no logprobs (and the built-in final text).
+    let mut plain = judge("Keep it?", false);
+    plain.as_object_mut().unwrap().remove("logprobs");
+    plain.as_object_mut().unwrap().remove("top_logprobs");
+    let c = post(&mock, "/v1/chat/completions", &plain).await.json();
+    assert_eq!(c["choices"][0]["logprobs"], Value::Null);
+    assert_eq!(c["choices"][0]["message"]["content"], "done");
+}
+
+#[tokio::test]
+async fn scripted_distributions_and_texts_carry_logprobs() {
+    let mock = start().await;
+    mock.script().push(Reply::sampled(&[
+        ("No", 0.55),
+        (" Yes", 0.4),
+        ("yes", 0.05),
+    ]));
+    mock.script().push(Reply::text("It is done."));
+    let c = post(&mock, "/v1/chat/completions", &judge("anything", false))
+        .await
+        .json();
+    let lp = &c["choices"][0]["logprobs"]["content"];
+    assert_eq!(c["choices"][0]["message"]["content"], "No");
+    let tokens: Vec<&str> = lp[0]["top_logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["token"].as_str().unwrap())
+        .collect();
+    assert_eq!(tokens, ["No", " Yes", "yes"]);
+    assert!((lp[0]["logprob"].as_f64().unwrap() - 0.55f64.ln()).abs() < 1e-12);
+
+    let c = post(&mock, "/v1/chat/completions", &judge("anything", false))
+        .await
+        .json();
+    let lp = c["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    let tokens: Vec<&str> = lp.iter().map(|t| t["token"].as_str().unwrap()).collect();
+    assert_eq!(tokens, ["It", " is", " done", "."]);
+    for t in lp {
+        assert_eq!(t["top_logprobs"][0]["token"], t["token"]);
+        assert_eq!(t["top_logprobs"].as_array().unwrap().len(), 5);
+        assert!(t["logprob"].as_f64().unwrap() < 0.0);
+    }
 }

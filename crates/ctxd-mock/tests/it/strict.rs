@@ -273,6 +273,45 @@ async fn chat_tool_message_rules() {
 }
 
 #[tokio::test]
+async fn chat_top_logprobs_rules() {
+    let mock = start().await;
+    let chat = |extra: Value| {
+        let mut b =
+            json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    ok(&post(
+        &mock,
+        CHAT,
+        &chat(json!({"logprobs": true, "top_logprobs": 20})),
+    )
+    .await);
+    let e = openai_refusal(
+        &post(&mock, CHAT, &chat(json!({"top_logprobs": 5}))).await,
+        "chat.top_logprobs_without_logprobs",
+    );
+    assert_eq!(
+        e,
+        json!({"message": "The 'top_logprobs' parameter is only allowed when 'logprobs' is enabled.",
+            "type": "invalid_request_error", "param": "top_logprobs", "code": null})
+    );
+    let e = openai_refusal(
+        &post(
+            &mock,
+            CHAT,
+            &chat(json!({"logprobs": true, "top_logprobs": 21})),
+        )
+        .await,
+        "chat.top_logprobs_range",
+    );
+    assert_eq!(e["code"], "integer_above_max_value");
+    assert_eq!(e["param"], "top_logprobs");
+}
+
+#[tokio::test]
 async fn responses_call_output_pairing() {
     let mock = start().await;
     let resp = |input: Value| json!({"model": "gpt-5", "input": input});

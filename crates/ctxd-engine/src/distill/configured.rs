@@ -1,0 +1,367 @@
+//! The classifier a configuration names: [`ClassifierSettings`] (the raw form a config file
+//! or flags give, `kind = "local" | "openai"`) validated into a [`Configured`] classifier.
+//!
+//! [`Classifier`] returns `impl Future`, so it cannot be a trait object; [`Configured`] is the
+//! one type a caller holds whatever the configuration says.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::openai::{LogprobClassifier, LogprobSettings};
+use super::{Classifier, ClassifierError, LocalClassifier, Pass, Reply};
+use ctxd_core::distill::Batch;
+
+/// Per-request time limit of a logprob classifier when the settings name none.
+pub const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+/// Requests in flight when the settings name no limit.
+pub const DEFAULT_CONCURRENCY: usize = 8;
+/// The most requests in flight the settings accept.
+pub const MAX_CONCURRENCY: usize = 256;
+
+/// Which classifier.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClassifierKind {
+    /// The core's local rules: no network, no model files.
+    #[default]
+    Local,
+    /// Any OpenAI-compatible chat model, through yes/no log-probabilities.
+    OpenAi,
+}
+
+impl ClassifierKind {
+    pub const NAMES: &'static [&'static str] = &["local", "openai"];
+
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "local" => Some(Self::Local),
+            "openai" => Some(Self::OpenAi),
+            _ => None,
+        }
+    }
+}
+
+/// A classifier's settings as written (TOML, flags). `kind = "openai"` needs `base_url` and
+/// `model`; the other fields are optional, and belong to `openai` only.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassifierSettings {
+    #[serde(default)]
+    pub kind: ClassifierKind,
+    /// The API's base, up to and without `/chat/completions`.
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    /// The NAME of the environment variable holding the API key (never the key itself).
+    pub api_key_env: Option<String>,
+    /// Each request's time limit, in milliseconds (default [`DEFAULT_TIMEOUT_MS`]).
+    pub timeout_ms: Option<u64>,
+    /// Requests in flight at once (default [`DEFAULT_CONCURRENCY`]).
+    pub concurrency: Option<usize>,
+    /// USD per million input tokens, for the records' cost.
+    pub price_per_mtok: Option<f64>,
+}
+
+/// Settings that cannot make a classifier: which field (its name in [`ClassifierSettings`],
+/// so a caller can name its own flag or key) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("classifier {field}: {problem}")]
+pub struct SettingsError {
+    pub field: &'static str,
+    pub problem: String,
+}
+
+fn bad(field: &'static str, problem: impl Into<String>) -> SettingsError {
+    SettingsError {
+        field,
+        problem: problem.into(),
+    }
+}
+
+impl ClassifierSettings {
+    /// The settings of a logprob classifier, checked: what is missing or malformed is named.
+    /// `api_key_env` must name a variable that is set (its value is not kept).
+    pub fn logprob(&self) -> Result<LogprobSettings, SettingsError> {
+        let base_url = self
+            .base_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| {
+                bad(
+                    "base_url",
+                    "missing: the openai classifier needs the API's base URL (e.g. https://api.openai.com/v1)",
+                )
+            })?;
+        let parsed = reqwest::Url::parse(base_url)
+            .map_err(|e| bad("base_url", format!("{base_url:?} is not a URL: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+            return Err(bad(
+                "base_url",
+                format!("{base_url:?} must be an http:// or https:// URL with a host"),
+            ));
+        }
+        if parsed.query().is_some() || parsed.fragment().is_some() {
+            return Err(bad(
+                "base_url",
+                format!("{base_url:?} must not have a query or fragment (/chat/completions is appended)"),
+            ));
+        }
+        if base_url
+            .trim_end_matches('/')
+            .ends_with("/chat/completions")
+        {
+            return Err(bad(
+                "base_url",
+                format!("{base_url:?} should stop before /chat/completions (it is appended)"),
+            ));
+        }
+        let model = self
+            .model
+            .as_deref()
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .ok_or_else(|| {
+                bad(
+                    "model",
+                    "missing: the openai classifier needs the model's name, as the server knows it",
+                )
+            })?;
+        let api_key_env = match self.api_key_env.as_deref() {
+            None => None,
+            Some(var) => {
+                let valid = !var.is_empty()
+                    && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                    && !var.as_bytes()[0].is_ascii_digit();
+                if !valid {
+                    return Err(bad(
+                        "api_key_env",
+                        "must be the NAME of an environment variable (letters, digits, _), not the key",
+                    ));
+                }
+                if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
+                    return Err(bad(
+                        "api_key_env",
+                        format!("names {var}, which is not set in the environment"),
+                    ));
+                }
+                Some(var.to_owned())
+            }
+        };
+        let timeout_ms = self.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
+        if timeout_ms == 0 {
+            return Err(bad("timeout_ms", "must be at least 1"));
+        }
+        let concurrency = self.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
+        if !(1..=MAX_CONCURRENCY).contains(&concurrency) {
+            return Err(bad(
+                "concurrency",
+                format!("must be between 1 and {MAX_CONCURRENCY}, got {concurrency}"),
+            ));
+        }
+        if let Some(p) = self.price_per_mtok {
+            if !p.is_finite() || p < 0.0 {
+                return Err(bad(
+                    "price_per_mtok",
+                    format!("must be a number of USD, 0 or more, got {p}"),
+                ));
+            }
+        }
+        Ok(LogprobSettings {
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            model: model.to_owned(),
+            api_key_env,
+            timeout: Duration::from_millis(timeout_ms),
+            concurrency,
+            price_per_mtok: self.price_per_mtok,
+        })
+    }
+
+    /// The openai-only fields that are set.
+    fn openai_fields(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        let mut set = |name: &'static str, is: bool| {
+            if is {
+                out.push(name);
+            }
+        };
+        set("base_url", self.base_url.is_some());
+        set("model", self.model.is_some());
+        set("api_key_env", self.api_key_env.is_some());
+        set("timeout_ms", self.timeout_ms.is_some());
+        set("concurrency", self.concurrency.is_some());
+        set("price_per_mtok", self.price_per_mtok.is_some());
+        out
+    }
+}
+
+/// The classifier a configuration names.
+// One per gateway or eval run, borrowed by every pass: its size does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Configured {
+    Local(LocalClassifier),
+    OpenAi(LogprobClassifier),
+}
+
+impl Default for Configured {
+    fn default() -> Self {
+        Self::Local(LocalClassifier)
+    }
+}
+
+impl Configured {
+    /// The classifier `settings` describe, or what is wrong with them. Fields of the other kind
+    /// are refused rather than ignored (a `base_url` under `kind = "local"` is a mistake).
+    pub fn from_settings(settings: &ClassifierSettings) -> Result<Self, SettingsError> {
+        match settings.kind {
+            ClassifierKind::Local => {
+                if let Some(&field) = settings.openai_fields().first() {
+                    return Err(bad(
+                        field,
+                        "applies to the openai classifier only (this one is local)",
+                    ));
+                }
+                Ok(Self::Local(LocalClassifier))
+            }
+            ClassifierKind::OpenAi => {
+                let s = settings.logprob()?;
+                LogprobClassifier::new(s)
+                    .map(Self::OpenAi)
+                    .map_err(|e| bad("kind", e.0))
+            }
+        }
+    }
+}
+
+impl Classifier for Configured {
+    fn name(&self) -> &str {
+        match self {
+            Self::Local(c) => c.name(),
+            Self::OpenAi(c) => c.name(),
+        }
+    }
+
+    async fn classify<'a>(
+        &'a self,
+        pass: &'a Pass<'a>,
+        batch: &'a Batch,
+    ) -> Result<Reply, ClassifierError> {
+        match self {
+            Self::Local(c) => c.classify(pass, batch).await,
+            Self::OpenAi(c) => c.classify(pass, batch).await,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn openai(toml_like: serde_json::Value) -> Result<Configured, SettingsError> {
+        let s: ClassifierSettings = serde_json::from_value(toml_like).unwrap();
+        Configured::from_settings(&s)
+    }
+
+    fn err(v: serde_json::Value) -> String {
+        openai(v).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn local_is_the_default_and_takes_no_openai_fields() {
+        let s: ClassifierSettings = serde_json::from_str("{}").unwrap();
+        assert!(matches!(
+            Configured::from_settings(&s).unwrap(),
+            Configured::Local(_)
+        ));
+        let e = openai(serde_json::json!({"kind": "local", "timeout_ms": 5})).unwrap_err();
+        assert_eq!(e.field, "timeout_ms");
+        assert!(e.to_string().contains("openai classifier only"), "{e}");
+    }
+
+    #[test]
+    fn openai_settings_are_checked_and_name_what_is_wrong() {
+        let ok = openai(
+            serde_json::json!({"kind": "openai", "base_url": "http://127.0.0.1:9/v1/",
+            "model": "qwen", "concurrency": 3, "price_per_mtok": 0.15}),
+        )
+        .unwrap();
+        let Configured::OpenAi(c) = &ok else {
+            panic!("{ok:?}")
+        };
+        assert_eq!(c.name(), "openai:qwen");
+        assert_eq!(c.settings().base_url, "http://127.0.0.1:9/v1");
+        assert_eq!(
+            c.settings().timeout,
+            Duration::from_millis(DEFAULT_TIMEOUT_MS)
+        );
+        assert_eq!(c.settings().concurrency, 3);
+
+        for (v, want) in [
+            (
+                serde_json::json!({"kind": "openai", "model": "m"}),
+                "base_url: missing",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "http://h/v1"}),
+                "model: missing",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "ftp://h", "model": "m"}),
+                "http:// or https://",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "not a url", "model": "m"}),
+                "is not a URL",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "http://h/v1/chat/completions", "model": "m"}),
+                "stop before /chat/completions",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "concurrency": 0}),
+                "concurrency: must be",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "timeout_ms": 0}),
+                "timeout_ms: must be",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "price_per_mtok": -1.0}),
+                "price_per_mtok",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "api_key_env": "sk-live-123"}),
+                "NAME of an environment variable",
+            ),
+            (
+                serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m", "api_key_env": "CTXD_TEST_SURELY_UNSET_KEY"}),
+                "CTXD_TEST_SURELY_UNSET_KEY, which is not set",
+            ),
+        ] {
+            let e = err(v.clone());
+            assert!(e.contains(want), "{v}: {e}");
+        }
+        // A key-looking value is never echoed back.
+        assert!(!err(
+            serde_json::json!({"kind": "openai", "base_url": "http://h/v1", "model": "m",
+            "api_key_env": "sk-live-123"})
+        )
+        .contains("sk-live"));
+    }
+
+    #[test]
+    fn unknown_fields_and_kinds_are_refused() {
+        assert!(
+            serde_json::from_str::<ClassifierSettings>(r#"{"kind": "openai", "url": "x"}"#)
+                .is_err()
+        );
+        assert!(serde_json::from_str::<ClassifierSettings>(r#"{"kind": "jev"}"#).is_err());
+        assert_eq!(
+            ClassifierKind::parse("openai"),
+            Some(ClassifierKind::OpenAi)
+        );
+        assert_eq!(ClassifierKind::parse("minilm"), None);
+    }
+}
