@@ -33,8 +33,8 @@ pub fn config_keys(serve: &clap::Command) -> Vec<String> {
     let mut keys: Vec<String> = serve
         .get_arguments()
         .filter_map(|a| a.get_long())
-        // The file says these as `reminders = false`, `resets = false`, `distill = false` and a
-        // `[model-windows]` table (see the help below).
+        // The file says these as `reminders = false`, `resets = false`, `distill = false`, a
+        // `[model-windows]` table and a `[classifier]` table (see the help below).
         .filter(|l| {
             !matches!(
                 *l,
@@ -45,7 +45,7 @@ pub fn config_keys(serve: &clap::Command) -> Vec<String> {
                     | "no-resets"
                     | "no-distill"
                     | "model-window"
-            )
+            ) && !l.starts_with("classifier")
         })
         .map(str::to_owned)
         .collect();
@@ -65,7 +65,9 @@ pub fn with_config_help(cli: clap::Command) -> clap::Command {
              memory, default 256; no flag). `reminders = false`, `resets = false` and \
              `distill = false` do what --no-reminders, --no-resets and --no-distill do, \
              `[agents.NAME]` tables set `reminders`, `resets`, `distill` and `tools` for one agent (claude-code, codex, pi, sdk); a `[model-windows]` table maps model \
-             names to windows (\"claude-sonnet-4-5\" = 1000000) as --model-window does. Flags and \
+             names to windows (\"claude-sonnet-4-5\" = 1000000) as --model-window does; a \
+             `[classifier]` table (kind, base_url, model, api_key_env, timeout_ms, concurrency, \
+             price_per_mtok) does what the --classifier flags do. Flags and \
              environment variables win over the file"
         );
         serve.mut_arg("config", |a| a.help(help))
@@ -104,7 +106,7 @@ pub fn bare_store_before_command(args: Vec<OsString>, commands: &[String]) -> Ve
 pub enum Command {
     /// Run the gateway: point agents' base URL here (Anthropic Messages, OpenAI Chat
     /// Completions and Responses); conversations are kept in the store.
-    Serve(crate::serve_cmd::ServeArgs),
+    Serve(Box<crate::serve_cmd::ServeArgs>),
     /// Where a session's context window goes: headline, composition, drift, compactions,
     /// largest messages, context per turn and billed totals.
     Report(ReportArgs),

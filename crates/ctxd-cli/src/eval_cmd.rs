@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use clap::Args;
 use ctxd_core::distill::record::Usage;
-use ctxd_engine::distill::{Classifier, ClassifierKind, ClassifierSettings, Configured};
+use ctxd_engine::distill::{Classifier, ClassifierSettings, Configured};
 use serde::Serialize;
 
 use crate::load;
@@ -28,31 +28,8 @@ pub struct EvalArgs {
     /// Print JSON (schema `ctxd.eval/1`): per session and in total, with every miss.
     #[arg(long)]
     pub json: bool,
-    /// The classifier deciding what to keep: `local` (no network, no model files) or `openai`
-    /// (any OpenAI-compatible model through yes/no log-probabilities; needs --classifier-url
-    /// and --classifier-model).
-    #[arg(long, value_name = "NAME", default_value = "local")]
-    pub classifier: String,
-    /// `openai`: the API's base URL, without `/chat/completions`
-    /// (`https://api.openai.com/v1`, `http://127.0.0.1:8080/v1`).
-    #[arg(long, value_name = "URL")]
-    pub classifier_url: Option<String>,
-    /// `openai`: the model name the server knows.
-    #[arg(long, value_name = "NAME")]
-    pub classifier_model: Option<String>,
-    /// `openai`: the environment variable holding the API key (its NAME; none for a local
-    /// server).
-    #[arg(long, value_name = "NAME")]
-    pub classifier_key_env: Option<String>,
-    /// `openai`: each request's time limit in milliseconds (default 10000).
-    #[arg(long, value_name = "MS")]
-    pub classifier_timeout_ms: Option<u64>,
-    /// `openai`: requests in flight at once (default 8).
-    #[arg(long, value_name = "N")]
-    pub classifier_concurrency: Option<usize>,
-    /// `openai`: USD per million input tokens, for the classifier's cost.
-    #[arg(long, value_name = "USD")]
-    pub classifier_price_per_mtok: Option<f64>,
+    #[command(flatten)]
+    pub classifier: crate::classifier_args::ClassifierArgs,
     /// The baseline: keep the last N tool outputs, mask older ones (SWE-agent's rule).
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub baseline_last: usize,
@@ -142,35 +119,8 @@ fn ratio(a: f64, b: f64) -> f64 {
 
 /// The classifier the flags name, checked (a flag of the other kind is an error).
 fn classifier(args: &EvalArgs) -> anyhow::Result<Configured> {
-    let Some(kind) = ClassifierKind::parse(&args.classifier) else {
-        anyhow::bail!(
-            "unknown classifier {:?}: the classifiers are {}",
-            args.classifier,
-            ClassifierKind::NAMES.join(", ")
-        );
-    };
-    let settings = ClassifierSettings {
-        kind,
-        base_url: args.classifier_url.clone(),
-        model: args.classifier_model.clone(),
-        api_key_env: args.classifier_key_env.clone(),
-        timeout_ms: args.classifier_timeout_ms,
-        concurrency: args.classifier_concurrency,
-        price_per_mtok: args.classifier_price_per_mtok,
-    };
-    Configured::from_settings(&settings).map_err(|e| {
-        // The flag, not the settings' field.
-        let flag = match e.field {
-            "base_url" => "--classifier-url",
-            "model" => "--classifier-model",
-            "api_key_env" => "--classifier-key-env",
-            "timeout_ms" => "--classifier-timeout-ms",
-            "concurrency" => "--classifier-concurrency",
-            "price_per_mtok" => "--classifier-price-per-mtok",
-            _ => "--classifier",
-        };
-        anyhow::anyhow!("{flag}: {}", e.problem)
-    })
+    let settings = args.classifier.over(&ClassifierSettings::default())?;
+    crate::classifier_args::configured(&settings)
 }
 
 pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
@@ -250,7 +200,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     if args.json {
         let report = Report {
             schema: "ctxd.eval/1",
-            classifier: &args.classifier,
+            classifier: args.classifier.classifier.as_deref().unwrap_or("local"),
             classifier_name: classifier.name(),
             baseline_last: args.baseline_last,
             sessions: &rows,

@@ -3,6 +3,7 @@
 //! Errors are one line on stderr and exit code 2; a report or listing goes to stdout.
 
 mod bench_cmd;
+mod classifier_args;
 mod cli;
 mod eval_cmd;
 mod history_cmd;

@@ -109,6 +109,8 @@ pub struct ServeArgs {
     /// large body finding it spent waits 5 s, then gets 503) [default: 268435456].
     #[arg(long, env = "CTXD_MAX_BODIES_IN_FLIGHT_BYTES", value_name = "BYTES")]
     pub max_bodies_in_flight_bytes: Option<usize>,
+    #[command(flatten)]
+    pub classifier: crate::classifier_args::ClassifierArgs,
     /// Longest a session's request waits for a distillation pass still running before going
     /// without its edits, which then land at the next request [default: 0].
     #[arg(long, env = "CTXD_DISTILL_WAIT_MS", value_name = "MS")]
@@ -189,6 +191,8 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if let Some(ms) = args.distill_wait_ms {
         settings.distill_wait = Duration::from_millis(ms);
     }
+    settings.classifier = args.classifier.over(&settings.classifier)?;
+    crate::classifier_args::configured(&settings.classifier)?;
     let m = &mut settings.management;
     m.record_only |= args.record_only;
     if let Some(n) = args.reserve {

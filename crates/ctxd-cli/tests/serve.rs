@@ -572,3 +572,33 @@ fn stop(gw: &mut Gateway) {
     assert!(killed.success());
     assert!(gw.child.wait().unwrap().success());
 }
+
+/// A classifier the gateway cannot build is refused at start with the flag to fix, exit 2;
+/// the same settings from the config file name the table's key.
+#[test]
+fn a_bad_classifier_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("ctxd.db");
+    let s = store.to_str().unwrap();
+    let out = ctxd()
+        .args(["--store", s, "serve", "--listen", "127.0.0.1:0"])
+        .args(["--classifier", "openai"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--classifier-url"));
+    let config = dir.path().join("ctxd.toml");
+    std::fs::write(
+        &config,
+        "[classifier]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+    )
+    .unwrap();
+    let out = ctxd()
+        .args(["--store", s, "serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("model"), "{err}");
+}

@@ -60,6 +60,8 @@ pub struct Settings {
     /// Longest a session's request waits for a distillation pass still running (0: not at
     /// all); past it the request goes without that pass's edits, which land at the next.
     pub distill_wait: Duration,
+    /// The classifier distillation asks (`[classifier]` in the file; local by default).
+    pub classifier: ctxd_engine::distill::ClassifierSettings,
     /// What ctxd changes in what the model sees.
     pub management: Management,
 }
@@ -286,6 +288,7 @@ impl Settings {
             admin_token_env: None,
             max_bodies_in_flight_bytes: 256 * 1024 * 1024,
             distill_wait: Duration::ZERO,
+            classifier: ctxd_engine::distill::ClassifierSettings::default(),
             management: Management::default(),
         }
     }
@@ -354,6 +357,9 @@ impl Settings {
         }
         if let Some(ms) = file.distill_wait_ms {
             self.distill_wait = Duration::from_millis(ms);
+        }
+        if let Some(c) = file.classifier {
+            self.classifier = c;
         }
         let m = &mut self.management;
         if let Some(b) = file.record_only {
@@ -463,6 +469,9 @@ struct FileSettings {
     max_bodies_in_flight_bytes: Option<usize>,
     /// Milliseconds, as `--distill-wait-ms`.
     distill_wait_ms: Option<u64>,
+    /// `[classifier]` table: `kind`, `base_url`, `model`, `api_key_env`, `timeout_ms`,
+    /// `concurrency`, `price_per_mtok`.
+    classifier: Option<ctxd_engine::distill::ClassifierSettings>,
     record_only: Option<bool>,
     reserve: Option<u64>,
     reminder_margin: Option<u64>,

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use ctxd_core::distill::{self, Config, Phase};
 use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Role, Session, SessionMeta};
-use ctxd_engine::distill::{ask, Classifier, Limits, LocalClassifier};
+use ctxd_engine::distill::{ask, Classifier, Configured, Limits};
 use ctxd_store::NewEntry;
 
 use crate::hash;
@@ -120,8 +120,10 @@ pub struct DistillThread {
 }
 
 impl Distiller {
-    /// Start the passes' thread (its own single-threaded runtime, at the lowest priority).
-    pub fn start() -> std::io::Result<(Self, DistillThread)> {
+    /// Start the passes' thread (its own single-threaded runtime, at the lowest priority),
+    /// asking `classifier`.
+    pub fn start(classifier: Configured) -> std::io::Result<(Self, DistillThread)> {
+        let classifier = Arc::new(classifier);
         let (queue, mut jobs) = tokio::sync::mpsc::unbounded_channel::<(Arc<Slot>, Snapshot)>();
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -138,7 +140,8 @@ impl Distiller {
                                 // Passes of different sessions overlap while they wait on a
                                 // remote classifier; their CPU work shares this one thread.
                                 Some((slot, snapshot)) => {
-                                    drop(tokio::spawn(run(slot, snapshot)));
+                                    let classifier = classifier.clone();
+                                    drop(tokio::spawn(run(slot, snapshot, classifier)));
                                 }
                                 None => break,
                             },
@@ -211,9 +214,9 @@ fn lowest_priority() {
 }
 
 /// One pass of `slot`'s session on `snapshot`: plan, ask, decide, leave the edits on the slot.
-async fn run(slot: Arc<Slot>, snapshot: Snapshot) {
+async fn run(slot: Arc<Slot>, snapshot: Snapshot, classifier: Arc<Configured>) {
     let started = std::time::Instant::now();
-    let outcome = match pass(snapshot).await {
+    let outcome = match pass(snapshot, &classifier).await {
         Some(ready) => {
             slot.passes().ready = Some(ready);
             "decided"
@@ -233,7 +236,7 @@ fn finish(slot: &Slot) {
 }
 
 /// Plan, ask and decide on `snapshot`. `None` when there is nothing to judge.
-async fn pass(snapshot: Snapshot) -> Option<Ready> {
+async fn pass(snapshot: Snapshot, classifier: &Configured) -> Option<Ready> {
     let Snapshot {
         session,
         phase,
@@ -249,8 +252,7 @@ async fn pass(snapshot: Snapshot) -> Option<Ready> {
     if plan.is_empty() {
         return None;
     }
-    let classifier = LocalClassifier;
-    let answered = ask(&classifier, &plan, &Limits::default()).await;
+    let answered = ask(classifier, &plan, &Limits::default()).await;
     let decisions = distill::decide(&session, &plan, &answered.answers, &config);
     let drafts = decisions.drafts(classifier.name(), answered.usage, answered.timed_out);
     Some(Ready {

@@ -40,6 +40,8 @@ pub enum StartError {
     Io(#[from] std::io::Error),
     #[error("cannot make the tenant key: {0}")]
     Random(String),
+    #[error("{0}")]
+    Classifier(String),
     #[error(
         "the store {store} is already served by another ctxd serve{holder}: one gateway per \
          store (its indexed sessions would not see the other's writes); stop it or use \
@@ -281,7 +283,9 @@ impl Server {
             engine.clone(),
             settings.store_sync == ctxd_store::Durability::Normal,
         )?;
-        let (distiller, distill_thread) = crate::distill::Distiller::start()?;
+        let classifier = ctxd_engine::distill::Configured::from_settings(&settings.classifier)
+            .map_err(|e| StartError::Classifier(e.to_string()))?;
+        let (distiller, distill_thread) = crate::distill::Distiller::start(classifier)?;
         if !settings.listen.ip().is_loopback() {
             tracing::warn!(
                 listen = %settings.listen,

@@ -227,3 +227,68 @@ async fn without_a_wait_the_edits_land_at_a_later_request() {
     let landed = landed.expect("the pass's edits never reached upstream");
     eprintln!("the edits landed at follow-up request {landed}");
 }
+
+/// With an OpenAI-compatible classifier configured (a second mock serving log-probabilities),
+/// the gateway's passes ask it, and their records name it and count its requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_logprob_classifier_is_asked_at_turn_ends() {
+    let api = Api::Chat;
+    let judge = ctxd_mock::MockServer::start(Config::default())
+        .await
+        .unwrap();
+    let judge_url = format!("{}/v1", judge.base_url());
+    let mut rig = Rig::with(Config::default(), |s| {
+        s.distill_wait = std::time::Duration::from_secs(10);
+        s.classifier = ctxd_engine::distill::ClassifierSettings {
+            kind: ctxd_engine::distill::ClassifierKind::OpenAi,
+            base_url: Some(judge_url.clone()),
+            model: Some("judge-mini".into()),
+            ..Default::default()
+        };
+    })
+    .await;
+    let script = rig.mock.script();
+    script.push(Reply::tool_call(
+        "bash",
+        json!({"command": "grep -rn limit src/"}),
+    ));
+    script.push(Reply::text("WIDGET_LIMIT is in src/config.rs line 42."));
+    script.push(Reply::text("Noted."));
+    let mut conversation = vec![
+        json!({"role": "system", "content": "You are a coding agent."}),
+        user_text(api, "Where is the widget limit set? Grep for it."),
+    ];
+    let (_, els) = turn(&rig, api, &conversation, false, false).await;
+    let results = api.results(&els, &grep_output());
+    conversation.extend(els);
+    conversation.extend(results);
+    let (_, els) = turn(&rig, api, &conversation, false, false).await;
+    conversation.extend(els);
+    conversation.push(user_text(api, "Thanks."));
+    turn(&rig, api, &conversation, false, false).await;
+    for r in rig.mock.requests() {
+        assert!(r.refused.is_none(), "refused: {:?}", r.refused);
+    }
+    let asked = judge.requests();
+    assert!(!asked.is_empty(), "the classifier was not asked");
+    for r in &asked {
+        assert!(
+            r.refused.is_none(),
+            "the classifier's request was refused: {:?}",
+            r.refused
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["model"], "judge-mini");
+        assert_eq!(v["logprobs"], true);
+    }
+    let stored = rig.stored().await;
+    let record = stored.sessions().remove(0);
+    let s = stored.load(&record);
+    let named = s.entries.iter().any(|e| {
+        matches!(&e.kind, EntryKind::Event { name, detail: Some(d) }
+            if name == ctxd_core::distill::record::EVENT
+                && d["classifier"].as_str().is_some_and(|c| c.contains("judge-mini"))
+                && d["usage"]["requests"].as_u64().is_some_and(|n| n > 0))
+    });
+    assert!(named, "no record names the classifier with its usage");
+}
