@@ -195,8 +195,7 @@ impl<'a> Projector<'a> {
     fn find(&mut self, target: &crate::model::EntryId) -> Option<usize> {
         let entries = &self.session.entries;
         let positions = self.positions.get_or_insert_with(|| {
-            let mut map =
-                FxHashMap::with_capacity_and_hasher(entries.len(), Default::default());
+            let mut map = FxHashMap::with_capacity_and_hasher(entries.len(), Default::default());
             for (pos, e) in entries.iter().enumerate() {
                 map.entry(e.id.as_str())
                     .and_modify(|p| *p = AMBIGUOUS)
@@ -552,6 +551,51 @@ mod tests {
         assert_eq!(entry_ids(&s, &p.items), vec!["a"]);
         assert!(matches!(&p.items[0].kind,
             ItemKind::Message { content, edited: true, .. } if content[0] == ContentBlock::text("second edit")));
+    }
+
+    #[test]
+    fn edits_find_their_target_by_position_and_omissions_are_final() {
+        let edit = |target: &str, text: Option<&str>| EntryKind::ContextEdit {
+            target: EntryId::new(target),
+            replacement: text.map(|t| vec![ContentBlock::text(t)]),
+        };
+        let mut s = Session::default();
+        push(&mut s, "a", msg("one"));
+        push(&mut s, "b", msg("two"));
+        push(&mut s, "c", msg("three"));
+        // Omitted, then edited: the omission stands.
+        push(&mut s, "e1", edit("b", None));
+        push(&mut s, "e2", edit("b", Some("back")));
+        // Two entries share the id `d`: the later one's item takes the edit.
+        push(&mut s, "d", msg("first d"));
+        push(&mut s, "d", msg("second d"));
+        push(&mut s, "e3", edit("d", Some("edited d")));
+        push(&mut s, "e4", edit("a", None));
+        // An id nobody has.
+        push(&mut s, "e5", edit("zz", None));
+        let branch: Vec<usize> = (0..s.entries.len()).collect();
+        let p = project(&s, &branch);
+        assert_eq!(entry_ids(&s, &p.items), vec!["c", "d", "d"]);
+        let shown = |i: usize| match &p.items[i].kind {
+            ItemKind::Message { content, .. } => content[0].clone(),
+            ItemKind::Summary { .. } => ContentBlock::text(""),
+        };
+        assert_eq!(shown(1), ContentBlock::text("first d"));
+        assert_eq!(shown(2), ContentBlock::text("edited d"));
+        // Step by step (what the report walks, reading each change's index): the same items.
+        let mut walk = Projector::new(&s);
+        let mut omitted = Vec::new();
+        for &pos in &branch {
+            if let Change::Omitted { index } = walk.step(pos) {
+                omitted.push(index);
+            }
+        }
+        assert_eq!(omitted, vec![1, 0]);
+        assert_eq!(
+            entry_ids(&s, &walk.items),
+            entry_ids(&s, &p.items),
+            "step and project agree"
+        );
     }
 
     #[test]

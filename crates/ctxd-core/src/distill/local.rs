@@ -87,12 +87,22 @@ const STOP: &[&str] = &[
     "options",
 ];
 
-/// Call `f` with each term of `text` and its weight.
+/// Call `f` with each term of `text` and its weight. In a text that is JSON (it opens with
+/// `{`, `[` or `"`), an escape (`\n`, `\t`, `\r`, `\\`) separates terms as the character
+/// it stands for would: outputs that are JSON-encoded text (Codex's shell outputs) would
+/// otherwise glue an `n` to the first word of every line. (Elsewhere a backslash is only a
+/// separator, so a Windows path `src\tests` keeps its `tests`.)
 pub fn terms(text: &str, mut f: impl FnMut(&str, f32)) {
     let bytes = text.as_bytes();
+    let json = text.trim_start().starts_with(['{', '[', '"']);
     let mut i = 0;
     while i < bytes.len() {
         let is_tok = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/' | b'-');
+        if json && bytes[i] == b'\\' && matches!(bytes.get(i + 1), Some(b'n' | b't' | b'r' | b'\\'))
+        {
+            i += 2;
+            continue;
+        }
         if !is_tok(bytes[i]) {
             i += 1;
             continue;
@@ -389,5 +399,23 @@ mod tests {
         assert!(names.contains(&"structure"));
         assert!(!names.contains(&"42"));
         assert!(!names.contains(&"the"));
+    }
+
+    #[test]
+    fn json_escapes_separate_terms() {
+        let t = all(
+            r#"{"output":"import x\nexport const availableLocalModels = []\n\tfetchModels()"}"#,
+        );
+        let names: Vec<&str> = t.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(names.contains(&"availableLocalModels"), "{names:?}");
+        assert!(names.contains(&"fetchModels"), "{names:?}");
+        assert!(!names
+            .iter()
+            .any(|n| n.starts_with("nexport") || n.starts_with("tfetch")));
+        // Not JSON: a backslash only separates.
+        let t = all(r"see src\tests\fixtures_main.rs");
+        assert!(t.iter().any(|(n, _)| n == "fixtures_main.rs"));
+        let t = all(r#"{"path":"src\\tests_main\\a.rs"}"#);
+        assert!(t.iter().any(|(n, _)| n == "tests_main"), "{t:?}");
     }
 }

@@ -251,9 +251,10 @@ fn mid_run_bound(items: &[ViewItem<'_>], run: &Run, cfg: &Config) -> usize {
             else {
                 continue;
             };
-            let old = run.calls.get(call_id).is_some_and(|c| {
-                run.turns.saturating_sub(c.turn + 1) >= cfg.mid_run_min_age_turns
-            });
+            let old = run
+                .calls
+                .get(call_id)
+                .is_some_and(|c| run.turns.saturating_sub(c.turn + 1) >= cfg.mid_run_min_age_turns);
             let len = result_len(result);
             if old && len >= cfg.small_min_chars {
                 sum += len;
