@@ -186,11 +186,18 @@ fn has_results(blocks: &[ContentBlock]) -> bool {
         .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
 }
 
-/// A request's keys: system, tools, items (`masked_items`: the items shown masked).
+/// Where the working log's copies of raw entries are: the raw log, and per working position
+/// the raw position it copies (ctxd's drafts: none).
+type Alias<'s> = (&'s Session, &'s [Option<usize>]);
+
+/// A request's keys: system, tools, items (`masked_items`: the items shown masked). With
+/// `alias`, an item shown as written counts as its raw entry's content (the same text, counted
+/// once for both logs rather than once per copy).
 fn request_keys(
     p: &Projection<'_>,
     tokens: &mut Tokens<'_>,
     masked_items: Option<&HashSet<usize>>,
+    alias: Option<Alias<'_>>,
 ) -> Vec<(Key, u64)> {
     let mut keys = Vec::with_capacity(p.items.len() + 2);
     if let Some((_, system)) = p.system {
@@ -207,9 +214,16 @@ fn request_keys(
     }
     for (i, item) in p.items.iter().enumerate() {
         match &item.kind {
-            ViewKind::Message { content, .. } => {
+            ViewKind::Message {
+                content, edited, ..
+            } => {
                 let masked = masked_items.is_some_and(|m| m.contains(&i));
-                keys.push(tokens.blocks(content, masked));
+                let raw_content = alias
+                    .filter(|_| !edited)
+                    .and_then(|(raw, of)| raw.entries.get(of.get(item.entry).copied()??))
+                    .and_then(|e| e.kind.as_message())
+                    .map(|m| m.content.as_slice());
+                keys.push(tokens.blocks(raw_content.unwrap_or(content), masked));
             }
             ViewKind::Summary { text, .. } => keys.push(tokens.text(text)),
         }
@@ -370,6 +384,8 @@ pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcom
     let mut work = raw.clone();
     // raw position → working position.
     let mut w_of: Vec<usize> = Vec::with_capacity(entries.len());
+    // working position → raw position (the inverse of `w_of`; drafts have none).
+    let mut raw_of: Vec<Option<usize>> = Vec::with_capacity(entries.len());
     let mut tokens = Tokens {
         counter: opts.counter,
         memo: HashMap::default(),
@@ -417,14 +433,16 @@ pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcom
                 continue;
             };
             let mask_set = masked(&pr, opts.last_n);
-            out.all
-                .add(&price(&request_keys(&pr, &mut tokens, None), &mut prev_all));
+            out.all.add(&price(
+                &request_keys(&pr, &mut tokens, None, None),
+                &mut prev_all,
+            ));
             out.ctxd.add(&price(
-                &request_keys(&pw, &mut tokens, None),
+                &request_keys(&pw, &mut tokens, None, Some((&raw, &raw_of))),
                 &mut prev_ctxd,
             ));
             out.last_n.add(&price(
-                &request_keys(&pr, &mut tokens, Some(&mask_set)),
+                &request_keys(&pr, &mut tokens, Some(&mask_set), None),
                 &mut prev_mask,
             ));
 
@@ -481,6 +499,8 @@ pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcom
         raw.entries.push(copy.clone());
         copy.parent = work.entries.last().map(|e| e.id.clone());
         w_of.push(work.entries.len());
+        raw_of.resize(work.entries.len(), None);
+        raw_of.push(Some(raw_pos));
         work.entries.push(copy);
 
         // Track tool outputs' novel terms, and everything seen.

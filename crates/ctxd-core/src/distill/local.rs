@@ -87,12 +87,22 @@ const STOP: &[&str] = &[
     "options",
 ];
 
-/// Call `f` with each term of `text` and its weight.
+/// Call `f` with each term of `text` and its weight. In a text that is JSON (it opens with
+/// `{`, `[` or `"`), an escape (`\n`, `\t`, `\r`, `\\`) separates terms as the character
+/// it stands for would: outputs that are JSON-encoded text (Codex's shell outputs) would
+/// otherwise glue an `n` to the first word of every line. (Elsewhere a backslash is only a
+/// separator, so a Windows path `src\tests` keeps its `tests`.)
 pub fn terms(text: &str, mut f: impl FnMut(&str, f32)) {
     let bytes = text.as_bytes();
+    let json = text.trim_start().starts_with(['{', '[', '"']);
     let mut i = 0;
     while i < bytes.len() {
         let is_tok = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/' | b'-');
+        if json && bytes[i] == b'\\' && matches!(bytes.get(i + 1), Some(b'n' | b't' | b'r' | b'\\'))
+        {
+            i += 2;
+            continue;
+        }
         if !is_tok(bytes[i]) {
             i += 1;
             continue;
@@ -157,11 +167,10 @@ fn classify(tok: &str, f: &mut impl FnMut(&str, f32)) {
 /// What the work cites, and from which step on.
 pub struct Index {
     /// Term → the last step (index into the run's steps) that cites it; `usize::MAX` for the
-    /// question and the earlier conversation.
+    /// question and the earlier conversation. Its keys are the terms of the current work
+    /// (question, steps, the last exchanges before the run), which old exchanges are weighed
+    /// against.
     cited: HashMap<String, usize>,
-    /// Terms of the current work (question, steps, the last exchanges before the run), for
-    /// old exchanges.
-    current: HashSet<String>,
     /// Terms in more than [`COMMON_SHARE`] of the plan's exchanges: the project's
     /// everyday names, which say nothing about one exchange.
     common: HashSet<String>,
@@ -174,10 +183,13 @@ const COMMON_MIN_EXCHANGES: usize = 4;
 impl Index {
     pub fn new(plan: &Plan) -> Self {
         let mut cited: HashMap<String, usize> = HashMap::default();
+        // A term is looked up before it is copied: most occurrences repeat a known term.
         let mut add = |text: &str, step: usize| {
-            terms(text, |t, _| {
-                let e = cited.entry(t.to_owned()).or_insert(step);
-                *e = (*e).max(step);
+            terms(text, |t, _| match cited.get_mut(t) {
+                Some(e) => *e = (*e).max(step),
+                None => {
+                    cited.insert(t.to_owned(), step);
+                }
             });
         };
         add(&plan.run.question, usize::MAX);
@@ -185,17 +197,13 @@ impl Index {
         for (i, s) in plan.run.steps.iter().enumerate() {
             add(&s.text, i);
         }
-        let mut current = HashSet::default();
         let strong = |text: &str, into: &mut HashSet<String>| {
             terms(text, |t, _| {
-                into.insert(t.to_owned());
+                if !into.contains(t) {
+                    into.insert(t.to_owned());
+                }
             });
         };
-        strong(&plan.run.question, &mut current);
-        strong(&plan.run.earlier, &mut current);
-        for s in &plan.run.steps {
-            strong(&s.text, &mut current);
-        }
         let mut df: HashMap<String, usize> = HashMap::default();
         let mut n = 0usize;
         for item in plan.items.iter().filter(|i| i.kind == ItemKind::Exchange) {
@@ -214,11 +222,7 @@ impl Index {
         } else {
             HashSet::default()
         };
-        Index {
-            cited,
-            current,
-            common,
-        }
+        Index { cited, common }
     }
 
     /// The weight of an old exchange's distinct terms the current run also names (the
@@ -228,7 +232,7 @@ impl Index {
         let mut s = 0.0;
         terms(text, |t, w| {
             if !self.common.contains(t) {
-                if let Some(k) = self.current.get(t) {
+                if let Some((k, _)) = self.cited.get_key_value(t) {
                     if seen.insert(k.as_str()) {
                         s += w;
                     }
@@ -395,5 +399,23 @@ mod tests {
         assert!(names.contains(&"structure"));
         assert!(!names.contains(&"42"));
         assert!(!names.contains(&"the"));
+    }
+
+    #[test]
+    fn json_escapes_separate_terms() {
+        let t = all(
+            r#"{"output":"import x\nexport const availableLocalModels = []\n\tfetchModels()"}"#,
+        );
+        let names: Vec<&str> = t.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(names.contains(&"availableLocalModels"), "{names:?}");
+        assert!(names.contains(&"fetchModels"), "{names:?}");
+        assert!(!names
+            .iter()
+            .any(|n| n.starts_with("nexport") || n.starts_with("tfetch")));
+        // Not JSON: a backslash only separates.
+        let t = all(r"see src\tests\fixtures_main.rs");
+        assert!(t.iter().any(|(n, _)| n == "fixtures_main.rs"));
+        let t = all(r#"{"path":"src\\tests_main\\a.rs"}"#);
+        assert!(t.iter().any(|(n, _)| n == "tests_main"), "{t:?}");
     }
 }

@@ -30,6 +30,11 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
     };
     let items = &projection.items;
     let run = run::collect(items);
+    if phase == Phase::MidRun && mid_run_bound(items, &run, cfg) < cfg.mid_run_batch_chars {
+        // Not even every output old enough would make a batch: nothing to lay out (most
+        // checkpoints end here, and the eval runs one after every tool batch).
+        return empty(run);
+    }
     let memo = Memo::read(session, branch, run.prompt.map(|p| items[p].entry));
 
     let mut calls: Vec<Call> = run.calls.values().cloned().collect();
@@ -221,6 +226,55 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
     }
     ask(&mut out, cfg);
     out
+}
+
+/// An upper bound of a checkpoint's pending characters: the outputs of the run, not edited,
+/// from `small_min_chars` on, whose call is at least `mid_run_min_age_turns` old.
+fn mid_run_bound(items: &[ViewItem<'_>], run: &Run, cfg: &Config) -> usize {
+    let start = run.prompt.map_or(0, |p| p + 1);
+    let mut sum = 0usize;
+    for vitem in items.iter().skip(start) {
+        let ViewKind::Message {
+            content,
+            edited: false,
+            ..
+        } = &vitem.kind
+        else {
+            continue;
+        };
+        for block in content.iter() {
+            let ContentBlock::ToolResult {
+                call_id,
+                content: result,
+                ..
+            } = block
+            else {
+                continue;
+            };
+            let old = run
+                .calls
+                .get(call_id)
+                .is_some_and(|c| run.turns.saturating_sub(c.turn + 1) >= cfg.mid_run_min_age_turns);
+            let len = result_len(result);
+            if old && len >= cfg.small_min_chars {
+                sum += len;
+            }
+        }
+    }
+    sum
+}
+
+/// The length of [`result_text`] of `blocks`, without building it.
+fn result_len(blocks: &[ContentBlock]) -> usize {
+    let mut n = 0usize;
+    let mut texts = 0usize;
+    for b in blocks {
+        if let ContentBlock::Text { text } = b {
+            n += text.len();
+            texts += 1;
+        }
+    }
+    n + texts.saturating_sub(1)
 }
 
 /// Some line of `text` is quoted by a call after projection index `at`.

@@ -338,6 +338,40 @@ fn filler(log: &mut Log, n: usize, cite: impl Fn(usize) -> String) {
 }
 
 #[test]
+fn a_checkpoint_waits_for_a_batch_of_old_enough_outputs() {
+    let mut log = Log::default();
+    log.user("run the build steps");
+    for i in 0..3 {
+        log.tool(
+            &format!("c{i}"),
+            "bash",
+            json!({"command": format!("make step{i}")}),
+            &"y\n".repeat(9_000),
+        );
+    }
+    // 54,000 characters of old outputs, and a large recent one that is not old enough.
+    filler(&mut log, 40, |i| format!("true {i}"));
+    log.tool(
+        "r1",
+        "bash",
+        json!({"command": "make recent"}),
+        &"z\n".repeat(20_000),
+    );
+    let (mid, d) = log.pass(Phase::MidRun);
+    assert!(
+        mid.items.is_empty() && mid.pinned.is_empty(),
+        "{:?}",
+        mid.items
+    );
+    assert!(d.results.is_empty() && d.edits.is_empty());
+    // Four turns on, the recent output is old enough too: the batch is due.
+    filler(&mut log, 4, |i| format!("true again {i}"));
+    let (mid, d) = log.pass(Phase::MidRun);
+    assert_eq!(mid.items.len(), 4, "{:?}", mid.items);
+    assert!(d.results.iter().all(|r| r.outcome == Outcome::Removed));
+}
+
+#[test]
 fn a_kept_output_is_judged_again_at_run_end() {
     let mut log = Log::default();
     log.user("refactor the session loader");
