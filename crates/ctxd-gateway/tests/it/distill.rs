@@ -46,15 +46,10 @@ fn recall_id(text: &str) -> Option<String> {
     (!id.is_empty()).then_some(id)
 }
 
-async fn session(api: Api, stream: bool) {
-    let mut rig = Rig::with(Config::default(), |s| {
-        // Deterministic: each request waits for the previous turn end's pass.
-        s.distill_wait = std::time::Duration::from_secs(10);
-    })
-    .await;
+/// Run 1, the same in every test here: the model greps (a large output), then answers citing
+/// one line of it. The conversation as the client holds it afterwards.
+async fn grep_run(rig: &Rig, api: Api, stream: bool) -> Vec<serde_json::Value> {
     let script = rig.mock.script();
-
-    // Run 1: a grep, then an answer citing one line of it.
     script.push(Reply::tool_call(
         "bash",
         json!({"command": "grep -rn limit src/"}),
@@ -72,14 +67,25 @@ async fn session(api: Api, stream: bool) {
             json!({"role": "system", "content": "You are a coding agent."}),
         );
     }
-    let (a1, els) = turn(&rig, api, &conversation, stream, false).await;
+    let (a1, els) = turn(rig, api, &conversation, stream, false).await;
+    no_ctxd_calls(api, &a1);
     let results = api.results(&els, &grep_output());
     conversation.extend(els);
     conversation.extend(results);
-    let (a2, els) = turn(&rig, api, &conversation, stream, false).await;
+    let (a2, els) = turn(rig, api, &conversation, stream, false).await;
     assert!(text_of(&a2).contains("WIDGET_LIMIT"), "{api:?}");
     conversation.extend(els);
-    no_ctxd_calls(api, &a1);
+    conversation
+}
+
+async fn session(api: Api, stream: bool) {
+    let mut rig = Rig::with(Config::default(), |s| {
+        // Deterministic: each request waits for the previous turn end's pass.
+        s.distill_wait = std::time::Duration::from_secs(10);
+    })
+    .await;
+    let mut conversation = grep_run(&rig, api, stream).await;
+    let script = rig.mock.script();
 
     // Run 2: the next prompt goes upstream with the output distilled.
     script.push(Reply::text("Noted."));
@@ -191,24 +197,8 @@ async fn responses_distilled_outputs_go_upstream_and_recall_brings_them_back() {
 async fn without_a_wait_the_edits_land_at_a_later_request() {
     let api = Api::Anthropic;
     let rig = Rig::with(Config::default(), |_| {}).await;
+    let mut conversation = grep_run(&rig, api, true).await;
     let script = rig.mock.script();
-    script.push(Reply::tool_call(
-        "bash",
-        json!({"command": "grep -rn limit src/"}),
-    ));
-    script.push(Reply::text(
-        "The widget limit is WIDGET_LIMIT in src/config.rs line 42 (set to 7).",
-    ));
-    let mut conversation = vec![user_text(
-        api,
-        "Where is the widget limit set? Grep for it.",
-    )];
-    let (_, els) = turn(&rig, api, &conversation, true, false).await;
-    let results = api.results(&els, &grep_output());
-    conversation.extend(els);
-    conversation.extend(results);
-    let (_, els) = turn(&rig, api, &conversation, true, false).await;
-    conversation.extend(els);
     let mut landed = None;
     for i in 0..50 {
         script.push(Reply::text(format!("Reply {i}.")));
@@ -247,23 +237,8 @@ async fn a_configured_logprob_classifier_is_asked_at_turn_ends() {
         };
     })
     .await;
-    let script = rig.mock.script();
-    script.push(Reply::tool_call(
-        "bash",
-        json!({"command": "grep -rn limit src/"}),
-    ));
-    script.push(Reply::text("WIDGET_LIMIT is in src/config.rs line 42."));
-    script.push(Reply::text("Noted."));
-    let mut conversation = vec![
-        json!({"role": "system", "content": "You are a coding agent."}),
-        user_text(api, "Where is the widget limit set? Grep for it."),
-    ];
-    let (_, els) = turn(&rig, api, &conversation, false, false).await;
-    let results = api.results(&els, &grep_output());
-    conversation.extend(els);
-    conversation.extend(results);
-    let (_, els) = turn(&rig, api, &conversation, false, false).await;
-    conversation.extend(els);
+    let mut conversation = grep_run(&rig, api, false).await;
+    rig.mock.script().push(Reply::text("Noted."));
     conversation.push(user_text(api, "Thanks."));
     turn(&rig, api, &conversation, false, false).await;
     for r in rig.mock.requests() {
