@@ -250,20 +250,12 @@ pub fn due_reminder(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Entry, EntryId, Usage};
+    use crate::model::Usage;
     use crate::tokens::CharEstimate;
     use crate::tree::active_branch;
 
     fn push(s: &mut Session, kind: EntryKind) {
-        let parent = s.entries.last().map(|e| e.id.clone());
-        let id = EntryId::new(format!("e{}", s.entries.len()));
-        s.entries.push(Entry {
-            id,
-            parent,
-            timestamp: None,
-            sidechain: false,
-            kind,
-        });
+        s.push_linear(kind);
     }
 
     fn assistant_with_usage(prompt: u64) -> EntryKind {

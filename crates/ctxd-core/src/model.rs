@@ -95,6 +95,22 @@ pub struct Session {
     pub leaf: Option<EntryId>,
 }
 
+impl Session {
+    /// Append `kind` as a child of the last entry, with the id `e<position>`: a linear
+    /// session built in order (tests, benchmarks, replays).
+    pub fn push_linear(&mut self, kind: EntryKind) {
+        let parent = self.entries.last().map(|e| e.id.clone());
+        let id = EntryId::new(format!("e{}", self.entries.len()));
+        self.entries.push(Entry {
+            id,
+            parent,
+            timestamp: None,
+            sidechain: false,
+            kind,
+        });
+    }
+}
+
 /// One appended fact.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Entry {

@@ -185,7 +185,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use ctxd_core::distill::{self, Ask, Config, Phase};
-    use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, Session};
+    use ctxd_core::model::{ContentBlock, EntryKind, Message, Role, Session};
     use ctxd_core::tree::active_branch;
     use serde_json::json;
 
@@ -194,17 +194,7 @@ mod tests {
     /// A run with three large outputs: three batches.
     fn session() -> Session {
         let mut s = Session::default();
-        let mut push = |kind: EntryKind| {
-            let parent = s.entries.last().map(|e: &Entry| e.id.clone());
-            let id = EntryId::new(format!("e{}", s.entries.len()));
-            s.entries.push(Entry {
-                id,
-                parent,
-                timestamp: None,
-                sidechain: false,
-                kind,
-            });
-        };
+        let mut push = |kind: EntryKind| s.push_linear(kind);
         push(EntryKind::Message(Message::text(
             Role::User,
             "count the widgets",

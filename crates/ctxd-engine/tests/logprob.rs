@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use ctxd_core::distill::{self, Answer, Ask, Config, Missing, Phase, Plan};
-use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, Session};
+use ctxd_core::model::{ContentBlock, EntryKind, Message, Role, Session};
 use ctxd_core::tree::active_branch;
 use ctxd_engine::distill::{
     ask, Classifier, ClassifierKind, ClassifierSettings, Configured, Limits, LogprobClassifier,
@@ -19,17 +19,7 @@ use serde_json::{json, Value};
 /// `steer` goes into every output (a `mock:p=…` directive steers the mock's yes/no answers).
 fn session(outputs: usize, lines: usize, steer: &str) -> Session {
     let mut s = Session::default();
-    let mut push = |kind: EntryKind| {
-        let parent = s.entries.last().map(|e: &Entry| e.id.clone());
-        let id = EntryId::new(format!("e{}", s.entries.len()));
-        s.entries.push(Entry {
-            id,
-            parent,
-            timestamp: None,
-            sidechain: false,
-            kind,
-        });
-    };
+    let mut push = |kind: EntryKind| s.push_linear(kind);
     push(EntryKind::Message(Message::text(
         Role::User,
         "count the widgets",

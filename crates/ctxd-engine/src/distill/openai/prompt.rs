@@ -255,7 +255,7 @@ pub fn batch(plan: &Plan, batch: &Batch) -> Result<Vec<String>, Unreadable> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use ctxd_core::distill::{self, Config};
-    use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, Session};
+    use ctxd_core::model::{ContentBlock, EntryKind, Message, Role, Session};
     use ctxd_core::tree::active_branch;
     use expect_test::expect;
     use serde_json::json;
@@ -265,17 +265,7 @@ mod tests {
     /// A run: a grep over three files, then an answer citing one of them.
     fn session() -> Session {
         let mut s = Session::default();
-        let mut push = |kind: EntryKind| {
-            let parent = s.entries.last().map(|e: &Entry| e.id.clone());
-            let id = EntryId::new(format!("e{}", s.entries.len()));
-            s.entries.push(Entry {
-                id,
-                parent,
-                timestamp: None,
-                sidechain: false,
-                kind,
-            });
-        };
+        let mut push = |kind: EntryKind| s.push_linear(kind);
         push(EntryKind::Message(Message::text(
             Role::User,
             "where is the badge rendered?",
