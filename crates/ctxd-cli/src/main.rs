@@ -27,6 +27,7 @@ use clap::{CommandFactory, FromArgMatches};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    no_transparent_huge_pages();
     let command = cli::Cli::command();
     let names: Vec<String> = command
         .get_subcommands()
@@ -109,4 +110,13 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
             });
         kind == Some(std::io::ErrorKind::BrokenPipe)
     })
+}
+
+/// Opt this process (and the children it starts: the bench's gateway) out of transparent huge
+/// pages. With the kernel's mode at `always`, a request's fresh 1 MB buffers faulted in 2 MB
+/// pages the kernel had to zero first (`clear_page_erms`): 2-3 s stalls at 1 MiB in
+/// `ctxd bench-gateway`, 2.5x the peak memory. A refusal (an old kernel) changes nothing else.
+fn no_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
 }

@@ -115,10 +115,23 @@ pub struct ServeArgs {
     /// without its edits, which then land at the next request [default: 0].
     #[arg(long, env = "CTXD_DISTILL_WAIT_MS", value_name = "MS")]
     pub distill_wait_ms: Option<u64>,
+    /// The share of one core distillation passes may use, in percent (1-100): passes queued
+    /// by many sessions wait their turn instead of taking a core [default: 25].
+    #[arg(long, env = "CTXD_DISTILL_CPU_PERCENT", value_name = "PERCENT",
+          value_parser = parse_cpu_percent)]
+    pub distill_cpu_percent: Option<u8>,
     /// Log lines (stderr) as JSON objects instead of text. Which lines: `CTXD_LOG` (or
     /// `RUST_LOG`), a filter such as `debug` or `ctxd_gateway=debug`; default `info`.
     #[arg(long)]
     pub log_json: bool,
+}
+
+fn parse_cpu_percent(s: &str) -> Result<u8, String> {
+    let n: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a percent of one core, 1 to 100"))?;
+    ctxd_gateway::config::parse_cpu_percent(n)
 }
 
 fn parse_store_sync(s: &str) -> Result<ctxd_store::Durability, String> {
@@ -187,6 +200,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     }
     if let Some(n) = args.max_bodies_in_flight_bytes {
         settings.max_bodies_in_flight_bytes = n;
+    }
+    if let Some(p) = args.distill_cpu_percent {
+        settings.distill_cpu_percent = p;
     }
     if let Some(ms) = args.distill_wait_ms {
         settings.distill_wait = Duration::from_millis(ms);

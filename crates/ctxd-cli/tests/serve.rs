@@ -602,3 +602,38 @@ fn a_bad_classifier_is_refused_at_start() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("model"), "{err}");
 }
+
+/// A distillation CPU share outside 1-100 % is refused at start, from the flag, its
+/// environment variable or the config file, exit 2 naming the setting.
+#[test]
+fn a_bad_distill_cpu_share_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("ctxd.db");
+    let s = store.to_str().unwrap();
+    for bad in ["0", "101", "half"] {
+        let out = ctxd()
+            .args(["--store", s, "serve", "--listen", "127.0.0.1:0"])
+            .args(["--distill-cpu-percent", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--distill-cpu-percent"), "{err}");
+    }
+    let out = ctxd()
+        .args(["--store", s, "serve", "--listen", "127.0.0.1:0"])
+        .env("CTXD_DISTILL_CPU_PERCENT", "0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let config = dir.path().join("ctxd.toml");
+    std::fs::write(&config, "distill-cpu-percent = 500\n").unwrap();
+    let out = ctxd()
+        .args(["--store", s, "serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("distill-cpu-percent"), "{err}");
+}

@@ -60,6 +60,9 @@ pub struct Settings {
     /// Longest a session's request waits for a distillation pass still running (0: not at
     /// all); past it the request goes without that pass's edits, which land at the next.
     pub distill_wait: Duration,
+    /// The share of one core distillation passes may use, in percent (1-100): a pass waits
+    /// until the ones before it are within it.
+    pub distill_cpu_percent: u8,
     /// The classifier distillation asks (`[classifier]` in the file; local by default).
     pub classifier: ctxd_engine::distill::ClassifierSettings,
     /// What ctxd changes in what the model sees.
@@ -266,6 +269,14 @@ pub fn parse_store_sync(s: &str) -> Result<ctxd_store::Durability, String> {
     }
 }
 
+/// A share of one core in percent, 1 to 100 (a `--distill-cpu-percent` value).
+pub fn parse_cpu_percent(n: u64) -> Result<u8, String> {
+    match u8::try_from(n) {
+        Ok(p @ 1..=100) => Ok(p),
+        _ => Err(format!("{n}: expected a percent of one core, 1 to 100")),
+    }
+}
+
 impl Settings {
     pub fn new(store: PathBuf) -> Self {
         Settings {
@@ -288,6 +299,7 @@ impl Settings {
             admin_token_env: None,
             max_bodies_in_flight_bytes: 256 * 1024 * 1024,
             distill_wait: Duration::ZERO,
+            distill_cpu_percent: crate::pace::DEFAULT_CPU_PERCENT,
             classifier: ctxd_engine::distill::ClassifierSettings::default(),
             management: Management::default(),
         }
@@ -357,6 +369,10 @@ impl Settings {
         }
         if let Some(ms) = file.distill_wait_ms {
             self.distill_wait = Duration::from_millis(ms);
+        }
+        if let Some(p) = file.distill_cpu_percent {
+            self.distill_cpu_percent = parse_cpu_percent(p)
+                .map_err(|e| format!("config {}: distill-cpu-percent: {e}", path.display()))?;
         }
         if let Some(c) = file.classifier {
             self.classifier = c;
@@ -469,6 +485,8 @@ struct FileSettings {
     max_bodies_in_flight_bytes: Option<usize>,
     /// Milliseconds, as `--distill-wait-ms`.
     distill_wait_ms: Option<u64>,
+    /// Percent of one core, as `--distill-cpu-percent`.
+    distill_cpu_percent: Option<u64>,
     /// `[classifier]` table: `kind`, `base_url`, `model`, `api_key_env`, `timeout_ms`,
     /// `concurrency`, `price_per_mtok`.
     classifier: Option<ctxd_engine::distill::ClassifierSettings>,
@@ -517,6 +535,18 @@ mod tests {
         s.workers = 0;
         assert!(s.validate().unwrap_err().contains("workers"));
         s.workers = 1;
+        assert_eq!(s.distill_cpu_percent, 25);
+        std::fs::write(&path, "distill-cpu-percent = 40\n").unwrap();
+        s.apply_file(&path).unwrap();
+        assert_eq!(s.distill_cpu_percent, 40);
+        for bad in [0, 101] {
+            std::fs::write(&path, format!("distill-cpu-percent = {bad}\n")).unwrap();
+            let e = s.apply_file(&path).unwrap_err();
+            assert!(
+                e.contains("distill-cpu-percent") && e.contains("1 to 100"),
+                "{e}"
+            );
+        }
         std::fs::write(&path, "lisen = \"x\"\n").unwrap();
         assert!(s.apply_file(&path).unwrap_err().contains("lisen"));
         s.upstream_anthropic = "ftp://x".into();

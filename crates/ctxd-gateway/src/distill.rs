@@ -6,7 +6,8 @@
 //! its way, the branch is copied for a pass ([`Snapshot`]): a run-end pass after an answer
 //! without tool calls, a mid-run checkpoint after one that called tools (the planner decides
 //! whether a checkpoint pays off). Passes run on a thread of their own at the lowest CPU
-//! priority and never take the session's lock, so they cost a request nothing but the copy. At
+//! priority, held to a share of one core (`distill-cpu-percent`, [`crate::pace`]), and never
+//! take the session's lock, so they cost a request nothing but the copy. At
 //! most one pass per session is queued or running; a turn end meanwhile is noted, and the
 //! branch is copied for it at the session's next request (once the pass is over), so a burst
 //! of turns costs one copy per pass, not one per turn.
@@ -29,6 +30,7 @@ use ctxd_store::NewEntry;
 
 use crate::hash;
 use crate::log::SessionLog;
+use crate::pace::{self, Pacer};
 use crate::sessions::{Loaded, Slot};
 
 /// The phase of a pass at the end of `branch`: a run end after an answer without tool calls,
@@ -120,9 +122,12 @@ pub struct DistillThread {
 }
 
 impl Distiller {
-    /// Start the passes' thread (its own single-threaded runtime, at the lowest priority),
-    /// asking `classifier`.
-    pub fn start(classifier: Configured) -> std::io::Result<(Self, DistillThread)> {
+    /// Start the passes' thread (its own single-threaded runtime, at the lowest priority,
+    /// held to `cpu_percent` % of one core: [`crate::pace`]), asking `classifier`.
+    pub fn start(
+        classifier: Configured,
+        cpu_percent: u8,
+    ) -> std::io::Result<(Self, DistillThread)> {
         let classifier = Arc::new(classifier);
         let (queue, mut jobs) = tokio::sync::mpsc::unbounded_channel::<(Arc<Slot>, Snapshot)>();
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
@@ -133,20 +138,30 @@ impl Distiller {
             .name("ctxd-distill".into())
             .spawn(move || {
                 lowest_priority();
+                let mut pacer = Pacer::new(cpu_percent);
                 runtime.block_on(async {
                     loop {
-                        tokio::select! {
-                            job = jobs.recv() => match job {
-                                // Passes of different sessions overlap while they wait on a
-                                // remote classifier; their CPU work shares this one thread.
-                                Some((slot, snapshot)) => {
-                                    let classifier = classifier.clone();
-                                    drop(tokio::spawn(run(slot, snapshot, classifier)));
-                                }
-                                None => break,
-                            },
-                            _ = &mut stopped => break,
+                        let job = tokio::select! {
+                            job = jobs.recv() => job,
+                            _ = &mut stopped => None,
+                        };
+                        let Some((slot, snapshot)) = job else { break };
+                        let wait = pacer.delay(std::time::Instant::now(), pace::thread_cpu());
+                        if !wait.is_zero() {
+                            let stop = tokio::select! {
+                                () = tokio::time::sleep(wait) => false,
+                                _ = &mut stopped => true,
+                            };
+                            if stop {
+                                break;
+                            }
                         }
+                        // Passes of different sessions overlap while they wait on a remote
+                        // classifier; their CPU work shares this one thread.
+                        drop(tokio::spawn(run(slot, snapshot, classifier.clone())));
+                        // Let the pass do its CPU work before the next one is paced, so
+                        // that one is charged for it.
+                        tokio::task::yield_now().await;
                     }
                 });
                 // Dropping the runtime drops the passes still running.
@@ -187,6 +202,7 @@ impl Distiller {
         passes.again = false;
         slot.distilling.store(1, Ordering::Release);
         drop(passes);
+        metrics::gauge!("ctxd_distill_pending").increment(1.0);
         if self.queue.send((slot.clone(), snapshot)).is_err() {
             // Shutting down: nothing runs any more.
             finish(slot);
@@ -230,6 +246,7 @@ async fn run(slot: Arc<Slot>, snapshot: Snapshot, classifier: Arc<Configured>) {
 
 /// The pass of `slot` is over: wake a request waiting for it.
 fn finish(slot: &Slot) {
+    metrics::gauge!("ctxd_distill_pending").decrement(1.0);
     slot.passes().busy = false;
     slot.distilling.store(0, Ordering::Release);
     slot.distilled.notify_waiters();

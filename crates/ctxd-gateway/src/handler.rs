@@ -291,6 +291,7 @@ async fn prepare(
     let limit = app.settings.max_body_bytes;
     let mut held = budget::Held::new(&app.bodies);
     let raw = read_body(app, api, headers, body, limit, &mut held).await?;
+    let read_us = started.elapsed().as_micros() as u64;
     if !is_json(headers) {
         return Err(api_error(
             api,
@@ -346,11 +347,13 @@ async fn prepare(
     // A key named in the headers wins in `session_key`: its slot is the one found above.
     let slot = named.unwrap_or_else(|| app.sessions.slot(&tenant, &key));
     slot.wait_settled(Duration::from_secs(10)).await;
+    let settled_us = started.elapsed().as_micros() as u64;
     if !app.settings.distill_wait.is_zero() && !slot.wait_distilled(app.settings.distill_wait).await
     {
         tracing::debug!("a distillation pass is still running; this request goes without it");
     }
     let mut state = slot.state.lock().await;
+    let locked_us = started.elapsed().as_micros() as u64;
     if state.is_none() || slot.take_stale() {
         let meta = SessionMeta {
             id: Some(key.clone()),
@@ -438,6 +441,10 @@ async fn prepare(
         matched = plan.matched,
         appended = appended_count,
         rewritten = parts.is_some(),
+        read_us,
+        settled_us,
+        locked_us,
+        planned_us = started.elapsed().as_micros() as u64,
         "planned"
     );
     drop(state);

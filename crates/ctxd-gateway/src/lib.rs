@@ -17,6 +17,7 @@ pub mod hash;
 pub mod identity;
 pub mod log;
 mod mcp;
+mod pace;
 pub mod plan;
 pub mod policy;
 pub mod project;

@@ -225,6 +225,10 @@ fn register_metrics() {
         "Time of one WAL checkpoint (on its own thread and connection)"
     );
     describe_gauge!(
+        "ctxd_distill_pending",
+        "Distillation passes queued or running (paced to distill-cpu-percent of one core)"
+    );
+    describe_gauge!(
         "ctxd_store_wal_frames",
         "Frames in the WAL at the last checkpoint"
     );
@@ -254,6 +258,7 @@ fn register_metrics() {
     let _ = metrics::histogram!("ctxd_store_index_seconds");
     let _ = metrics::histogram!("ctxd_store_checkpoint_seconds");
     metrics::gauge!("ctxd_store_wal_frames").set(0.0);
+    metrics::gauge!("ctxd_distill_pending").increment(0.0);
     for by in ["request", "writer"] {
         metrics::counter!("ctxd_store_commits_total", "by" => by).increment(0);
     }
@@ -285,7 +290,8 @@ impl Server {
         )?;
         let classifier = ctxd_engine::distill::Configured::from_settings(&settings.classifier)
             .map_err(|e| StartError::Classifier(e.to_string()))?;
-        let (distiller, distill_thread) = crate::distill::Distiller::start(classifier)?;
+        let (distiller, distill_thread) =
+            crate::distill::Distiller::start(classifier, settings.distill_cpu_percent)?;
         if !settings.listen.ip().is_loopback() {
             tracing::warn!(
                 listen = %settings.listen,

@@ -386,8 +386,16 @@ impl Bench {
         Some(queued + metrics::gauge(&text, "ctxd_store_index_backlog").unwrap_or(0.0))
     }
 
-    /// Wait until the gateway's store writer has nothing queued and nothing left to index; the
-    /// seconds it took.
+    /// Distillation passes queued or running now (paced to a share of a core, the warm-up's
+    /// can take seconds): a row measures the steady state, not their backlog.
+    fn distill_pending(&self) -> f64 {
+        self.scrape()
+            .and_then(|text| metrics::gauge(&text, "ctxd_distill_pending"))
+            .unwrap_or(0.0)
+    }
+
+    /// Wait until the gateway's store writer has nothing queued and nothing left to index, and
+    /// no distillation pass is pending; the seconds it took.
     fn drain_store(&self, limit: Duration) -> anyhow::Result<Option<f64>> {
         if self.gateway.is_none() {
             return Ok(None);
@@ -395,7 +403,7 @@ impl Bench {
         let started = std::time::Instant::now();
         loop {
             match self.store_queue() {
-                Some(depth) if depth > 0.0 => {}
+                Some(depth) if depth + self.distill_pending() > 0.0 => {}
                 // Absent: nothing was ever queued.
                 _ => return Ok(Some(started.elapsed().as_secs_f64())),
             }
