@@ -13,6 +13,7 @@ pub mod import;
 pub mod notes;
 pub mod recall;
 pub mod tools;
+pub mod turn;
 pub mod windows;
 
 pub use error::EngineError;
