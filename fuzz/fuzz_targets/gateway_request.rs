@@ -3,9 +3,8 @@
 //! is a bug, and so is a splice that is not valid JSON.
 #![no_main]
 
+use ctxd_engine::turn::{plan_request, upstream_parts, Part, SessionLog};
 use ctxd_gateway::api::Api;
-use ctxd_gateway::log::SessionLog;
-use ctxd_gateway::plan::{plan_request, upstream_parts, Part};
 use ctxd_gateway::request::ParsedRequest;
 use ctxd_gateway::rewrite::splice;
 use libfuzzer_sys::fuzz_target;
@@ -16,15 +15,15 @@ fuzz_target!(|data: &[u8]| {
     for api in [Api::Anthropic, Api::Chat, Api::Responses] {
         let mut log = SessionLog::default();
         if let Ok(seed) = ParsedRequest::parse(api, SEED) {
-            plan_request(&mut log, &seed, SEED, "t");
+            plan_request(&mut log, &seed.with_body(SEED), "t");
         }
         let Ok(req) = ParsedRequest::parse_after(api, data, None) else {
             continue;
         };
-        let plan = plan_request(&mut log, &req, data, "t");
-        if let Ok(parts) = upstream_parts(&log, &plan) {
+        let plan = plan_request(&mut log, &req.with_body(data), "t");
+        if let Ok(parts) = upstream_parts(&log, &plan.element_entries) {
             let parts = parts.unwrap_or_else(|| (0..req.elements.len()).map(Part::Client).collect());
-            let out = splice(&req, data, &parts);
+            let out = splice(&req, data, Some(&parts), None);
             // Valid JSON text (UTF-8, syntax): a raw value checks both without a number's range
             // (`8e478` is JSON, and passes through, though no f64 holds it).
             assert!(serde_json::from_slice::<&serde_json::value::RawValue>(&out).is_ok());

@@ -3,8 +3,10 @@
 //! The engine is the one place where policies meet storage: it reads a session's log from the
 //! [`Store`](ctxd_store::Store), asks the core for decisions (projection, windows, budget,
 //! notes addresses, history, recall), and appends the resulting drafts atomically. The gateway,
-//! the CLI and the MCP server are thin adapters over it. Model-facing tools are executed through
-//! one registry ([`tools`]).
+//! the CLI and the MCP server are thin adapters over it. A turn's lifecycle (plan the request,
+//! end the turn, project, record the response) runs in [`turn`] over the session view the
+//! gateway hands it; model-facing tools are executed through one registry ([`tools`]) and one
+//! entry, [`Engine::call_tool`].
 
 pub mod distill;
 mod error;
@@ -13,6 +15,7 @@ pub mod import;
 pub mod notes;
 pub mod recall;
 pub mod tools;
+pub mod turn;
 pub mod windows;
 
 pub use error::EngineError;

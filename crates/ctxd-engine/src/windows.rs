@@ -1,24 +1,24 @@
 //! Context windows and the budget, over the store: the `new_context` (alias `wipe_memory`) and
-//! `get_context_remaining` tools, and what the gateway calls at a turn boundary
-//! ([`Engine::turn_end`]) and before each request ([`Engine::project`]).
+//! `get_context_remaining` tools, the decision of a turn boundary ([`decide_turn_end`], which
+//! [`crate::turn::end_turn`] lays on the session view) and the narrow repair of a window
+//! without its boot ([`Engine::repair_window`]).
 //!
-//! Every decision is a pure read of the log in `ctxd_core::{windows, budget}`; this module loads
-//! the session, gathers the notes snapshot and appends the drafts in one atomic batch.
+//! Every decision is a pure read of the log in `ctxd_core::{windows, budget}`; this module
+//! gathers the notes snapshot for a boot and lays the drafts.
 
 use ctxd_core::budget::{self, Thresholds};
-use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Session, ToolDef};
+use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Session};
 use ctxd_core::notes::NotesSnapshot;
 use ctxd_core::offered::ModelTools;
 use ctxd_core::tokens::{CharEstimate, TokenCounter};
 use ctxd_core::tree::active_branch;
-use ctxd_core::view::{project_checked, ItemKind, ProjectionError, SummaryKind};
 use ctxd_core::windows::{self, BootData, Repair, ResetCause};
 use ctxd_store::{NewEntry, SessionRecord, Store};
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::tools::{ToolOutput, ToolSpec};
-use crate::{now_ms, Caller, Engine, EngineError};
+use crate::{Caller, Engine, EngineError};
 
 /// The tools of this module.
 pub fn specs() -> Vec<ToolSpec> {
@@ -149,10 +149,10 @@ pub enum TurnEnd {
     Error,
 }
 
-/// What [`Engine::turn_end`] committed.
+/// What a turn boundary decided ([`crate::turn::end_turn`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct TurnEndOutcome {
-    /// Ids of the entries appended (one atomic batch).
+    /// Ids of the entries drafted (appended as one atomic batch).
     pub appended: Vec<EntryId>,
     /// `injected` kind of the budget reminder committed, if any.
     pub reminder: Option<&'static str>,
@@ -162,7 +162,7 @@ pub struct TurnEndOutcome {
     pub remaining: Option<u64>,
 }
 
-/// A turn boundary decided but not yet drafted ([`Engine::decide_turn_end`]): the reminder
+/// A turn boundary decided but not yet drafted ([`decide_turn_end`]): the reminder
 /// due, and the window to open, whose boot needs the notes as they are now.
 #[derive(Debug)]
 pub struct TurnEndPlan {
@@ -241,27 +241,6 @@ impl TurnEndPlan {
     }
 }
 
-/// A message of the projection, owned.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ProjectedMessage {
-    /// The entry it shows.
-    pub entry: EntryId,
-    /// The message with the content the model sees (summaries become user messages).
-    pub message: Message,
-    pub edited: bool,
-    /// `compaction` / `branch` for summaries.
-    pub summary: Option<&'static str>,
-}
-
-/// What the model is to be sent, owned (the gateway renders it per wire API).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct OwnedProjection {
-    pub system: Option<String>,
-    pub tools: Vec<ToolDef>,
-    pub messages: Vec<ProjectedMessage>,
-    pub window_id: String,
-}
-
 /// What [`Engine::repair_window`] did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -287,64 +266,6 @@ impl<S: Store> Engine<S> {
         Ok((record, session))
     }
 
-    fn policy(caller: &Caller, session: &Session, policy: Option<WindowPolicy>) -> WindowPolicy {
-        policy.unwrap_or_else(|| {
-            WindowPolicy::for_model(caller.model.as_deref().or(session.meta.model.as_deref()))
-        })
-    }
-
-    /// The projection of the caller's session: `Ok(Err(_))` when the branch has a marker
-    /// without its boot (the request must not be sent; [`Engine::repair_window`] or a new
-    /// window is the way out).
-    pub fn project(
-        &self,
-        caller: &Caller,
-    ) -> Result<Result<OwnedProjection, ProjectionError>, EngineError> {
-        let (record, session) = self.caller_session(caller, "project")?;
-        let branch = active_branch(&session);
-        let projection = match project_checked(&session, &branch) {
-            Ok(p) => p,
-            Err(e) => return Ok(Err(e)),
-        };
-        let entry_id = |pos: usize| {
-            session
-                .entries
-                .get(pos)
-                .map(|e| e.id.clone())
-                .unwrap_or_else(|| EntryId::new(""))
-        };
-        let messages = projection
-            .items
-            .iter()
-            .map(|item| ProjectedMessage {
-                entry: entry_id(item.entry),
-                message: item.to_message(),
-                edited: matches!(item.kind, ItemKind::Message { edited: true, .. }),
-                summary: match item.kind {
-                    ItemKind::Summary {
-                        kind: SummaryKind::Compaction,
-                        ..
-                    } => Some("compaction"),
-                    ItemKind::Summary {
-                        kind: SummaryKind::Branch,
-                        ..
-                    } => Some("branch"),
-                    ItemKind::Message { .. } => None,
-                },
-            })
-            .collect();
-        Ok(Ok(OwnedProjection {
-            system: projection.system.map(|(_, t)| t.to_owned()),
-            tools: projection
-                .tools
-                .map(|(_, t)| t.to_vec())
-                .unwrap_or_default(),
-            messages,
-            window_id: windows::current_history_window_id(&session, &branch, record.id)
-                .unwrap_or_default(),
-        }))
-    }
-
     /// Tokens left before the final warning (what `get_context_remaining` reports); `None`
     /// when the window's size or content cannot be measured.
     pub fn context_remaining(
@@ -354,7 +275,7 @@ impl<S: Store> Engine<S> {
         counter: &dyn TokenCounter,
     ) -> Result<Option<u64>, EngineError> {
         let (_, session) = self.caller_session(caller, "get_context_remaining")?;
-        let policy = Self::policy(caller, &session, policy);
+        let policy = policy_or_default(caller, &session, policy);
         let branch = active_branch(&session);
         let Some(window) = policy.context_window else {
             return Ok(None);
@@ -364,53 +285,6 @@ impl<S: Store> Engine<S> {
                 .thresholds
                 .shown_remaining(budget::remaining(window, t))
         }))
-    }
-
-    /// The turn boundary: commit, in one atomic batch, the budget reminder due (if any) and then
-    /// the marker and boot of a new window when one is due (an explicit request once the tool
-    /// batch is complete, the reserve reached, or a first overflow of a failure chain). On
-    /// abort nothing is drafted; an abort record voids pending requests.
-    pub fn turn_end(
-        &self,
-        caller: &Caller,
-        end: TurnEnd,
-        policy: Option<WindowPolicy>,
-        counter: &dyn TokenCounter,
-    ) -> Result<TurnEndOutcome, EngineError> {
-        self.turn_end_at(caller, end, policy, counter, now_ms())
-    }
-
-    /// [`Engine::turn_end`] at a given time (ms since the epoch).
-    pub fn turn_end_at(
-        &self,
-        caller: &Caller,
-        end: TurnEnd,
-        policy: Option<WindowPolicy>,
-        counter: &dyn TokenCounter,
-        now_ms: i64,
-    ) -> Result<TurnEndOutcome, EngineError> {
-        let (record, session) = self.caller_session(caller, "turn_end")?;
-        let branch = active_branch(&session);
-        let policy = Self::policy(caller, &session, policy);
-        let plan = decide_turn_end(&TurnEndInput {
-            session: &session,
-            branch: &branch,
-            end,
-            policy: &policy,
-            counter,
-            now_ms,
-        });
-        let notes = if plan.needs_notes() {
-            Some(self.notes_snapshot(caller, now_ms)?)
-        } else {
-            None
-        };
-        let (outcome, entries) = plan.finish(caller, &record, &session, &branch, notes.as_ref());
-        if !entries.is_empty() {
-            let batch: Vec<NewEntry> = entries.into_iter().map(NewEntry::new).collect();
-            self.store.append(record.id, &batch, None)?;
-        }
-        Ok(outcome)
     }
 
     /// The seed's narrow repair: append the boot of a marker whose boot is missing when only
@@ -441,7 +315,7 @@ impl<S: Store> Engine<S> {
                     .map(|e| windows::history_window_id(record.id, &e.id))
                     .unwrap_or_default();
                 let notes = self.notes_snapshot(caller, now_ms)?;
-                let policy = Self::policy(caller, &session, None);
+                let policy = policy_or_default(caller, &session, None);
                 let boot = render_boot_of(
                     caller,
                     &record,
@@ -489,6 +363,18 @@ impl<S: Store> Engine<S> {
         self.store.append(record.id, &batch, None)?;
         Ok(ids)
     }
+}
+
+/// `policy`, else the default policy of the caller's model (the session's when the caller names
+/// none).
+fn policy_or_default(
+    caller: &Caller,
+    session: &Session,
+    policy: Option<WindowPolicy>,
+) -> WindowPolicy {
+    policy.unwrap_or_else(|| {
+        WindowPolicy::for_model(caller.model.as_deref().or(session.meta.model.as_deref()))
+    })
 }
 
 /// What a turn boundary is decided from: the session's log as the caller has it (the gateway's
@@ -577,46 +463,6 @@ pub fn decide_turn_end(input: &TurnEndInput<'_>) -> TurnEndPlan {
         _ => None,
     };
     plan
-}
-
-/// A turn boundary on a session the caller holds in memory (the gateway's indexed copy, which
-/// includes writes still queued for the store): the same decision and drafts as
-/// [`Engine::turn_end_at`], with the notes for a new window's boot read on a blocking thread so
-/// an async worker never waits on the store. The entries are returned, not appended: the caller
-/// writes them with the batch it is committing. The one path of a turn end in the gateway.
-pub fn end_turn_on<'a, S>(
-    engine: &std::sync::Arc<Engine<S>>,
-    caller: &Caller,
-    record: &'a SessionRecord,
-    input: &TurnEndInput<'a>,
-) -> impl std::future::Future<Output = (TurnEndOutcome, Vec<Entry>)> + Send + 'a
-where
-    S: Store + Send + Sync + 'static,
-{
-    // Decided before the first await: the token counter is not held across it.
-    let plan = decide_turn_end(input);
-    let (session, branch, now) = (input.session, input.branch, input.now_ms);
-    let engine = engine.clone();
-    let caller = caller.clone();
-    async move {
-        let notes = if plan.needs_notes() {
-            let c = caller.clone();
-            match tokio::task::spawn_blocking(move || engine.notes_snapshot(&c, now)).await {
-                Ok(Ok(notes)) => Some(notes),
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, "turn end: notes unreadable; no new window");
-                    None
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "turn end: notes task failed; no new window");
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        plan.finish(&caller, record, session, branch, notes.as_ref())
-    }
 }
 
 /// The boot text of window `window_id` opened at the end of `branch`, given the notes as they

@@ -1,6 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-//! Windows and budget through the engine and a real (in-memory SQLite) store.
+//! Windows and budget through the engine and a real (in-memory SQLite) store, on the path the
+//! gateway takes: the session loaded into a [`SessionView`], the turn ended on it
+//! ([`end_turn`]), its entries written to the store, the projection read as upstream parts.
 
 use ctxd_core::budget::{GUIDANCE_KIND, WARNING_KIND};
 use ctxd_core::model::{
@@ -9,13 +11,16 @@ use ctxd_core::model::{
 use ctxd_core::offered::ModelTools;
 use ctxd_core::tokens::CharEstimate;
 use ctxd_core::tree::active_branch;
-use ctxd_engine::windows::{RepairOutcome, TurnEnd, WindowPolicy};
+use ctxd_core::view::ProjectionError;
+use ctxd_engine::turn::{end_turn, upstream_parts, Part, SessionLog, SessionView};
+use ctxd_engine::windows::{RepairOutcome, TurnEnd, TurnEndOutcome, WindowPolicy};
 use ctxd_engine::{Caller, Engine};
 use ctxd_store::{NewEntry, SqliteStore, Store};
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 struct Fixture {
-    engine: Engine<SqliteStore>,
+    engine: Arc<Engine<SqliteStore>>,
     caller: Caller,
     n: usize,
 }
@@ -27,7 +32,7 @@ impl Fixture {
             .open_session("t1", "sess-1", &SessionMeta::default())
             .unwrap();
         Fixture {
-            engine: Engine::new(store),
+            engine: Arc::new(Engine::new(store)),
             caller: Caller {
                 tenant: "t1".into(),
                 session: Some(rec.id),
@@ -91,19 +96,68 @@ impl Fixture {
         )));
     }
 
-    fn turn_end(&self, end: TurnEnd) -> ctxd_engine::windows::TurnEndOutcome {
+    fn turn_end(&self, end: TurnEnd) -> TurnEndOutcome {
         // The model's policy: a 200,000-token window, default thresholds.
         let policy = WindowPolicy::for_model(self.caller.model.as_deref());
         assert_eq!(policy.context_window, Some(200_000));
-        self.engine
-            .turn_end_at(
-                &self.caller,
-                end,
-                Some(policy),
-                &CharEstimate,
-                1_700_000_000_000,
-            )
-            .unwrap()
+        self.turn_end_with(end, policy, 1_700_000_000_000)
+    }
+
+    /// The session as the gateway holds it.
+    fn view(&self) -> SessionView {
+        let id = self.caller.session.unwrap();
+        let store = self.engine.store();
+        SessionView {
+            record: store.session(&self.caller.tenant, id).unwrap().unwrap(),
+            log: SessionLog::new(store.load(id).unwrap()),
+        }
+    }
+
+    /// A turn boundary as the gateway ends one: on the session view, its entries then written.
+    fn turn_end_with(&self, end: TurnEnd, policy: WindowPolicy, now_ms: i64) -> TurnEndOutcome {
+        let mut view = self.view();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (outcome, entries) = runtime.block_on(end_turn(
+            &self.engine,
+            &self.caller,
+            &mut view,
+            &policy,
+            end,
+            &CharEstimate,
+            now_ms,
+        ));
+        let batch: Vec<NewEntry> = entries.into_iter().map(NewEntry::new).collect();
+        if !batch.is_empty() {
+            self.engine
+                .store()
+                .append(view.record.id, &batch, None)
+                .unwrap();
+        }
+        outcome
+    }
+
+    /// What the model is shown: the projection as upstream parts, for a request without
+    /// elements of its own (every part is rendered).
+    fn project(&self) -> Result<Vec<Message>, ProjectionError> {
+        let view = self.view();
+        let parts = upstream_parts(&view.log, &[])?.unwrap_or_default();
+        Ok(parts
+            .into_iter()
+            .map(|p| match p {
+                Part::Rendered(m) => m,
+                Part::Client(i) => panic!("no client element {i}"),
+            })
+            .collect())
+    }
+
+    /// The history id of the window the model is in.
+    fn window_id(&self) -> String {
+        let view = self.view();
+        let branch = view.log.branch();
+        ctxd_core::windows::current_history_window_id(&view.log.session, &branch, view.record.id)
+            .unwrap_or_default()
     }
 
     fn tool(&self, name: &str) -> Value {
@@ -115,9 +169,8 @@ impl Fixture {
         serde_json::from_str(&out.text).unwrap()
     }
 
-    fn shown(&self) -> Vec<String> {
-        let p = self.engine.project(&self.caller).unwrap().unwrap();
-        p.messages.iter().map(|m| m.entry.0.clone()).collect()
+    fn shown(&self) -> Vec<Message> {
+        self.project().unwrap()
     }
 }
 
@@ -137,10 +190,10 @@ fn new_context_takes_effect_after_the_batch() {
     assert_eq!(reason, "requested");
     assert_eq!(out.appended.len(), 2);
     // The projection is the boot alone, and names the new window.
-    let p = f.engine.project(&f.caller).unwrap().unwrap();
-    assert_eq!(p.window_id, window_id);
-    assert_eq!(p.messages.len(), 1);
-    let ContentBlock::Text { text } = &p.messages[0].message.content[0] else {
+    let p = f.shown();
+    assert_eq!(f.window_id(), window_id);
+    assert_eq!(p.len(), 1);
+    let ContentBlock::Text { text } = &p[0].content[0] else {
         panic!()
     };
     assert!(text.contains(&format!("Current context window id: {window_id}")));
@@ -152,10 +205,7 @@ fn new_context_takes_effect_after_the_batch() {
     // The request is consumed: the next boundary does nothing.
     assert_eq!(f.turn_end(TurnEnd::Completed).reset, None);
     // Window ids are stable: reading again gives the same.
-    assert_eq!(
-        f.engine.project(&f.caller).unwrap().unwrap().window_id,
-        window_id
-    );
+    assert_eq!(f.window_id(), window_id);
 }
 
 #[test]
@@ -253,7 +303,7 @@ fn a_marker_without_boot_blocks_the_request_and_is_repaired_narrowly() {
         name: "label".into(),
         detail: None,
     });
-    let err = f.engine.project(&f.caller).unwrap().unwrap_err();
+    let err = f.project().unwrap_err();
     assert!(err.to_string().contains("w-x"));
     let RepairOutcome::Repaired { window_id, .. } = f
         .engine
@@ -264,8 +314,9 @@ fn a_marker_without_boot_blocks_the_request_and_is_repaired_narrowly() {
     };
     assert_eq!(window_id, "w-x");
     // The model is shown the history id of the window (the marker is entry u2).
+    assert!(f.project().is_ok());
     assert_eq!(
-        f.engine.project(&f.caller).unwrap().unwrap().window_id,
+        f.window_id(),
         ctxd_core::windows::history_window_id(f.caller.session.unwrap(), &EntryId::new("u2"))
     );
     assert_eq!(
@@ -306,7 +357,7 @@ fn a_marker_without_boot_blocks_the_request_and_is_repaired_narrowly() {
     f.assistant(1_000, &[("c9", "new_context")]);
     f.result("c9");
     assert!(f.turn_end(TurnEnd::Completed).reset.is_some());
-    assert!(f.engine.project(&f.caller).unwrap().is_ok());
+    assert!(f.project().is_ok());
 }
 
 #[test]
@@ -371,16 +422,7 @@ fn texts_name_only_offered_registry_tools() {
         f.assistant(190_000, &[]);
         let mut policy = WindowPolicy::for_model(f.caller.model.as_deref());
         policy.tools = tools;
-        let out = f
-            .engine
-            .turn_end_at(
-                &f.caller,
-                TurnEnd::Completed,
-                Some(policy),
-                &CharEstimate,
-                1,
-            )
-            .unwrap();
+        let out = f.turn_end_with(TurnEnd::Completed, policy, 1);
         assert!(out.reset.is_some());
         let session = f.engine.store().load(f.caller.session.unwrap()).unwrap();
         for e in &session.entries {

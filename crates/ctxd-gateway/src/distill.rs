@@ -26,10 +26,10 @@ use std::sync::Arc;
 use ctxd_core::distill::{self, Config, Phase};
 use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Role, Session, SessionMeta};
 use ctxd_engine::distill::{ask, Classifier, Configured, Limits};
+use ctxd_engine::turn::hash;
+use ctxd_engine::turn::SessionLog;
 use ctxd_store::NewEntry;
 
-use crate::hash;
-use crate::log::SessionLog;
 use crate::pace::{self, Pacer};
 use crate::sessions::{Loaded, Slot};
 

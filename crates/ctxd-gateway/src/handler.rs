@@ -13,6 +13,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use ctxd_core::model::{Role, SessionMeta};
 use ctxd_core::view::ProjectionError;
+use ctxd_engine::turn::{completes_batch, hash, plan_request, upstream_parts, SessionLog};
 use ctxd_engine::windows::{TurnEnd, WindowPolicy};
 use ctxd_engine::{now_ms, Caller};
 use futures_util::{Stream, StreamExt};
@@ -22,10 +23,7 @@ use tracing::Instrument;
 use crate::api::Api;
 use crate::budget;
 use crate::config::ToolsSetting;
-use crate::hash;
 use crate::identity;
-use crate::log::SessionLog;
-use crate::plan::{plan_request, upstream_parts};
 use crate::policy;
 use crate::relay::{Completion, Outcome, Relay};
 use crate::request::{ParsedRequest, PrevRequest};
@@ -377,7 +375,7 @@ async fn prepare(
     let distilled = crate::distill::apply_ready(&slot, loaded);
     app.distiller.catch_up(&slot, loaded);
     let now = ctxd_core::windows::iso8601(now_ms());
-    let mut plan = plan_request(&mut loaded.log, &req, &decoded, &now);
+    let mut plan = plan_request(&mut loaded.log, &req.with_body(&decoded), &now);
     let management = &app.settings.management;
     let agent_name = caller.agent.as_deref().unwrap_or("sdk");
     let offer = if matches!(management.tools_for(agent_name), ToolsSetting::None) {
@@ -399,14 +397,10 @@ async fn prepare(
     // The results that complete a tool batch end the turn that called the tools (the seed's
     // `turn_end`): its reminder and a due reset are committed after them, before projecting.
     if !management.record_only
-        && turn::carries_results(&loaded.log, &plan.element_entries[plan.matched..])
+        && completes_batch(&loaded.log, &plan.element_entries[plan.matched..])
     {
-        let branch = loaded.log.branch();
-        if ctxd_core::windows::batch_complete(&loaded.log.session, &branch) {
-            let (_, drafts) =
-                turn::end_turn(app, loaded, &branch, &caller, &policy, TurnEnd::Completed).await;
-            appended.extend(drafts);
-        }
+        let (_, drafts) = turn::end_turn(app, loaded, &caller, &policy, TurnEnd::Completed).await;
+        appended.extend(drafts);
     }
     let appended_count = appended.len();
     if appended_count > 0 {
@@ -533,16 +527,8 @@ async fn recover_overflow(
     }
     let loaded = state.as_mut()?;
     let caller = completion.caller().clone();
-    let branch = loaded.log.branch();
-    let (outcome, drafts) = turn::end_turn(
-        app,
-        loaded,
-        &branch,
-        &caller,
-        &replan.policy,
-        TurnEnd::Overflow,
-    )
-    .await;
+    let (outcome, drafts) =
+        turn::end_turn(app, loaded, &caller, &replan.policy, TurnEnd::Overflow).await;
     if !drafts.is_empty() {
         app.writer.send(Job::Append {
             session: loaded.record.id,

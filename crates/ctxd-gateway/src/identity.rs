@@ -4,9 +4,9 @@
 
 use axum::http::HeaderMap;
 use ctxd_core::model::Agent;
+use ctxd_engine::turn::hash;
 
 use crate::api::Api;
-use crate::hash;
 use crate::request::ParsedRequest;
 
 /// The tenant of a credential: 128 bits of BLAKE3 keyed with the store's secret, so the store

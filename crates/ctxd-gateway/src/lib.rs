@@ -1,11 +1,12 @@
 //! ctxd-gateway: `ctxd serve`, the HTTP gateway in front of the providers.
 //!
 //! Clients change one base URL. Each conversation request (Anthropic Messages, OpenAI Chat
-//! Completions, OpenAI Responses) is mapped onto its session's log in the store
-//! ([`plan`]), the engine's projection of the branch goes upstream (the client's own bytes when
-//! nothing changes, [`rewrite`] otherwise), and the response is relayed as it arrives while it
-//! is assembled and appended ([`relay`]). Everything that decides is a pure function over the
-//! log ([`log`], [`plan`], [`rewrite`], [`render`]); the rest is the adapter around it.
+//! Completions, OpenAI Responses) is split ([`request`]) and handed to the engine, which owns
+//! the turn over the session's log (`ctxd_engine::turn`: plan the request, end a turn, project,
+//! record the response); the projection goes upstream (the client's own bytes when nothing
+//! changes, [`rewrite`] and [`render`] otherwise), and the response is relayed as it arrives
+//! while it is assembled and recorded ([`relay`]). The gateway is the adapter: HTTP, streaming,
+//! the splice and the store's writer.
 
 pub mod api;
 mod budget;
@@ -13,12 +14,9 @@ mod checkpoints;
 pub mod config;
 mod distill;
 mod handler;
-pub mod hash;
 pub mod identity;
-pub mod log;
 mod mcp;
 mod pace;
-pub mod plan;
 pub mod policy;
 pub mod project;
 mod relay;

@@ -16,17 +16,16 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use ctxd_core::model::{Entry, EntryId, EntryKind};
+use ctxd_core::model::EntryId;
+use ctxd_engine::turn::{record_response, record_view, ResponseElement};
 use ctxd_engine::windows::{TurnEnd, WindowPolicy};
 use ctxd_engine::{now_ms, Caller};
 use ctxd_formats::wire::stream::{Assembled, Assembler, SseParser, StreamError};
-use ctxd_store::NewEntry;
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, Stream};
 use tokio::sync::oneshot;
 
 use crate::api::Api;
-use crate::hash;
 use crate::served::exchange::{Hidden, SharedTail, Tail};
 use crate::server::Gateway;
 use crate::sessions::Slot;
@@ -260,6 +259,7 @@ impl TurnRecord {
             // The response and the boundary's drafts go to the store as one batch.
             let mut batch = Vec::new();
             let mut leaf = None;
+            let now = ctxd_core::windows::iso8601(now_ms());
             let end = match (outcome, hidden) {
                 (Outcome::Response(assembled), None) => {
                     app.mcp_seen.note(
@@ -274,11 +274,23 @@ impl TurnRecord {
                             })
                         }),
                     );
-                    (batch, leaf) = append_response(loaded, attach.as_ref(), assembled);
+                    (batch, leaf) = record_response(
+                        &mut loaded.log,
+                        attach.as_ref(),
+                        elements(assembled),
+                        &now,
+                    );
                     TurnEnd::Completed
                 }
-                (Outcome::Response(view), Some(hidden)) => {
-                    batch = append_view(loaded, attach.as_ref(), hidden, view);
+                (Outcome::Response(view), Some(Hidden { covered, last })) => {
+                    batch = record_view(
+                        &mut loaded.log,
+                        attach.as_ref(),
+                        covered,
+                        last.map(elements),
+                        elements(view),
+                        &now,
+                    );
                     TurnEnd::Completed
                 }
                 (Outcome::Aborted, _) => TurnEnd::Aborted,
@@ -288,9 +300,7 @@ impl TurnRecord {
                 }
             };
             // An answer that called tools ends no turn: the boundary comes with their results.
-            let branch = loaded.log.branch();
-            let (_, entries) =
-                crate::turn::end_turn(&app, loaded, &branch, &caller, &policy, end).await;
+            let (_, entries) = crate::turn::end_turn(&app, loaded, &caller, &policy, end).await;
             batch.extend(entries);
             let session = loaded.record.id;
             let stale = slot.stale.clone();
@@ -323,105 +333,13 @@ impl TurnRecord {
     }
 }
 
-/// After ctxd's hidden rounds: the last upstream response (when it is not in the log yet) under
-/// `attach`, then one view event per element the client was shown (`view`), so its echo finds
-/// the exchange. The entries for the store.
-fn append_view(
-    loaded: &mut crate::sessions::Loaded,
-    attach: Option<&EntryId>,
-    hidden: Hidden,
-    view: Assembled,
-) -> Vec<NewEntry> {
-    let Hidden { mut covered, last } = hidden;
-    let mut batch = Vec::new();
-    let mut parent = attach.and_then(|id| loaded.log.position(id));
-    if let Some(last) = last {
-        let start = parent;
-        let (entries, _) = append_response(loaded, attach, last);
-        batch = entries;
-        let path = loaded.log.branch();
-        let from = start
-            .and_then(|s| path.iter().position(|&p| p == s))
-            .map_or(0, |i| i + 1);
-        covered.extend(
-            path[from..]
-                .iter()
-                .filter_map(|&p| loaded.log.entry(p))
-                .map(|e| e.id.as_str().to_owned()),
-        );
-        parent = loaded.log.leaf();
-    }
-    let shown: Vec<ctxd_core::model::Message> =
-        view.elements.iter().map(|e| e.message.clone()).collect();
-    let stamp = Some(ctxd_core::windows::iso8601(now_ms()));
-    for (kind, el) in crate::served::view_events(&shown, &covered)
+/// A response's elements as the engine records them (message and wire bytes).
+pub(crate) fn elements(assembled: Assembled) -> Vec<ResponseElement> {
+    assembled
+        .elements
         .into_iter()
-        .zip(&view.elements)
-    {
-        let h = hash::message(&el.message);
-        loaded.log.remember_raw(hash::raw(&el.wire), h);
-        let (pos, entry) = loaded
-            .log
-            .append_under(parent, "client_view", &h, kind, stamp.clone());
-        parent = Some(pos);
-        batch.push(NewEntry::new(entry));
-    }
-    batch
-}
-
-/// The response's elements into the log under `attach` (those already there are found, not
-/// appended again): the entries for the store, or, when all were there, the leaf to move to.
-pub(crate) fn append_response(
-    loaded: &mut crate::sessions::Loaded,
-    attach: Option<&EntryId>,
-    assembled: Assembled,
-) -> (Vec<NewEntry>, Option<EntryId>) {
-    let log = &mut loaded.log;
-    let stamp = Some(ctxd_core::windows::iso8601(now_ms()));
-    let mut batch: Vec<NewEntry> = Vec::new();
-    let mut cur = attach.and_then(|id| log.position(id));
-    for el in assembled.elements {
-        let h = hash::message(&el.message);
-        log.remember_raw(hash::raw(&el.wire), h);
-        // The same answer already there is found, unless it is another response of the
-        // provider's (a retry of a request whose answer the client never received): that one
-        // was billed too, so it is recorded beside the first, usage and id.
-        if let Some(existing) = log
-            .find_next(cur, &h)
-            .filter(|&p| !other_response(log.entry(p), &el.message))
-        {
-            cur = Some(existing);
-            continue;
-        }
-        let entry = Entry {
-            id: log.new_id(cur, "message", &h),
-            parent: cur.and_then(|p| log.entry(p)).map(|e| e.id.clone()),
-            timestamp: stamp.clone(),
-            sidechain: false,
-            kind: EntryKind::Message(el.message),
-        };
-        cur = Some(log.push(entry.clone()));
-        batch.push(NewEntry {
-            entry,
-            raw: Some(el.wire),
-        });
-    }
-    let mut leaf = None;
-    if batch.is_empty() {
-        if let Some(p) = cur.filter(|&p| log.leaf() != Some(p)) {
-            log.set_leaf(p);
-            leaf = log.entry(p).map(|e| e.id.clone());
-        }
-    }
-    (batch, leaf)
-}
-
-/// Whether `entry` is an answer of another provider response than `message` (both have ids).
-fn other_response(entry: Option<&Entry>, message: &ctxd_core::model::Message) -> bool {
-    match (entry.map(|e| &e.kind), &message.response_id) {
-        (Some(EntryKind::Message(m)), Some(id)) => m.response_id.as_ref().is_some_and(|e| e != id),
-        _ => false,
-    }
+        .map(|e| (e.message, e.wire))
+        .collect()
 }
 
 /// A response being recorded: counted on its session and on the gateway while it lasts.

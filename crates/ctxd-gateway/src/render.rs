@@ -244,7 +244,7 @@ fn responses(m: &Message) -> Vec<Value> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::hash;
+    use ctxd_engine::turn::hash;
 
     /// What the gateway renders must read back, through the request parsers, as the message
     /// it rendered: otherwise the next request would not match it.

@@ -5,13 +5,14 @@
 use std::ops::Range;
 
 use ctxd_core::model::{Message, ToolDef};
+use ctxd_engine::turn::hash::{self, Hash};
+use ctxd_engine::turn::ClientRequest;
 use ctxd_formats::wire::{anthropic, openai_chat, openai_responses};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::api::Api;
-use crate::hash::{self, Hash};
 
 /// Why a body is not a request of its API.
 #[derive(Debug, thiserror::Error)]
@@ -486,6 +487,59 @@ impl ParsedRequest {
     }
 }
 
+/// A split request with its body: what the engine plans a turn from
+/// ([`ctxd_engine::turn::plan_request`]).
+#[derive(Clone, Copy, Debug)]
+pub struct WithBody<'a> {
+    pub req: &'a ParsedRequest,
+    pub body: &'a [u8],
+}
+
+impl ParsedRequest {
+    /// This request over `body`, the bytes it was split from.
+    pub fn with_body<'a>(&'a self, body: &'a [u8]) -> WithBody<'a> {
+        WithBody { req: self, body }
+    }
+}
+
+impl ClientRequest for WithBody<'_> {
+    fn element_count(&self) -> usize {
+        self.req.elements.len()
+    }
+
+    fn element_key(&self, i: usize) -> Hash {
+        self.req
+            .elements
+            .get(i)
+            .map(|e| e.raw_hash)
+            .unwrap_or_default()
+    }
+
+    fn element_bytes(&self, i: usize) -> &[u8] {
+        self.req.element_bytes(self.body, i)
+    }
+
+    fn message(&self, i: usize) -> Message {
+        self.req.message(self.body, i)
+    }
+
+    fn system_key(&self) -> Option<Hash> {
+        self.req.system_raw.as_ref().map(|(_, h)| *h)
+    }
+
+    fn system(&self) -> Option<String> {
+        self.req.system(self.body)
+    }
+
+    fn tools_key(&self) -> Option<Hash> {
+        self.req.tools_raw.as_ref().map(|(_, h)| *h)
+    }
+
+    fn tools(&self) -> Vec<ToolDef> {
+        self.req.tools(self.body)
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -623,5 +677,17 @@ mod tests {
         let at = s.len() - 3;
         s[at] = 0xc3;
         assert!(ParsedRequest::parse_after(Api::Responses, &s, None).is_err());
+    }
+
+    #[test]
+    fn volatile_fields_do_not_change_the_hash() {
+        use ctxd_formats::wire::anthropic;
+        use serde_json::json;
+        let a = anthropic::message(&json!({"role": "user", "content": [
+            {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}));
+        let b = anthropic::message(
+            &json!({"role": "user", "content": [{"type": "text", "text": "hi"}]}),
+        );
+        assert_eq!(hash::message(&a), hash::message(&b));
     }
 }

@@ -4,10 +4,10 @@
 //! byte-identical.
 
 use crate::api::Api;
-use crate::plan::Part;
 use crate::render;
 use crate::request::ParsedRequest;
 use crate::served::Insert;
+use ctxd_engine::turn::Part;
 
 /// `body` with its conversation array rebuilt from `parts` (`None`: kept) and `insert` (ctxd's
 /// tool definitions) added.

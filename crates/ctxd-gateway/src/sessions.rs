@@ -7,9 +7,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ctxd_store::SessionRecord;
-
-use crate::log::SessionLog;
 use crate::request::PrevRequest;
 
 /// At most this many bytes of previous request bodies are kept over all sessions (beyond it a
@@ -29,11 +26,9 @@ impl Drop for Retained {
     }
 }
 
-/// A session's record and indexed log, once loaded.
-pub struct Loaded {
-    pub record: SessionRecord,
-    pub log: SessionLog,
-}
+/// A session's record and indexed log, once loaded: the session view the engine runs a turn
+/// over.
+pub type Loaded = ctxd_engine::turn::SessionView;
 
 /// One session's slot.
 pub struct Slot {

@@ -1,48 +1,34 @@
-//! A turn boundary on the gateway's copy of a session's log, for the places where a turn ends:
-//! an answer without tool calls arrives, a request carries the results that complete a tool
-//! batch (the client's, or ctxd's in a hidden round), the provider refuses a request as too
-//! long. The engine decides and drafts (`ctxd_engine::windows::end_turn_on`); this adapter
-//! pushes the drafts into the log and counts them; the caller queues them for the store in the
-//! batch it is writing.
+//! A turn boundary, the adapter side: the engine ends the turn on the session view
+//! (`ctxd_engine::turn::end_turn`: decide, draft, push into the log); this counts what it
+//! decided and hands back the entries for the store, which the caller queues in the batch it is
+//! writing.
 
 use std::sync::Arc;
 
-use ctxd_core::model::{ContentBlock, EntryKind};
-use ctxd_engine::windows::{end_turn_on, TurnEnd, TurnEndInput, TurnEndOutcome, WindowPolicy};
+use ctxd_engine::windows::{TurnEnd, TurnEndOutcome, WindowPolicy};
 use ctxd_engine::{now_ms, Caller};
 use ctxd_store::NewEntry;
 
-use crate::log::SessionLog;
 use crate::server::Gateway;
 use crate::sessions::Loaded;
 
-/// Decide the boundary on `loaded`'s active branch (`branch`, root first, as the caller has
-/// it) and push its drafts (reminder, marker and boot) into the log after the leaf. Returns
-/// what was decided and the entries to write.
+/// End the turn on `loaded`'s active branch: its drafts (reminder, marker and boot) go into
+/// the log after the leaf. Returns what was decided and the entries to write.
 pub(crate) async fn end_turn(
     app: &Arc<Gateway>,
     loaded: &mut Loaded,
-    branch: &[usize],
     caller: &Caller,
     policy: &WindowPolicy,
     end: TurnEnd,
 ) -> (TurnEndOutcome, Vec<NewEntry>) {
-    let counter = ctxd_tokens::CachingCounter::new(ctxd_tokens::Tokenizer::for_model(
-        caller.model.as_deref(),
-    ));
-    let deciding = {
-        // The decision runs here, before the first await (the input is not held across it).
-        let input = TurnEndInput {
-            session: &loaded.log.session,
-            branch,
-            end,
-            policy,
-            counter: &counter,
-            now_ms: now_ms(),
-        };
-        end_turn_on(&app.engine, caller, &loaded.record, &input)
+    let ending = {
+        // The counter is used by the decision, before the first await, and not held across it.
+        let counter = ctxd_tokens::CachingCounter::new(ctxd_tokens::Tokenizer::for_model(
+            caller.model.as_deref(),
+        ));
+        ctxd_engine::turn::end_turn(&app.engine, caller, loaded, policy, end, &counter, now_ms())
     };
-    let (outcome, entries) = deciding.await;
+    let (outcome, entries) = ending.await;
     if let Some(kind) = outcome.reminder {
         metrics::counter!("ctxd_reminders_total", "kind" => kind).increment(1);
     }
@@ -50,21 +36,5 @@ pub(crate) async fn end_turn(
         metrics::counter!("ctxd_windows_opened_total", "cause" => *cause).increment(1);
         tracing::info!(window = %window, cause, "new context window");
     }
-    let batch = entries
-        .into_iter()
-        .map(|entry| {
-            loaded.log.push(entry.clone());
-            NewEntry::new(entry)
-        })
-        .collect();
-    (outcome, batch)
-}
-
-/// Whether the entries a request appended (positions in `log`) carry tool results: only then
-/// can the request complete a tool batch (checked on the branch, which costs a walk of it).
-pub(crate) fn carries_results(log: &SessionLog, appended: &[usize]) -> bool {
-    appended.iter().any(|&pos| {
-        matches!(log.entry(pos).map(|e| &e.kind), Some(EntryKind::Message(m))
-            if m.content.iter().any(|b| matches!(b, ContentBlock::ToolResult { .. })))
-    })
+    (outcome, entries.into_iter().map(NewEntry::new).collect())
 }

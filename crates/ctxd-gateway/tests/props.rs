@@ -1,9 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Properties of the gateway's pure pipeline over generated conversations and arbitrary bytes.
 
+use ctxd_engine::turn::{plan_request, upstream_parts, Part, SessionLog};
 use ctxd_gateway::api::Api;
-use ctxd_gateway::log::SessionLog;
-use ctxd_gateway::plan::{plan_request, upstream_parts, Part};
 use ctxd_gateway::request::{ParsedRequest, PrevRequest};
 use ctxd_gateway::rewrite::splice;
 use proptest::prelude::*;
@@ -68,7 +67,7 @@ proptest! {
         for n in 1..=texts.len() {
             let b = body(api, &texts[..n], Some(n - 1));
             let req = ParsedRequest::parse(api, &b).unwrap();
-            let plan = plan_request(&mut log, &req, &b, "t");
+            let plan = plan_request(&mut log, &req.with_body(&b), "t");
             prop_assert!(plan.appended.len() <= 1, "turn {n}: {}", plan.appended.len());
             prop_assert!(upstream_parts(&log, &plan.element_entries).unwrap().is_none());
         }

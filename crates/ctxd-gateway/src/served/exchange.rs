@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use axum::http::{HeaderMap, Method, StatusCode};
 use bytes::Bytes;
-use ctxd_core::model::{ContentBlock, EntryId, EntryKind, Message, Role};
+use ctxd_core::model::{ContentBlock, EntryId, Message, Role};
+use ctxd_engine::turn::{branch_ids_after, record_response, record_results, upstream_parts, Part};
 use ctxd_engine::windows::TurnEnd;
 use ctxd_engine::Caller;
 use ctxd_formats::wire::stream::{Assembled, Assembler, SseEvent, SseParser};
@@ -21,7 +22,6 @@ use super::splice::{End, Splicer};
 use super::{Calls, Offer};
 use crate::api::Api;
 use crate::handler::Replan;
-use crate::hash;
 use crate::server::Gateway;
 use crate::sessions::Slot;
 use crate::writer::Job;
@@ -95,8 +95,14 @@ impl Context {
         let loaded = state.as_mut().ok_or("the session is not loaded")?;
         let attach = lock(&self.tail).attach.clone();
         let start = attach.as_ref().and_then(|id| loaded.log.position(id));
-        let (batch, _) = crate::relay::append_response(loaded, attach.as_ref(), assembled);
-        let mut covered = tail_ids(&loaded.log, start);
+        let now = ctxd_core::windows::iso8601(ctxd_engine::now_ms());
+        let (batch, _) = record_response(
+            &mut loaded.log,
+            attach.as_ref(),
+            crate::relay::elements(assembled),
+            &now,
+        );
+        let mut covered = branch_ids_after(&loaded.log, start);
         // The call must be in the store before the tools read it.
         let (tx, rx) = tokio::sync::oneshot::channel();
         let session = loaded.record.id;
@@ -132,28 +138,17 @@ impl Context {
             metrics::counter!("ctxd_tool_calls_total", "tool" => name.clone()).increment(1);
         }
         let results = result_messages(self.api, &calls, outputs);
+        let now = ctxd_core::windows::iso8601(ctxd_engine::now_ms());
         let mut batch = Vec::new();
-        let stamp = Some(ctxd_core::windows::iso8601(ctxd_engine::now_ms()));
-        for message in results {
-            let h = hash::message(&message);
-            let parent = loaded.log.leaf();
-            let (_, entry) = loaded.log.append_under(
-                parent,
-                "message",
-                &h,
-                EntryKind::Message(message),
-                stamp.clone(),
-            );
+        for entry in record_results(&mut loaded.log, results, &now) {
             covered.push(entry.id.as_str().to_owned());
             batch.push(NewEntry::new(entry));
         }
         let mut body = None;
         if continues {
-            let branch = loaded.log.branch();
             let (_, drafts) = crate::turn::end_turn(
                 &self.app,
                 loaded,
-                &branch,
                 &self.caller,
                 &self.replan.policy,
                 TurnEnd::Completed,
@@ -174,11 +169,11 @@ impl Context {
             .and_then(|p| loaded.log.entry(p))
             .map(|e| e.id.clone());
         if continues {
-            let parts = crate::plan::upstream_parts(&loaded.log, &self.replan.element_entries)
+            let parts = upstream_parts(&loaded.log, &self.replan.element_entries)
                 .map_err(|e| format!("projection: {e:?}"))?
                 .unwrap_or_else(|| {
                     (0..self.replan.req.elements.len())
-                        .map(crate::plan::Part::Client)
+                        .map(Part::Client)
                         .collect()
                 });
             body = Some(Bytes::from(crate::rewrite::splice(
@@ -231,20 +226,6 @@ impl Context {
             h.last = last;
         }
     }
-}
-
-/// The ids of the branch's entries after `start` (exclusive) to the leaf.
-fn tail_ids(log: &crate::log::SessionLog, start: Option<usize>) -> Vec<String> {
-    let path = log.branch();
-    let from = match start {
-        Some(s) => path.iter().position(|&p| p == s).map_or(0, |i| i + 1),
-        None => 0,
-    };
-    path[from..]
-        .iter()
-        .filter_map(|&p| log.entry(p))
-        .map(|e| e.id.as_str().to_owned())
-        .collect()
 }
 
 /// The results of ctxd's calls as the API's conversation has them: one user message with every

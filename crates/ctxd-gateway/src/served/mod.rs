@@ -10,24 +10,21 @@
 //!   A response mixing ctxd's calls with the client's: ctxd's run at once, the client's reach
 //!   the client, and both results are in place on the next request.
 //! - What the client saw differs from what the log holds, so the log records it: after a
-//!   hidden exchange, one [`VIEW_EVENT`] per element the client will echo, the first naming the
+//!   hidden exchange, one view event (`ctxd_engine::turn::client_view`) per element the client will echo, the first naming the
 //!   entries it stands for. The gateway's log matches the client's echo against those events
-//!   and projects the real exchange (`log.rs`): the model always sees its own tool history.
+//!   and projects the real exchange (`ctxd_engine::turn::log`): the model always sees its own tool history.
 
 pub(crate) mod exchange;
 pub mod merge;
 pub mod splice;
 
-use ctxd_core::model::{ContentBlock, Entry, EntryKind, Message};
+use ctxd_core::model::{ContentBlock, Message};
 use ctxd_core::offered::ModelTools;
 use serde_json::{json, Value};
 
 use crate::api::Api;
 use crate::config::Management;
 use crate::request::ParsedRequest;
-
-/// The event recording what the client was shown in place of a hidden exchange.
-pub const VIEW_EVENT: &str = "ctxd.client_view";
 
 /// ctxd's tools offered on one request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -254,50 +251,6 @@ pub struct Insert {
     pub bytes: Vec<u8>,
 }
 
-/// The view events for what the client was shown (`shown`, the elements it will echo) in
-/// place of the entries `covers`: parented by the caller in order.
-pub fn view_events(shown: &[Message], covers: &[String]) -> Vec<EntryKind> {
-    shown
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let mut detail = json!({ "message": m });
-            if i == 0 {
-                detail["covers"] = json!(covers);
-            }
-            EntryKind::Event {
-                name: VIEW_EVENT.to_owned(),
-                detail: Some(detail),
-            }
-        })
-        .collect()
-}
-
-/// A view event's message and the ids it covers (`None` for any other entry).
-pub fn read_view(entry: &Entry) -> Option<(Message, Vec<String>)> {
-    let EntryKind::Event {
-        name,
-        detail: Some(detail),
-    } = &entry.kind
-    else {
-        return None;
-    };
-    if name != VIEW_EVENT {
-        return None;
-    }
-    let message: Message = serde_json::from_value(detail.get("message")?.clone()).ok()?;
-    let covers = detail
-        .get("covers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    Some((message, covers))
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -358,19 +311,5 @@ mod tests {
             ..Management::default()
         };
         assert!(Offer::new(&none, "pi", ["bash"]).is_empty());
-    }
-
-    #[test]
-    fn view_events_read_back() {
-        let m = Message::text(ctxd_core::model::Role::Assistant, "shown");
-        let kinds = view_events(std::slice::from_ref(&m), &["a".into(), "b".into()]);
-        let entry = Entry {
-            id: ctxd_core::model::EntryId::new("v"),
-            parent: None,
-            timestamp: None,
-            sidechain: false,
-            kind: kinds[0].clone(),
-        };
-        assert_eq!(read_view(&entry), Some((m, vec!["a".into(), "b".into()])));
     }
 }

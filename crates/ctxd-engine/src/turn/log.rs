@@ -1,13 +1,14 @@
-//! The gateway's indexed copy of one session's log: the store's entries plus the ones queued
-//! for writing, with the indices reconciliation needs (children of each entry, the hash of each
-//! conversation message). Rebuilt from the store whenever a write fails, so the store stays the
-//! truth and this is only ever a cache of it.
+//! The session view a turn runs over: one session's log as the gateway holds it (the store's
+//! entries plus the ones queued for writing), with the indices reconciliation needs (children
+//! of each entry, the hash of each conversation message). The gateway rebuilds it from the store
+//! whenever a write fails, so the store stays the truth and this is only ever a cache of it.
 
 use std::collections::HashMap;
 
 use ctxd_core::model::{Entry, EntryId, EntryKind, Session};
 
-use crate::hash::{self, Hash};
+use super::client_view::read_view;
+use super::hash::{self, Hash};
 
 /// A session's log with reconciliation indices.
 #[derive(Debug, Default)]
@@ -29,7 +30,7 @@ pub struct SessionLog {
     raw_index: HashMap<Hash, Hash>,
     leaf: Option<usize>,
     /// Positions of compaction entries (a client's own compaction continues its session after
-    /// one: `plan.rs`).
+    /// one: [`plan_request`](super::plan_request)).
     compactions: Vec<usize>,
     /// The largest prompt (tokens) a provider reported for this session: the model's window is
     /// at least that.
@@ -137,7 +138,7 @@ impl SessionLog {
         }
         let own_hash = match &entry.kind {
             EntryKind::Message(m) if is_conversation(&entry) => Some(hash::message(m)),
-            EntryKind::Event { .. } => crate::served::read_view(&entry).map(|(shown, covers)| {
+            EntryKind::Event { .. } => read_view(&entry).map(|(shown, covers)| {
                 // A hidden exchange: the client echoes what it was shown (this event), never
                 // the entries it stands for, which become ctxd's own (followed through).
                 for id in covers {

@@ -1,20 +1,39 @@
-//! What one request does to the log, and what goes upstream: pure functions over the session's
-//! [`SessionLog`] and the client's [`ParsedRequest`].
-//!
-//! 1. [`plan_request`]: map the request's elements onto the log (content hashes, longest
-//!    matching path), append what is new (system prompt and tools when they changed, then the
-//!    new elements with the client's bytes), move the leaf.
-//! 2. [`upstream_parts`]: the projection of the resulting branch, as a list of parts: the
-//!    client's own elements (by index) and messages ctxd renders. `None` when the projection is
-//!    exactly the client's elements in order: the body then goes upstream untouched.
+//! What one request does to the log: [`plan_request`] maps the client's conversation (a
+//! [`ClientRequest`]) onto the session's [`SessionLog`] by content hash (longest matching path),
+//! appends what is new (system prompt and tools when they changed, then the new elements with
+//! the client's bytes) and moves the leaf. A client's own compaction (Claude Code's, Codex's,
+//! Pi's summary starting a new conversation) continues the session after a `Compaction` entry
+//! under the old branch, so history search still reaches what came before.
 
-use ctxd_core::model::{Compaction, Entry, EntryId, EntryKind, Message, Role};
-use ctxd_core::view::{project_checked, ItemKind, ProjectionError};
+use ctxd_core::model::{Compaction, Entry, EntryId, EntryKind, Message, Role, ToolDef};
 use ctxd_store::NewEntry;
 
-use crate::hash::{self, Hash};
-use crate::log::{SessionLog, SettingKind};
-use crate::request::ParsedRequest;
+use super::hash::{self, Hash};
+use super::log::{Match, SessionLog, SettingKind};
+
+/// A client's request as planning reads it: its conversation array (each element's bytes, the
+/// key of those bytes, the element as a message of the session model) and the system prompt
+/// and tool definitions it states outside the array. The gateway's split request implements it
+/// over the request's body; parsing is on demand, since most elements are recognised by the
+/// key of their bytes alone.
+pub trait ClientRequest {
+    /// How many elements the conversation array has.
+    fn element_count(&self) -> usize;
+    /// The key of element `i`'s bytes ([`hash::raw`]).
+    fn element_key(&self, i: usize) -> Hash;
+    /// The client's bytes of element `i`.
+    fn element_bytes(&self, i: usize) -> &[u8];
+    /// Element `i` as a message of the session model.
+    fn message(&self, i: usize) -> Message;
+    /// The key of the system prompt's bytes, when the request states one outside the array.
+    fn system_key(&self) -> Option<Hash>;
+    /// The system prompt's text.
+    fn system(&self) -> Option<String>;
+    /// The key of the tool definitions' bytes, when the request has them.
+    fn tools_key(&self) -> Option<Hash>;
+    /// The tool definitions as the session model holds them.
+    fn tools(&self) -> Vec<ToolDef>;
+}
 
 /// What [`plan_request`] changed.
 #[derive(Debug, Default)]
@@ -30,24 +49,21 @@ pub struct RequestPlan {
 }
 
 /// Apply `req` to `log` (see the module docs). `now` stamps the new entries.
-pub fn plan_request(
-    log: &mut SessionLog,
-    req: &ParsedRequest,
-    body: &[u8],
-    now: &str,
-) -> RequestPlan {
-    let mut parsed: Vec<Option<Message>> = Vec::with_capacity(req.elements.len());
-    let mut hashes: Vec<Hash> = Vec::with_capacity(req.elements.len());
-    for (i, element) in req.elements.iter().enumerate() {
-        match log.known_raw(&element.raw_hash) {
+pub fn plan_request<R: ClientRequest>(log: &mut SessionLog, req: &R, now: &str) -> RequestPlan {
+    let count = req.element_count();
+    let mut parsed: Vec<Option<Message>> = Vec::with_capacity(count);
+    let mut hashes: Vec<Hash> = Vec::with_capacity(count);
+    for i in 0..count {
+        let key = req.element_key(i);
+        match log.known_raw(&key) {
             Some(h) => {
                 hashes.push(h);
                 parsed.push(None);
             }
             None => {
-                let m = req.message(body, i);
+                let m = req.message(i);
                 let h = hash::message(&m);
-                log.remember_raw(element.raw_hash, h);
+                log.remember_raw(key, h);
                 hashes.push(h);
                 parsed.push(Some(m));
             }
@@ -62,9 +78,9 @@ pub fn plan_request(
         match continued_after_compaction(log, &hashes) {
             Some(m) => found = m,
             None => {
-                if let Some(summary) = client_summary(req, body, &mut parsed) {
+                if let Some(summary) = client_summary(req, &mut parsed) {
                     client_compaction = Some((log.tail_after(log.leaf()), summary));
-                    found = crate::log::Match {
+                    found = Match {
                         matched: Vec::new(),
                         parent: None,
                     };
@@ -106,10 +122,8 @@ pub fn plan_request(
         });
         append(log, &mut parent, kind, id, None);
     }
-    if let Some((_, raw)) = req.system_raw {
-        let text = log
-            .known_raw(&raw)
-            .map_or_else(|| req.system(body), |_| None);
+    if let Some(raw) = req.system_key() {
+        let text = log.known_raw(&raw).map_or_else(|| req.system(), |_| None);
         let h = match &text {
             Some(t) => {
                 let h = hash::text(t);
@@ -119,15 +133,15 @@ pub fn plan_request(
             None => log.known_raw(&raw),
         };
         if let Some(h) = h.filter(|h| log.setting_at(parent, SettingKind::System) != Some(*h)) {
-            let text = text.or_else(|| req.system(body)).unwrap_or_default();
+            let text = text.or_else(|| req.system()).unwrap_or_default();
             let id = log.new_id(parent, "system_prompt", &h);
             append(log, &mut parent, EntryKind::SystemPrompt { text }, id, None);
         }
     }
-    if let Some((_, raw)) = req.tools_raw {
+    if let Some(raw) = req.tools_key() {
         let tools = log
             .known_raw(&raw)
-            .map_or_else(|| Some(req.tools(body)), |_| None);
+            .map_or_else(|| Some(req.tools()), |_| None);
         let h = match &tools {
             Some(t) if !t.is_empty() => {
                 let h = hash::tools(t);
@@ -138,15 +152,15 @@ pub fn plan_request(
             None => log.known_raw(&raw),
         };
         if let Some(h) = h.filter(|h| log.setting_at(parent, SettingKind::Tools) != Some(*h)) {
-            let tools = tools.unwrap_or_else(|| req.tools(body));
+            let tools = tools.unwrap_or_else(|| req.tools());
             let id = log.new_id(parent, "tool_defs", &h);
             append(log, &mut parent, EntryKind::ToolDefs { tools }, id, None);
         }
     }
-    for i in matched..req.elements.len() {
-        let message = parsed[i].take().unwrap_or_else(|| req.message(body, i));
+    for i in matched..count {
+        let message = parsed[i].take().unwrap_or_else(|| req.message(i));
         let id = log.new_id(parent, "message", &hashes[i]);
-        let raw = Some(req.element_bytes(body, i).to_vec());
+        let raw = Some(req.element_bytes(i).to_vec());
         let pos = append(log, &mut parent, EntryKind::Message(message), id, raw);
         plan.element_entries.push(pos);
     }
@@ -177,7 +191,7 @@ fn conversation_matched(log: &SessionLog, matched: &[usize]) -> bool {
 }
 
 /// The request continues a conversation already recorded after a client's compaction.
-fn continued_after_compaction(log: &SessionLog, hashes: &[Hash]) -> Option<crate::log::Match> {
+fn continued_after_compaction(log: &SessionLog, hashes: &[Hash]) -> Option<Match> {
     log.compactions()
         .iter()
         .rev()
@@ -186,13 +200,9 @@ fn continued_after_compaction(log: &SessionLog, hashes: &[Hash]) -> Option<crate
 }
 
 /// The summary a client's compaction left at the start of this request, if any.
-fn client_summary(
-    req: &ParsedRequest,
-    body: &[u8],
-    parsed: &mut [Option<Message>],
-) -> Option<String> {
-    (0..req.elements.len().min(8)).find_map(|i| {
-        let m = parsed[i].get_or_insert_with(|| req.message(body, i));
+fn client_summary<R: ClientRequest>(req: &R, parsed: &mut [Option<Message>]) -> Option<String> {
+    (0..req.element_count().min(8)).find_map(|i| {
+        let m = parsed[i].get_or_insert_with(|| req.message(i));
         if m.role != Role::User {
             return None;
         }
@@ -205,74 +215,66 @@ fn client_summary(
     })
 }
 
-/// One element of the upstream conversation array.
-#[derive(Debug, PartialEq)]
-pub enum Part {
-    /// The client's element at this index, as its own bytes.
-    Client(usize),
-    /// A message ctxd shows (boot, reminder, summary, edited content).
-    Rendered(Message),
-}
-
-/// The projection of `log`'s branch as parts; `Ok(None)` when it is exactly the client's
-/// elements in order (nothing to rewrite). `element_entries` is the log entry of each of the
-/// request's elements ([`RequestPlan::element_entries`]).
-pub fn upstream_parts(
-    log: &SessionLog,
-    element_entries: &[usize],
-) -> Result<Option<Vec<Part>>, ProjectionError> {
-    let branch = log.branch();
-    let projection = project_checked(&log.session, &branch)?;
-    // Entry position → the request's element showing it.
-    let mut element_of: Vec<Option<usize>> = vec![None; log.len()];
-    for (i, &pos) in element_entries.iter().enumerate() {
-        if let Some(slot) = element_of.get_mut(pos) {
-            *slot = Some(i);
-        }
-    }
-    let parts: Vec<Part> = projection
-        .items
-        .iter()
-        .map(
-            |item| match (&item.kind, element_of.get(item.entry).copied().flatten()) {
-                (ItemKind::Message { edited: false, .. }, Some(i)) => Part::Client(i),
-                _ => Part::Rendered(item.to_message()),
-            },
-        )
-        .collect();
-    let unchanged = parts.len() == element_entries.len()
-        && parts
-            .iter()
-            .enumerate()
-            .all(|(n, p)| matches!(p, Part::Client(i) if *i == n));
-    Ok(if unchanged { None } else { Some(parts) })
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::api::Api;
+    use crate::turn::{upstream_parts, Part};
 
-    fn body(messages: &[&str]) -> Vec<u8> {
-        let els: Vec<String> = messages
+    /// A conversation as the gateway's split request presents it: element bytes as a client
+    /// sends them (Anthropic's shape), a system prompt `sys`.
+    struct Request {
+        elements: Vec<(Vec<u8>, Message)>,
+    }
+
+    impl ClientRequest for Request {
+        fn element_count(&self) -> usize {
+            self.elements.len()
+        }
+        fn element_key(&self, i: usize) -> Hash {
+            hash::raw(&self.elements[i].0)
+        }
+        fn element_bytes(&self, i: usize) -> &[u8] {
+            &self.elements[i].0
+        }
+        fn message(&self, i: usize) -> Message {
+            self.elements[i].1.clone()
+        }
+        fn system_key(&self) -> Option<Hash> {
+            Some(hash::raw(b"\"sys\""))
+        }
+        fn system(&self) -> Option<String> {
+            Some("sys".into())
+        }
+        fn tools_key(&self) -> Option<Hash> {
+            None
+        }
+        fn tools(&self) -> Vec<ToolDef> {
+            Vec::new()
+        }
+    }
+
+    fn body(messages: &[&str]) -> Request {
+        let elements = messages
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let role = if i % 2 == 0 { "user" } else { "assistant" };
-                format!(r#"{{"role":"{role}","content":[{{"type":"text","text":"{t}"}}]}}"#)
+                let role = if i % 2 == 0 {
+                    Role::User
+                } else {
+                    Role::Assistant
+                };
+                let name = if i % 2 == 0 { "user" } else { "assistant" };
+                let bytes =
+                    format!(r#"{{"role":"{name}","content":[{{"type":"text","text":"{t}"}}]}}"#);
+                (bytes.into_bytes(), Message::text(role, *t))
             })
             .collect();
-        format!(
-            r#"{{"model":"claude-sonnet-4-5","system":"sys","messages":[{}]}}"#,
-            els.join(",")
-        )
-        .into_bytes()
+        Request { elements }
     }
 
-    fn run(log: &mut SessionLog, b: &[u8]) -> (RequestPlan, Option<Vec<Part>>) {
-        let req = ParsedRequest::parse(Api::Anthropic, b).unwrap();
-        let plan = plan_request(log, &req, b, "2026-12-01T00:00:00Z");
+    fn run(log: &mut SessionLog, req: &Request) -> (RequestPlan, Option<Vec<Part>>) {
+        let plan = plan_request(log, req, "2026-12-01T00:00:00Z");
         let parts = upstream_parts(log, &plan.element_entries).unwrap();
         (plan, parts)
     }
@@ -395,7 +397,7 @@ mod tests {
         let parts = parts.expect("rewritten");
         assert_eq!(parts.len(), 2, "{parts:?}");
         assert!(
-            matches!(&parts[0], Part::Rendered(m) if ctxd_formats::wire::openai_chat::text_of(&m.content).contains("BOOT"))
+            matches!(&parts[0], Part::Rendered(m) if ctxd_core::text::message_text(m).contains("BOOT"))
         );
         assert_eq!(parts[1], Part::Client(4));
     }
