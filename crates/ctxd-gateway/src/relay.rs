@@ -62,6 +62,8 @@ pub struct Completion {
     before_upstream: Duration,
     /// Time spent in the gateway on the response (assembling chunks).
     relaying: Duration,
+    /// The request's accounting, recorded with a complete response (`crate::stats`).
+    request: Option<ctxd_core::savings::Record>,
     done: bool,
 }
 
@@ -92,8 +94,18 @@ impl Completion {
             started,
             before_upstream,
             relaying: Duration::ZERO,
+            request: None,
             done: false,
         }
+    }
+
+    /// The request as measured for what goes upstream (its headers, and its record).
+    pub fn measured(&mut self, record: ctxd_core::savings::Record) {
+        self.request = Some(record);
+    }
+
+    pub fn request_record(&self) -> Option<&ctxd_core::savings::Record> {
+        self.request.as_ref()
     }
 
     pub fn slot(&self) -> &Arc<Slot> {
@@ -181,6 +193,7 @@ impl Completion {
             distill: self.distill,
             attach,
             hidden,
+            request: self.request.take(),
             outcome,
         })
     }
@@ -198,6 +211,8 @@ struct TurnRecord {
     attach: Option<EntryId>,
     /// ctxd answered calls in this request: the response is the client's view of them.
     hidden: Option<Hidden>,
+    /// The request's accounting, recorded after a complete response.
+    request: Option<ctxd_core::savings::Record>,
     outcome: Outcome,
 }
 
@@ -241,6 +256,7 @@ impl TurnRecord {
             distill,
             attach,
             hidden,
+            request,
             outcome,
         } = self;
         let distill = distill && matches!(outcome, Outcome::Response(_));
@@ -287,6 +303,9 @@ impl TurnRecord {
                     return;
                 }
             };
+            if let Some(r) = request.filter(|_| matches!(end, TurnEnd::Completed)) {
+                batch.push(crate::stats::append(loaded, &r));
+            }
             // An answer that called tools ends no turn: the boundary comes with their results.
             let branch = loaded.log.branch();
             let (_, entries) =

@@ -33,6 +33,8 @@ impl Drop for Retained {
 pub struct Loaded {
     pub record: SessionRecord,
     pub log: SessionLog,
+    /// Sizes of the log's entries for the requests' accounting (`crate::stats`).
+    pub savings: ctxd_core::savings::Memo,
 }
 
 /// One session's slot.
