@@ -112,6 +112,9 @@ pub enum Command {
     Report(ReportArgs),
     /// List the sessions under an agent's session directory, or with `--store`, in the store.
     Sessions(SessionsArgs),
+    /// Tokens ctxd's mechanisms saved per managed request, from the store's records: every
+    /// session with a sum, or one session request by request.
+    Stats(crate::stats_cmd::StatsArgs),
     /// Import agent session files into the store.
     Import(crate::import_cmd::ImportArgs),
     /// Notes in five homes (this session, the project, the human, an agent, a model): write,

@@ -15,6 +15,7 @@ mod recall_cmd;
 mod report_cmd;
 mod serve_cmd;
 mod sessions_cmd;
+mod stats_cmd;
 mod store;
 mod tui;
 
@@ -59,6 +60,7 @@ fn main() -> ExitCode {
         cli::Command::Serve(args) => serve_cmd::run(&args, &store),
         cli::Command::Report(args) => report_cmd::run(&args, &store),
         cli::Command::Sessions(args) => sessions_cmd::run(&args, &store),
+        cli::Command::Stats(args) => stats_cmd::run(&args, &store),
         cli::Command::Import(args) => import_cmd::run(&args, &store),
         cli::Command::Notes(cmd) => notes_cmd::run(&cmd, &store),
         cli::Command::History(cmd) => history_cmd::run(&cmd, &store),

@@ -29,6 +29,7 @@ pub mod notes;
 pub mod offered;
 pub mod recall;
 pub mod report;
+pub mod savings;
 pub mod text;
 pub mod tokens;
 pub mod tree;

@@ -110,6 +110,7 @@ impl Fixture {
         SessionView {
             record: store.session(&self.caller.tenant, id).unwrap().unwrap(),
             log: SessionLog::new(store.load(id).unwrap()),
+            savings: Default::default(),
         }
     }
 

@@ -430,6 +430,13 @@ async fn prepare(
         }
     };
     let attach = leaf_id(&loaded.log);
+    let insert = crate::served::inject(&req, &decoded, &offer);
+    let measured = crate::stats::measure(
+        loaded,
+        parts.is_some(),
+        insert.as_ref(),
+        req.model.as_deref(),
+    );
     tracing::debug!(
         session = loaded.record.id,
         matched = plan.matched,
@@ -443,7 +450,6 @@ async fn prepare(
     );
     drop(state);
 
-    let insert = crate::served::inject(&req, &decoded, &offer);
     let (upstream_body, encoded, rewritten) = match (parts, &insert) {
         (None, None) => (raw, true, false),
         (parts, insert) => (
@@ -466,7 +472,7 @@ async fn prepare(
     let distill = !management.record_only
         && management.mechanisms_for(agent_name).distill
         && policy.tools.recall;
-    let completion = Completion::new(
+    let mut completion = Completion::new(
         app.clone(),
         slot,
         caller,
@@ -477,6 +483,7 @@ async fn prepare(
         started,
         started.elapsed(),
     );
+    completion.measured(measured);
     Ok(Planned {
         upstream_body,
         encoded,
@@ -543,6 +550,13 @@ async fn recover_overflow(
         Ok(None) | Err(_) => return None,
     };
     completion.reattach(leaf_id(&loaded.log));
+    let model = replan.req.model.as_deref();
+    completion.measured(crate::stats::measure(
+        loaded,
+        true,
+        replan.insert.as_ref(),
+        model,
+    ));
     metrics::counter!("ctxd_rewritten_total", "route" => api.route()).increment(1);
     Some(Bytes::from(splice(
         &replan.req,
@@ -609,6 +623,7 @@ async fn load(
         Ok::<_, ctxd_store::StoreError>(Loaded {
             record,
             log: SessionLog::new(session),
+            savings: Default::default(),
         })
     })
     .await;
@@ -680,6 +695,9 @@ async fn forward(
         let mut out_headers = crate::upstream::response_headers(resp.headers());
         if rewritten {
             out_headers.insert("x-ctxd-rewritten", HeaderValue::from_static("1"));
+        }
+        if let Some(r) = completion.request_record().filter(|_| status.is_success()) {
+            crate::stats::headers(&mut out_headers, r);
         }
         let is_sse = resp
             .headers()

@@ -26,6 +26,7 @@ pub mod rewrite;
 pub mod served;
 mod server;
 mod sessions;
+pub mod stats;
 mod turn;
 pub mod ui;
 mod upstream;

@@ -61,6 +61,8 @@ pub struct Completion {
     before_upstream: Duration,
     /// Time spent in the gateway on the response (assembling chunks).
     relaying: Duration,
+    /// The request's accounting, recorded with a complete response (`crate::stats`).
+    request: Option<ctxd_core::savings::Record>,
     done: bool,
 }
 
@@ -91,8 +93,18 @@ impl Completion {
             started,
             before_upstream,
             relaying: Duration::ZERO,
+            request: None,
             done: false,
         }
+    }
+
+    /// The request as measured for what goes upstream (its headers, and its record).
+    pub fn measured(&mut self, record: ctxd_core::savings::Record) {
+        self.request = Some(record);
+    }
+
+    pub fn request_record(&self) -> Option<&ctxd_core::savings::Record> {
+        self.request.as_ref()
     }
 
     pub fn slot(&self) -> &Arc<Slot> {
@@ -180,6 +192,7 @@ impl Completion {
             distill: self.distill,
             attach,
             hidden,
+            request: self.request.take(),
             outcome,
         })
     }
@@ -197,6 +210,8 @@ struct TurnRecord {
     attach: Option<EntryId>,
     /// ctxd answered calls in this request: the response is the client's view of them.
     hidden: Option<Hidden>,
+    /// The request's accounting, recorded after a complete response.
+    request: Option<ctxd_core::savings::Record>,
     outcome: Outcome,
 }
 
@@ -240,6 +255,7 @@ impl TurnRecord {
             distill,
             attach,
             hidden,
+            request,
             outcome,
         } = self;
         let distill = distill && matches!(outcome, Outcome::Response(_));
@@ -299,6 +315,9 @@ impl TurnRecord {
                     return;
                 }
             };
+            if let Some(r) = request.filter(|_| matches!(end, TurnEnd::Completed)) {
+                batch.push(crate::stats::append(loaded, &r));
+            }
             // An answer that called tools ends no turn: the boundary comes with their results.
             let (_, entries) = crate::turn::end_turn(&app, loaded, &caller, &policy, end).await;
             batch.extend(entries);

@@ -262,6 +262,7 @@ fn register_metrics() {
     for by in ["request", "writer"] {
         metrics::counter!("ctxd_store_commits_total", "by" => by).increment(0);
     }
+    crate::stats::describe_metrics();
 }
 
 /// A bound, not yet serving gateway.
@@ -597,6 +598,7 @@ pub async fn shutdown_signal() {
 
 fn router(app: Arc<Gateway>) -> Router {
     let mcp = crate::mcp::service(app.engine.clone(), app.tenant_key, app.mcp_seen.clone());
+    let stats = crate::stats::service(&app);
     Router::new()
         .nest_service("/mcp", mcp)
         .nest_service("/ui", crate::ui::service(&app))
@@ -609,6 +611,7 @@ fn router(app: Arc<Gateway>) -> Router {
         .route("/", any(root))
         .fallback(fallback)
         .with_state(app)
+        .merge(stats)
 }
 
 /// A conversation route of `api`.

@@ -65,6 +65,10 @@ pub struct Report {
     pub largest: Vec<Largest>,
     pub turns: Vec<TurnPoint>,
     pub billed: Billed,
+    /// What ctxd's mechanisms saved over the session's managed requests (their `ctxd.request`
+    /// records, every branch); only for a session the gateway recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub savings: Option<crate::savings::Totals>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -292,6 +296,7 @@ pub fn build(session: &Session, counter: &dyn TokenCounter, options: &Options) -
         largest: compose::largest(session, state, options.largest),
         turns,
         billed: billed(session),
+        savings: Some(crate::savings::record::totals(session)).filter(|t| t.requests > 0),
         composition,
     }
 }

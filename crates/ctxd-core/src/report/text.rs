@@ -304,5 +304,31 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
             }
         )?,
     }
+    if let Some(s) = &r.savings {
+        let by: Vec<String> = s
+            .saved_by
+            .iter()
+            .filter(|(_, v)| *v != 0)
+            .map(|(m, v)| format!("{} {}", m.name(), signed(v)))
+            .collect();
+        writeln!(
+            out,
+            "Savings {}: sent {} of {}, saved {}{}{} (estimated, 4 bytes a token)",
+            plural(s.requests as usize, "managed request", "managed requests"),
+            tokens(s.sent),
+            tokens(s.whole),
+            signed(s.saved),
+            if by.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", by.join(", "))
+            },
+            if s.requests > s.unpriced {
+                format!(", ${:.4} at list input price", s.cost_saved_usd)
+            } else {
+                String::new()
+            }
+        )?;
+    }
     Ok(())
 }

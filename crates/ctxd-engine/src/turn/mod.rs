@@ -38,4 +38,7 @@ pub use record::{branch_ids_after, record_response, record_results, record_view,
 pub struct SessionView {
     pub record: SessionRecord,
     pub log: SessionLog,
+    /// Sizes of the log's entries for the requests' savings accounting (new entries only are
+    /// sized at each request); rebuilt with the log.
+    pub savings: ctxd_core::savings::Memo,
 }

@@ -44,6 +44,15 @@ pub fn num(n: u64) -> String {
     out
 }
 
+/// [`num`] with a sign when negative.
+fn signed_num(n: i64) -> String {
+    if n < 0 {
+        format!("-{}", num(n.unsigned_abs()))
+    } else {
+        num(n.unsigned_abs())
+    }
+}
+
 fn money(usd: Option<f64>) -> String {
     match usd {
         Some(v) if v >= 0.01 => format!("${v:.2}"),
@@ -267,7 +276,7 @@ pub fn session(page: &Page, notes: &[Note], built_ms: f64) -> String {
             esc(sv.basis),
             esc(&sv.mechanism),
             sv.items,
-            num(sv.tokens),
+            signed_num(sv.tokens),
             money(sv.usd)
         );
     }

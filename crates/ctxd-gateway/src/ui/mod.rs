@@ -62,13 +62,20 @@ struct Ui {
 
 /// The dashboard's own connection to the store, opened on first use (a failure is a 503 and
 /// is retried by the next request). WAL lets it read while the gateway's writer commits.
-struct Reader {
+pub(crate) struct Reader {
     path: PathBuf,
     engine: Mutex<Option<Arc<Engine<SqliteStore>>>>,
 }
 
 impl Reader {
-    fn engine(&self) -> Result<Arc<Engine<SqliteStore>>, UiError> {
+    pub(crate) fn new(path: PathBuf) -> Reader {
+        Reader {
+            path,
+            engine: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn engine(&self) -> Result<Arc<Engine<SqliteStore>>, UiError> {
         let mut slot = self.engine.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = slot.as_ref() {
             return Ok(e.clone());
@@ -102,25 +109,27 @@ struct Rendered {
     built_ms: f64,
 }
 
-/// The `/ui` service of a gateway: `Router::nest_service("/ui", ui::service(&app))`.
-pub(crate) fn service(app: &Gateway) -> Router {
+/// The dashboard's access rules for `app` (`GET /stats` keeps the same).
+pub(crate) fn access_of(app: &Gateway) -> Access {
     let admin = app
         .settings
         .admin_token_env
         .as_deref()
         .and_then(|name| admin_token(name).ok())
         .map(|t| *blake3::hash(t.as_bytes()).as_bytes());
+    Access {
+        open: app.settings.listen.ip().is_loopback(),
+        admin,
+        tenant_key: app.tenant_key,
+        allow_keyless: app.settings.allow_keyless,
+    }
+}
+
+/// The `/ui` service of a gateway: `Router::nest_service("/ui", ui::service(&app))`.
+pub(crate) fn service(app: &Gateway) -> Router {
     let ui = Arc::new(Ui {
-        access: Access {
-            open: app.settings.listen.ip().is_loopback(),
-            admin,
-            tenant_key: app.tenant_key,
-            allow_keyless: app.settings.allow_keyless,
-        },
-        reader: Reader {
-            path: app.settings.store.clone(),
-            engine: Mutex::new(None),
-        },
+        access: access_of(app),
+        reader: Reader::new(app.settings.store.clone()),
         rows: summary::Cache::default(),
         pages: PageCache::default(),
         memos: counts::Memos::default(),

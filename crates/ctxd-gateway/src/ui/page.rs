@@ -45,7 +45,8 @@ pub struct Mark {
 pub struct Saving {
     pub mechanism: String,
     pub items: usize,
-    pub tokens: u64,
+    /// Negative: a cost (ctxd's reminders, its tool definitions).
+    pub tokens: i64,
     pub usd: Option<f64>,
     /// Where the figure comes from.
     pub basis: &'static str,
@@ -101,11 +102,12 @@ pub fn build(id: i64, key: &str, session: &Session, counter: &dyn TokenCounter) 
         savings.push(Saving {
             mechanism: "context windows (resets)".into(),
             items: summary.windows_opened,
-            tokens,
+            tokens: tokens as i64,
             usd: usd(tokens, model.as_deref()),
             basis: "now: the client's conversation minus the window sent",
         });
     }
+    savings.extend(request_savings(session, model.as_deref()));
     Page {
         id,
         key: key.to_owned(),
@@ -208,10 +210,32 @@ fn distill_savings(records: &[Record], model: Option<&str>) -> Vec<Saving> {
             Saving {
                 mechanism: kind_name(kind).into(),
                 items,
-                tokens,
+                tokens: tokens as i64,
                 usd: usd(tokens, model),
                 basis: "distillation records (ctxd.distill), 4 characters a token",
             }
+        })
+        .collect()
+}
+
+/// Per mechanism, over every managed request the gateway recorded: the tokens not sent (or
+/// added), from the request records, as `ctxd stats` and `GET /stats` sum them.
+fn request_savings(session: &Session, model: Option<&str>) -> Vec<Saving> {
+    let totals = ctxd_core::savings::record::totals(session);
+    if totals.requests == 0 {
+        return Vec::new();
+    }
+    totals
+        .saved_by
+        .iter()
+        .filter(|(_, v)| *v != 0)
+        .map(|(m, tokens)| Saving {
+            mechanism: format!("{} (over every request)", m.name()),
+            items: totals.requests as usize,
+            tokens,
+            usd: ctxd_core::savings::usd(tokens, model),
+            basis: "request records (ctxd.request): tokens not sent, summed over the managed \
+                    requests, 4 bytes a token",
         })
         .collect()
 }

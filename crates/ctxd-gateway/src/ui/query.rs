@@ -80,19 +80,7 @@ pub fn sessions(
             "filter longer than {MAX_FILTER} characters"
         )));
     }
-    let store = engine.store();
-    let records: Vec<SessionRecord> = match viewer {
-        Viewer::Tenant(t) => store.list_sessions(t)?,
-        Viewer::All => {
-            let mut all = Vec::new();
-            for t in store.tenants()? {
-                all.extend(store.list_sessions(&t)?);
-            }
-            // Newest first across tenants, as within one.
-            all.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
-            all
-        }
-    };
+    let records = visible(engine.store(), viewer)?;
     let total = records.len();
     let needle = filter.trim().to_lowercase();
     let with_tenant = *viewer == Viewer::All;
@@ -172,7 +160,31 @@ pub fn record(
     viewer: &Viewer,
     id: SessionId,
 ) -> Result<SessionRecord, UiError> {
-    let store = engine.store();
+    readable(engine.store(), viewer, id)
+}
+
+/// The sessions a viewer may see, newest first (`GET /stats` lists the same).
+pub fn visible(store: &SqliteStore, viewer: &Viewer) -> Result<Vec<SessionRecord>, UiError> {
+    Ok(match viewer {
+        Viewer::Tenant(t) => store.list_sessions(t)?,
+        Viewer::All => {
+            let mut all = Vec::new();
+            for t in store.tenants()? {
+                all.extend(store.list_sessions(&t)?);
+            }
+            // Newest first across tenants, as within one.
+            all.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
+            all
+        }
+    })
+}
+
+/// The session `id`, if the viewer may read it (another tenant's is "not found").
+pub fn readable(
+    store: &SqliteStore,
+    viewer: &Viewer,
+    id: SessionId,
+) -> Result<SessionRecord, UiError> {
     let found = match viewer {
         Viewer::Tenant(t) => store.session(t, id)?,
         Viewer::All => {

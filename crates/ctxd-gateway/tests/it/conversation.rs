@@ -74,8 +74,10 @@ async fn anthropic_three_turns_are_recorded_once_each() {
         .filter(|e| matches!(&e.kind, ctxd_core::model::EntryKind::Message(m) if m.usage.is_some()))
         .count();
     assert_eq!(with_usage, 3);
-    // No duplicates: system prompt, tools, 6 messages.
-    assert_eq!(session.entries.len(), 8, "{:#?}", session.entries);
+    // No duplicates: system prompt, tools, 6 messages, and each request's record.
+    let records = ctxd_core::savings::record::requests(&session).len();
+    assert_eq!(records, 3);
+    assert_eq!(session.entries.len(), 8 + records, "{:#?}", session.entries);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

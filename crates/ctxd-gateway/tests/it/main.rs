@@ -12,6 +12,7 @@ mod limits;
 mod loops;
 mod passthrough;
 mod served;
+mod stats;
 mod support;
 mod ui;
 mod window;

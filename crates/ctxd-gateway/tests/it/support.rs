@@ -105,6 +105,70 @@ impl Stored {
     }
 }
 
+/// An Anthropic Messages conversation of one tenant's session, driven turn by turn: each
+/// turn resends the whole history, as clients do, and the answer joins it.
+pub struct Conversation {
+    key: String,
+    session: String,
+    pub messages: Vec<serde_json::Value>,
+}
+
+impl Conversation {
+    pub fn new(key: &str, session: &str) -> Conversation {
+        Conversation {
+            key: key.to_owned(),
+            session: session.to_owned(),
+            messages: Vec::new(),
+        }
+    }
+
+    /// Send the user's `content` after the history; the response's headers.
+    pub async fn turn(&mut self, rig: &Rig, content: &str) -> reqwest::header::HeaderMap {
+        self.messages
+            .push(serde_json::json!({"role": "user", "content": content}));
+        let body = serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 10,
+            "messages": self.messages});
+        let h = [
+            ("x-api-key", self.key.as_str()),
+            ("x-ctxd-session", self.session.as_str()),
+        ];
+        let resp = rig
+            .post("/v1/messages", &h, serde_json::to_vec(&body).unwrap())
+            .await;
+        assert!(resp.status().is_success(), "{}", resp.status());
+        let headers = resp.headers().clone();
+        let reply: serde_json::Value =
+            serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+        self.messages
+            .push(serde_json::json!({"role": "assistant", "content": reply["content"]}));
+        headers
+    }
+}
+
+/// One turn of a new conversation.
+pub async fn chat(rig: &Rig, key: &str, session: &str, text: &str) {
+    Conversation::new(key, session).turn(rig, text).await;
+}
+
+/// GET `path` with `headers`: status and body text.
+pub async fn get(rig: &Rig, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut req = rig.client.get(rig.url(path));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.text().await.unwrap())
+}
+
+/// A JSON error: the status and `{"error": ...}`.
+pub fn assert_json_error(status: u16, body: &str, want: u16) {
+    assert_eq!(status, want, "{body}");
+    let v: serde_json::Value =
+        serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body}"));
+    assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
+}
+
 /// The messages of the active branch, as (role, text of every block) pairs.
 pub fn branch_messages(session: &Session) -> Vec<(String, String)> {
     let branch = ctxd_core::tree::active_branch(session);

@@ -11,39 +11,10 @@ use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, S
 use ctxd_store::{Durability, NewEntry, SqliteStore, Store};
 use serde_json::{json, Value};
 
-use crate::support::Rig;
+use crate::support::{assert_json_error, chat, get, Rig};
 
 const ADMIN_ENV: &str = "CTXD_TEST_UI_ADMIN_TOKEN";
 const ADMIN: &str = "op-token-7f3a";
-
-async fn chat(rig: &Rig, key: &str, session: &str, text: &str) {
-    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 10,
-        "messages": [{"role": "user", "content": text}]});
-    let h = [("x-api-key", key), ("x-ctxd-session", session)];
-    let resp = rig
-        .post("/v1/messages", &h, serde_json::to_vec(&body).unwrap())
-        .await;
-    assert!(resp.status().is_success(), "{}", resp.status());
-    let _ = resp.bytes().await.unwrap();
-}
-
-/// GET `path` with `headers`: status and body text.
-async fn get(rig: &Rig, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
-    let mut req = rig.client.get(rig.url(path));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.text().await.unwrap())
-}
-
-/// A JSON error: the status and `{"error": ...}`.
-fn assert_json_error(status: u16, body: &str, want: u16) {
-    assert_eq!(status, want, "{body}");
-    let v: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {body}"));
-    assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
-}
 
 fn session_ids(body: &str) -> Vec<(i64, String)> {
     let v: Value = serde_json::from_str(body).unwrap();

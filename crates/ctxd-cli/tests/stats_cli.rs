@@ -1,0 +1,117 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! `ctxd stats` on the real binary, over a store holding request records as the gateway
+//! writes them: the sums agree with what the log holds (`savings::record::totals`), per
+//! session and over every tenant.
+
+mod common;
+
+use ctxd_core::model::{Entry, EntryId, EntryKind, Message, Role, SessionMeta};
+use ctxd_core::savings::{record, ByMechanism, Measure, Record};
+use ctxd_store::{Durability, NewEntry, SqliteStore, Store};
+use serde_json::Value;
+
+fn entry(id: &str, parent: Option<&str>, kind: EntryKind) -> NewEntry {
+    NewEntry::new(Entry {
+        id: EntryId::new(id),
+        parent: parent.map(EntryId::new),
+        timestamp: Some("2026-12-01T10:00:00Z".into()),
+        sidechain: false,
+        kind,
+    })
+}
+
+/// A session of `requests` turns, each followed by its record (`saved` windows tokens).
+fn store_session(store: &SqliteStore, tenant: &str, key: &str, requests: &[(u64, i64)]) {
+    let meta = SessionMeta {
+        model: Some("claude-sonnet-4-5".into()),
+        ..SessionMeta::default()
+    };
+    let rec = store.open_session(tenant, key, &meta).unwrap();
+    let mut batch = Vec::new();
+    let mut parent: Option<String> = None;
+    for (i, &(sent, saved)) in requests.iter().enumerate() {
+        let (u, r) = (format!("u{i}"), format!("r{i}"));
+        let m = Message::text(Role::User, format!("question {i}"));
+        batch.push(entry(&u, parent.as_deref(), EntryKind::Message(m)));
+        let measure = Measure {
+            sent,
+            whole: (sent as i64 + saved) as u64,
+            saved: ByMechanism {
+                windows: saved + 10,
+                reminders: -10,
+                ..ByMechanism::default()
+            },
+        };
+        let kind = Record::new(&measure, Some("claude-sonnet-4-5")).to_entry();
+        batch.push(entry(&r, Some(&u), kind));
+        parent = Some(r);
+    }
+    store.append(rec.id, &batch, None).unwrap();
+}
+
+fn json(db: &str, args: &[&str]) -> Value {
+    let out = common::succeed(
+        common::ctxd()
+            .arg("--store")
+            .arg(db)
+            .arg("stats")
+            .args(args),
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn stats_sums_the_records_of_every_session_and_lists_one_request_by_request() {
+    let dir = common::fresh_dir("stats-cli");
+    let db = dir.join("s.db");
+    {
+        let store = SqliteStore::open(&db, Durability::Normal).unwrap();
+        store_session(
+            &store,
+            "tenant-a",
+            "alpha",
+            &[(1000, 0), (400, 5000), (500, 6000)],
+        );
+        store_session(&store, "tenant-b", "beta", &[(200, 50)]);
+    }
+    let db = db.to_str().unwrap();
+    let all = json(db, &["--json"]);
+    assert_eq!(all["sessions"].as_array().unwrap().len(), 2);
+    let total = &all["total"];
+    assert_eq!(total["requests"], 4);
+    assert_eq!(total["sent"], 2100);
+    assert_eq!(total["saved"], 11050);
+    assert_eq!(total["saved_by"]["windows"], 11090);
+    assert_eq!(total["saved_by"]["reminders"], -40);
+    assert!((total["cost_saved_usd"].as_f64().unwrap() - 11050.0 * 3.0 / 1e6).abs() < 1e-9);
+
+    // What the log holds, read by the core's function.
+    let store = SqliteStore::open(std::path::Path::new(db), Durability::Normal).unwrap();
+    for row in all["sessions"].as_array().unwrap() {
+        let rec = store
+            .find_session(
+                row["tenant"].as_str().unwrap(),
+                row["key"].as_str().unwrap(),
+            )
+            .unwrap()
+            .unwrap();
+        let t = record::totals(&store.load(rec.id).unwrap());
+        assert_eq!(row["requests"].as_u64(), Some(t.requests));
+        assert_eq!(row["sent"].as_u64(), Some(t.sent));
+        assert_eq!(row["whole"].as_u64(), Some(t.whole));
+        assert_eq!(row["saved"].as_i64(), Some(t.saved));
+    }
+
+    let one = json(db, &["alpha", "--json"]);
+    let requests = one["requests"].as_array().unwrap();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[1]["saved"], 5000);
+    assert_eq!(requests[1]["saved_by"]["windows"], 5010);
+    assert_eq!(one["session"]["requests"], 3);
+
+    let text = common::succeed(common::ctxd().arg("--store").arg(db).arg("stats"));
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(text.contains("total (4 requests)"), "{text}");
+    assert!(text.contains("served-tools"), "{text}");
+}

@@ -1,0 +1,331 @@
+//! Accounting per mechanism at the gateway (issue 15): each managed request measured once
+//! ([`ctxd_core::savings::measure`]) while it is planned, its figures in the response's
+//! headers, its record (`ctxd.request`) appended with the turn, Prometheus counters, and
+//! `GET /stats` / `GET /stats/{id}` reading the records back from the store, scoped to the
+//! viewer exactly as the dashboard is ([`crate::ui::access`]). `ctxd stats` prints the same
+//! views ([`overview`], [`detail`]).
+//!
+//! Limits: the figures describe a request's first upstream call (the continuations of ctxd's
+//! hidden rounds are not counted), and a stream cut after its headers went out records
+//! nothing, so its headers are not in the totals.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use ctxd_core::model::Session;
+use ctxd_core::savings::{self, record, Mechanism, Record, Totals};
+use ctxd_store::{NewEntry, SessionId, SessionRecord, SqliteStore, Store};
+use serde::Serialize;
+
+use crate::hash;
+use crate::served::Insert;
+use crate::server::Gateway;
+use crate::sessions::Loaded;
+use crate::ui::access::{Access, Viewer};
+use crate::ui::UiError;
+
+/// How the figures are estimated, stated in every view.
+pub const ESTIMATE: &str = "4 bytes of text a token, per item";
+/// How the cost is priced.
+pub const COST: &str = "the model's list price of uncached input: an upper bound";
+
+/// Measure the request planned on `loaded` (its branch is what goes upstream when
+/// `rewritten`; else the client's conversation went as it was), with ctxd's tool definitions
+/// `insert`.
+pub(crate) fn measure(
+    loaded: &mut Loaded,
+    rewritten: bool,
+    insert: Option<&Insert>,
+    model: Option<&str>,
+) -> Record {
+    let served = insert.map_or(0, |i| savings::tokens_of_bytes(i.bytes.len()));
+    let branch = loaded.log.branch();
+    let m = savings::measure(&loaded.log.session, &branch, &mut loaded.savings, served);
+    let m = if rewritten { m } else { m.unchanged() };
+    Record::new(&m, model)
+}
+
+/// The record's figures as response headers.
+pub(crate) fn headers(h: &mut HeaderMap, r: &Record) {
+    let mut put = |name: &'static str, value: String| {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
+    };
+    put("x-ctxd-tokens-sent", r.sent.to_string());
+    put("x-ctxd-tokens-whole", r.whole.to_string());
+    put("x-ctxd-tokens-saved", r.saved_total().to_string());
+    put("x-ctxd-tokens-saved-by", r.saved.header_value());
+    if let Some(usd) = r.usd() {
+        put("x-ctxd-cost-saved-usd", format!("{usd:.6}"));
+    }
+}
+
+/// The record into the log after its turn's response (the entry for the store, in the
+/// turn's batch), counted on the gateway's metrics.
+pub(crate) fn append(loaded: &mut Loaded, r: &Record) -> NewEntry {
+    let kind = r.to_entry();
+    let now = ctxd_engine::now_ms();
+    // Unique under its parent: two requests may measure the same.
+    let tag = format!("{now} {} {}", loaded.log.len(), r.saved_total());
+    let stamp = Some(ctxd_core::windows::iso8601(now));
+    let parent = loaded.log.leaf();
+    let (_, entry) = loaded
+        .log
+        .append_under(parent, "request", &hash::text(&tag), kind, stamp);
+    metrics::counter!("ctxd_tokens_sent_total").increment(r.sent);
+    metrics::counter!("ctxd_tokens_whole_total").increment(r.whole);
+    for (m, v) in r.saved.iter() {
+        if v > 0 {
+            metrics::counter!("ctxd_tokens_saved_total", "mechanism" => m.name())
+                .increment(v.unsigned_abs());
+        } else if v < 0 {
+            metrics::counter!("ctxd_tokens_spent_total", "mechanism" => m.name())
+                .increment(v.unsigned_abs());
+        }
+    }
+    NewEntry::new(entry)
+}
+
+/// The metrics' help texts, every mechanism at zero.
+pub(crate) fn describe_metrics() {
+    use metrics::describe_counter;
+    describe_counter!(
+        "ctxd_tokens_sent_total",
+        "Tokens sent upstream by managed requests (estimated, first upstream call)"
+    );
+    describe_counter!(
+        "ctxd_tokens_whole_total",
+        "Tokens those requests would have sent without ctxd (estimated)"
+    );
+    describe_counter!(
+        "ctxd_tokens_saved_total",
+        "Tokens not sent upstream, by mechanism (estimated)"
+    );
+    describe_counter!(
+        "ctxd_tokens_spent_total",
+        "Tokens ctxd added upstream, by mechanism (reminders, its tool definitions; estimated)"
+    );
+    metrics::counter!("ctxd_tokens_sent_total").increment(0);
+    metrics::counter!("ctxd_tokens_whole_total").increment(0);
+    for m in Mechanism::EXISTING {
+        metrics::counter!("ctxd_tokens_saved_total", "mechanism" => m.name()).increment(0);
+        metrics::counter!("ctxd_tokens_spent_total", "mechanism" => m.name()).increment(0);
+    }
+}
+
+/// One session's totals.
+#[derive(Clone, Debug, Serialize)]
+pub struct SessionStats {
+    pub id: SessionId,
+    pub key: String,
+    /// Only in a view of every tenant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    pub agent: Option<String>,
+    pub model: Option<String>,
+    pub title: Option<String>,
+    #[serde(flatten)]
+    pub totals: Totals,
+}
+
+/// Every session a viewer may see, and their sum.
+#[derive(Clone, Debug, Serialize)]
+pub struct Overview {
+    pub v: u32,
+    pub estimate: &'static str,
+    pub cost: &'static str,
+    pub sessions: Vec<SessionStats>,
+    pub total: Totals,
+}
+
+/// One request of a session.
+#[derive(Clone, Debug, Serialize)]
+pub struct RequestStats {
+    pub entry_id: String,
+    pub timestamp: Option<String>,
+    pub sent: u64,
+    pub whole: u64,
+    pub saved: i64,
+    pub saved_by: savings::ByMechanism,
+    pub model: Option<String>,
+    pub cost_saved_usd: Option<f64>,
+}
+
+/// One session request by request.
+#[derive(Clone, Debug, Serialize)]
+pub struct Detail {
+    pub v: u32,
+    pub estimate: &'static str,
+    pub cost: &'static str,
+    pub session: SessionStats,
+    pub requests: Vec<RequestStats>,
+}
+
+/// The totals of one stored session.
+pub fn session_stats(r: &SessionRecord, session: &Session, with_tenant: bool) -> SessionStats {
+    stats_of(r, record::totals(session), with_tenant)
+}
+
+fn stats_of(r: &SessionRecord, totals: Totals, with_tenant: bool) -> SessionStats {
+    SessionStats {
+        id: r.id,
+        key: r.key.clone(),
+        tenant: with_tenant.then(|| r.tenant.clone()),
+        agent: r.meta.agent.map(|a| a.as_str().to_owned()),
+        model: r.meta.model.clone(),
+        title: r.meta.title.clone(),
+        totals,
+    }
+}
+
+/// Sessions and their sum.
+pub fn overview(sessions: Vec<SessionStats>) -> Overview {
+    let mut total = Totals::default();
+    for s in &sessions {
+        total.merge(&s.totals);
+    }
+    Overview {
+        v: 1,
+        estimate: ESTIMATE,
+        cost: COST,
+        sessions,
+        total,
+    }
+}
+
+/// A stored session request by request.
+pub fn detail(r: &SessionRecord, session: &Session, with_tenant: bool) -> Detail {
+    let requests = record::requests(session)
+        .into_iter()
+        .map(|(pos, rec)| {
+            let entry = &session.entries[pos];
+            RequestStats {
+                entry_id: entry.id.as_str().to_owned(),
+                timestamp: entry.timestamp.clone(),
+                sent: rec.sent,
+                whole: rec.whole,
+                saved: rec.saved_total(),
+                saved_by: rec.saved,
+                cost_saved_usd: rec.usd(),
+                model: rec.model,
+            }
+        })
+        .collect();
+    Detail {
+        v: 1,
+        estimate: ESTIMATE,
+        cost: COST,
+        session: session_stats(r, session, with_tenant),
+        requests,
+    }
+}
+
+/// The state of `/stats`: the dashboard's access rules, a read connection of its own, totals
+/// cached per version of a session (its entry count).
+struct StatsState {
+    access: Access,
+    reader: crate::ui::Reader,
+    cache: Mutex<HashMap<SessionId, (u64, Totals)>>,
+}
+
+/// `GET /stats` and `GET /stats/{id}`.
+pub(crate) fn service(app: &Gateway) -> Router {
+    let state = Arc::new(StatsState {
+        access: crate::ui::access_of(app),
+        reader: crate::ui::Reader::new(app.settings.store.clone()),
+        cache: Mutex::new(HashMap::new()),
+    });
+    Router::new()
+        .route("/stats", get(all))
+        .route("/stats/{id}", get(one))
+        .with_state(state)
+}
+
+async fn blocking<T: Send + 'static>(
+    state: &Arc<StatsState>,
+    f: impl FnOnce(&StatsState, &SqliteStore) -> Result<T, UiError> + Send + 'static,
+) -> Result<T, UiError> {
+    let state = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let engine = state.reader.engine()?;
+        f(&state, engine.store())
+    })
+    .await
+    .map_err(|e| UiError::Unavailable(format!("stats query: {e}")))?
+}
+
+fn json<T: Serialize>(value: &T) -> Response {
+    (
+        [(axum::http::header::CACHE_CONTROL, "no-store")],
+        axum::Json(value),
+    )
+        .into_response()
+}
+
+async fn all(State(state): State<Arc<StatsState>>, headers: HeaderMap) -> Response {
+    let viewer = match state.access.viewer(&headers) {
+        Ok(v) => v,
+        Err(e) => return e.into_response(),
+    };
+    let read = blocking(&state, move |state, store| {
+        let records = crate::ui::query::visible(store, &viewer)?;
+        let with_tenant = viewer == Viewer::All;
+        let mut rows = Vec::with_capacity(records.len());
+        for r in &records {
+            let cached = {
+                let cache = state.cache.lock().unwrap_or_else(|p| p.into_inner());
+                cache
+                    .get(&r.id)
+                    .filter(|(n, _)| *n == r.entry_count)
+                    .map(|(_, t)| *t)
+            };
+            let totals = match cached {
+                Some(t) => t,
+                None => {
+                    let t = record::totals(&store.load(r.id)?);
+                    let mut cache = state.cache.lock().unwrap_or_else(|p| p.into_inner());
+                    cache.insert(r.id, (r.entry_count, t));
+                    t
+                }
+            };
+            rows.push(stats_of(r, totals, with_tenant));
+        }
+        Ok(overview(rows))
+    })
+    .await;
+    match read {
+        Ok(o) => json(&o),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn one(
+    State(state): State<Arc<StatsState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    let viewer = match state.access.viewer(&headers) {
+        Ok(v) => v,
+        Err(e) => return e.into_response(),
+    };
+    let Some(id) = id.parse::<SessionId>().ok().filter(|id| *id > 0) else {
+        return UiError::BadRequest(format!("session id {id:?}: a positive number"))
+            .into_response();
+    };
+    let read = blocking(&state, move |_, store| {
+        let r = crate::ui::query::readable(store, &viewer, id)?;
+        let session = store.load(r.id)?;
+        Ok(detail(&r, &session, viewer == Viewer::All))
+    })
+    .await;
+    match read {
+        Ok(d) => json(&d),
+        Err(e) => e.into_response(),
+    }
+}
