@@ -22,7 +22,7 @@ use ctxd_core::savings::{self, record, Mechanism, Record, Totals};
 use ctxd_store::{NewEntry, SessionId, SessionRecord, SqliteStore, Store};
 use serde::Serialize;
 
-use crate::hash;
+use ctxd_engine::turn::hash;
 use crate::served::Insert;
 use crate::server::Gateway;
 use crate::sessions::Loaded;
