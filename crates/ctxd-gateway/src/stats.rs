@@ -22,12 +22,12 @@ use ctxd_core::savings::{self, record, Mechanism, Record, Totals};
 use ctxd_store::{NewEntry, SessionId, SessionRecord, SqliteStore, Store};
 use serde::Serialize;
 
-use ctxd_engine::turn::hash;
 use crate::served::Insert;
 use crate::server::Gateway;
 use crate::sessions::Loaded;
 use crate::ui::access::{Access, Viewer};
 use crate::ui::UiError;
+use ctxd_engine::turn::hash;
 
 /// How the figures are estimated, stated in every view.
 pub const ESTIMATE: &str = "4 bytes of text a token, per item";
