@@ -171,6 +171,27 @@ pub enum EntryKind {
 }
 
 impl EntryKind {
+    /// An [`EntryKind::Event`] named `name` whose detail is `detail` as JSON: how ctxd's own
+    /// records (distillation passes, requests) go into the log.
+    pub fn event_of<T: Serialize>(name: &str, detail: &T) -> EntryKind {
+        EntryKind::Event {
+            name: name.to_owned(),
+            detail: serde_json::to_value(detail).ok(),
+        }
+    }
+
+    /// The detail of an [`EntryKind::Event`] named `name`, read as `T`, if this is one and it
+    /// reads (a record of another shape or version is `None`).
+    pub fn event_detail<'de, T: Deserialize<'de>>(&'de self, name: &str) -> Option<T> {
+        match self {
+            EntryKind::Event {
+                name: n,
+                detail: Some(d),
+            } if n == name => T::deserialize(d).ok(),
+            _ => None,
+        }
+    }
+
     /// The message an entry records, if it is one.
     pub fn as_message(&self) -> Option<&Message> {
         match self {

@@ -96,23 +96,12 @@ pub struct Record {
 
 impl Record {
     pub fn to_entry(&self) -> EntryKind {
-        EntryKind::Event {
-            name: EVENT.to_owned(),
-            detail: serde_json::to_value(self).ok(),
-        }
+        EntryKind::event_of(EVENT, self)
     }
 
     /// The record an entry holds, if it is one (of a version this build reads).
     pub fn from_entry(kind: &EntryKind) -> Option<Record> {
-        match kind {
-            EntryKind::Event {
-                name,
-                detail: Some(d),
-            } if name == EVENT => serde_json::from_value::<Record>(d.clone())
-                .ok()
-                .filter(|r| r.v == 1),
-            _ => None,
-        }
+        kind.event_detail::<Record>(EVENT).filter(|r| r.v == 1)
     }
 }
 
