@@ -53,14 +53,7 @@ pub fn run(args: &StatsArgs, store: &StoreChoice) -> anyhow::Result<()> {
                 )
             )?;
         }
-        writeln!(out, "{}", total_row(&detail.session.totals))?;
-        writeln!(
-            out,
-            "tokens: {}; cost: {}",
-            ctxd_gateway::stats::ESTIMATE,
-            ctxd_gateway::stats::COST
-        )?;
-        return Ok(());
+        return footer(&mut out, &detail.session.totals);
     }
     let mut rows = Vec::new();
     for tenant in engine.store().tenants()? {
@@ -86,7 +79,12 @@ pub fn run(args: &StatsArgs, store: &StoreChoice) -> anyhow::Result<()> {
             row(&label, t.sent, t.whole, t.saved, &t.saved_by, usd)
         )?;
     }
-    writeln!(out, "{}", total_row(&overview.total))?;
+    footer(&mut out, &overview.total)
+}
+
+/// The totals row and how the figures were estimated.
+fn footer(out: &mut impl Write, totals: &Totals) -> anyhow::Result<()> {
+    writeln!(out, "{}", total_row(totals))?;
     writeln!(
         out,
         "tokens: {}; cost: {}",

@@ -573,6 +573,25 @@ fn stop(gw: &mut Gateway) {
     assert!(gw.child.wait().unwrap().success());
 }
 
+/// `ctxd serve` on `store` with `args` (and `env`) after the listener flag: it must refuse to
+/// start with exit code 2; its stderr.
+fn serve_refused(store: &str, args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> String {
+    let mut cmd = ctxd();
+    cmd.args(["--store", store, "serve", "--listen", "127.0.0.1:0"])
+        .args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {err}");
+    err
+}
+
+fn os<'a>(args: &[&'a str]) -> Vec<&'a std::ffi::OsStr> {
+    args.iter().map(|a| std::ffi::OsStr::new(*a)).collect()
+}
+
 /// A classifier the gateway cannot build is refused at start with the flag to fix, exit 2;
 /// the same settings from the config file name the table's key.
 #[test]
@@ -580,26 +599,19 @@ fn a_bad_classifier_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("ctxd.db");
     let s = store.to_str().unwrap();
-    let out = ctxd()
-        .args(["--store", s, "serve", "--listen", "127.0.0.1:0"])
-        .args(["--classifier", "openai"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--classifier-url"));
+    let err = serve_refused(s, &os(&["--classifier", "openai"]), &[]);
+    assert!(err.contains("--classifier-url"), "{err}");
     let config = dir.path().join("ctxd.toml");
     std::fs::write(
         &config,
         "[classifier]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
     )
     .unwrap();
-    let out = ctxd()
-        .args(["--store", s, "serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = serve_refused(
+        s,
+        &[std::ffi::OsStr::new("--config"), config.as_os_str()],
+        &[],
+    );
     assert!(err.contains("model"), "{err}");
 }
 
@@ -611,29 +623,16 @@ fn a_bad_distill_cpu_share_is_refused_at_start() {
     let store = dir.path().join("ctxd.db");
     let s = store.to_str().unwrap();
     for bad in ["0", "101", "half"] {
-        let out = ctxd()
-            .args(["--store", s, "serve", "--listen", "127.0.0.1:0"])
-            .args(["--distill-cpu-percent", bad])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{bad}");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = serve_refused(s, &os(&["--distill-cpu-percent", bad]), &[]);
         assert!(err.contains("--distill-cpu-percent"), "{err}");
     }
-    let out = ctxd()
-        .args(["--store", s, "serve", "--listen", "127.0.0.1:0"])
-        .env("CTXD_DISTILL_CPU_PERCENT", "0")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    serve_refused(s, &[], &[("CTXD_DISTILL_CPU_PERCENT", "0")]);
     let config = dir.path().join("ctxd.toml");
     std::fs::write(&config, "distill-cpu-percent = 500\n").unwrap();
-    let out = ctxd()
-        .args(["--store", s, "serve", "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = serve_refused(
+        s,
+        &[std::ffi::OsStr::new("--config"), config.as_os_str()],
+        &[],
+    );
     assert!(err.contains("distill-cpu-percent"), "{err}");
 }
