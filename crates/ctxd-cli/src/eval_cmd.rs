@@ -1,6 +1,6 @@
-//! `ctxd eval FILE...`: recorded sessions replayed through the distillation policy, measured
-//! against sending everything and against keep-the-last-N-outputs masking (see
-//! [`replay`] for what each figure means).
+//! `ctxd eval FILE...`: recorded sessions replayed through the distillation and write-facts
+//! policies, measured against sending everything and against keep-the-last-N-outputs masking
+//! (see [`replay`] for what each figure means).
 
 mod replay;
 
@@ -33,6 +33,25 @@ pub struct EvalArgs {
     /// The baseline: keep the last N tool outputs, mask older ones (SWE-agent's rule).
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub baseline_last: usize,
+    /// Replay without write facts (writes keep their content in context).
+    #[arg(long)]
+    pub no_write_facts: bool,
+    /// Writes carrying fewer bytes of content than this keep it (1 to 10000000).
+    #[arg(long, value_name = "BYTES", default_value_t = ctxd_core::wm::writes::DEFAULT_MIN_BYTES,
+          value_parser = parse_min_bytes)]
+    pub write_facts_min_bytes: usize,
+}
+
+fn parse_min_bytes(s: &str) -> Result<usize, String> {
+    let range = ctxd_core::wm::writes::MIN_BYTES_RANGE;
+    match s.trim().parse::<usize>() {
+        Ok(n) if range.contains(&n) => Ok(n),
+        _ => Err(format!(
+            "{s:?}: expected bytes, {} to {}",
+            range.start(),
+            range.end()
+        )),
+    }
 }
 
 #[derive(Serialize)]
@@ -57,6 +76,8 @@ struct Total {
     retention_last_n: Retention,
     passes: usize,
     edits: usize,
+    write_facts: usize,
+    write_facts_tokens: u64,
     /// The classifier's requests, input tokens, cost and time over every pass.
     classifier: Usage,
     classifier_ms: f64,
@@ -158,6 +179,10 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
             counter: &counter,
             runtime: &runtime,
             classifier: &classifier,
+            write_facts: ctxd_core::wm::writes::Settings {
+                enabled: !args.no_write_facts,
+                min_bytes: args.write_facts_min_bytes,
+            },
         };
         let outcome = replay::replay(&import.session, &opts);
         let ms = t0.elapsed().as_secs_f64() * 1_000.0;
@@ -171,6 +196,8 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         total.retention_last_n.add(&outcome.retention_last_n);
         total.passes += outcome.passes;
         total.edits += outcome.edits;
+        total.write_facts += outcome.write_facts;
+        total.write_facts_tokens += outcome.write_facts_tokens;
         total.classifier.add(&outcome.classifier);
         total.classifier_ms += outcome.classifier_us as f64 / 1_000.0;
         total.policy_ms += outcome.policy_us as f64 / 1_000.0;
@@ -316,6 +343,18 @@ fn write_text(
         total.policy_ms,
         total.classifier_ms
     )?;
+    if args.no_write_facts {
+        writeln!(out, "write facts: off")?;
+    } else {
+        writeln!(
+            out,
+            "write facts (min {} bytes): {} writes stripped, {} tokens saved over the later requests ({:.1}% of all tokens)",
+            args.write_facts_min_bytes,
+            total.write_facts,
+            total.write_facts_tokens,
+            100.0 * ratio(total.write_facts_tokens as f64, total.all.input_tokens as f64)
+        )?;
+    }
     if total.classifier.input_tokens > 0 {
         writeln!(
             out,

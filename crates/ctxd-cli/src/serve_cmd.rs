@@ -64,6 +64,14 @@ pub struct ServeArgs {
     /// in `[agents.NAME]`). Distillation acts only where the model is offered `recall`.
     #[arg(long, env = "CTXD_NO_DISTILL")]
     pub no_distill: bool,
+    /// Keep write calls' content in context (config: `write-facts = false`) [default: a write's
+    /// content is stripped once its result is in, a one-line fact in its place].
+    #[arg(long, env = "CTXD_NO_WRITE_FACTS")]
+    pub no_write_facts: bool,
+    /// Writes carrying fewer bytes of content than this keep it (config:
+    /// `write-facts-min-bytes`; 1 to 10000000) [default: 400].
+    #[arg(long, env = "CTXD_WRITE_FACTS_MIN_BYTES", value_name = "BYTES")]
+    pub write_facts_min_bytes: Option<usize>,
     /// ctxd's tools the gateway offers the model beside the client's own and answers itself:
     /// `all`, `none`, or a list of tools and groups (`reset`, `remaining`, `notes`, `history`,
     /// `recall`), e.g. `notes,recall` (config: `tools = ...`, or per agent in `[agents.NAME]`)
@@ -228,6 +236,12 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     }
     if args.no_distill {
         m.mechanisms.distill = false;
+    }
+    if args.no_write_facts {
+        m.write_facts.enabled = false;
+    }
+    if let Some(n) = args.write_facts_min_bytes {
+        m.write_facts.min_bytes = n;
     }
     if let Some(t) = &args.tools {
         m.tools = t.clone();

@@ -149,6 +149,17 @@ pub enum EntryKind {
         target: EntryId,
         replacement: Option<Vec<ContentBlock>>,
     },
+    /// Replace the arguments of tool calls in an earlier assistant message, nothing else: the
+    /// write-facts mechanism ([`crate::wm::writes`]) strips a write's content once its result
+    /// is in. `replacement` is the whole content the model sees from then on; the projection
+    /// applies it only when every block but the named arguments of the named calls is
+    /// identical to what is shown (thinking and signatures, ids, names, order, the other
+    /// arguments) and each named argument keeps its JSON type; otherwise the edit is ignored.
+    ArgsEdit {
+        target: EntryId,
+        replacement: Vec<ContentBlock>,
+        args: Vec<EditedArg>,
+    },
     ModelChange {
         provider: Option<String>,
         model: String,
@@ -199,6 +210,16 @@ impl EntryKind {
             _ => None,
         }
     }
+}
+
+/// One argument an [`EntryKind::ArgsEdit`] replaces: of the call with id `call`, the argument
+/// `key` of its JSON object, or (`key` absent) its whole arguments when they are a string (a
+/// freeform tool's input, e.g. Codex's `apply_patch`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EditedArg {
+    pub call: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

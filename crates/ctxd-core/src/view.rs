@@ -14,6 +14,10 @@
 //! - an assistant message is shown as written or not at all: a replacement edit of an assistant
 //!   message is ignored, and so is an edit that would change which tool calls or results a
 //!   message carries;
+//! - the one exception, [`EntryKind::ArgsEdit`], replaces only named arguments of named tool
+//!   calls ([`args_edit_fits`]: every other block, id, name, thinking block and signature stays
+//!   as written, and each argument keeps its JSON type); an args edit that would change more is
+//!   ignored;
 //! - a tool call and its result are shown together or not at all ([`Projector::finish`]): an
 //!   assistant message with a call that has no later result is left out, and so is a message
 //!   carrying a result whose call is not shown before it, until nothing changes. (Omitting one
@@ -25,7 +29,9 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::model::{Compaction, ContentBlock, EntryKind, Message, Role, Session, ToolDef};
+use crate::model::{
+    Compaction, ContentBlock, EditedArg, EntryKind, Message, Role, Session, ToolDef,
+};
 
 /// One item of the projection.
 #[derive(Clone, Debug, PartialEq)]
@@ -285,6 +291,31 @@ impl<'a> Projector<'a> {
                     }
                 }
             }
+            EntryKind::ArgsEdit {
+                target,
+                replacement,
+                args,
+            } => {
+                let Some(index) = self.find(target) else {
+                    return Change::None;
+                };
+                if let ItemKind::Message {
+                    message,
+                    content: shown,
+                    edited,
+                } = &mut self.items[index].kind
+                {
+                    if message.role != Role::Assistant || !args_edit_fits(shown, replacement, args)
+                    {
+                        return Change::None;
+                    }
+                    *shown = replacement;
+                    *edited = true;
+                    Change::Edited { index }
+                } else {
+                    Change::None
+                }
+            }
             EntryKind::Compaction(compaction) => {
                 self.compact(pos, compaction);
                 self.compactions.push(pos);
@@ -373,6 +404,64 @@ impl<'a> Projector<'a> {
             unpaired,
         })
     }
+}
+
+/// Whether `replacement` changes only the arguments `args` names of what `shown` shows: the
+/// same blocks in the same order, each identical except tool calls named in `args`, which keep
+/// their id and name and change only the named arguments (each to a value of the same JSON
+/// type: a string stays a string, so the tool's schema still holds). A key-less [`EditedArg`]
+/// names a call's whole arguments, which must be a string on both sides.
+pub fn args_edit_fits(
+    shown: &[ContentBlock],
+    replacement: &[ContentBlock],
+    args: &[EditedArg],
+) -> bool {
+    fn same_type(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+        std::mem::discriminant(a) == std::mem::discriminant(b)
+    }
+    shown.len() == replacement.len()
+        && shown.iter().zip(replacement).all(|(a, b)| {
+            if a == b {
+                return true;
+            }
+            let (
+                ContentBlock::ToolCall {
+                    id,
+                    name,
+                    arguments: was,
+                },
+                ContentBlock::ToolCall {
+                    id: id2,
+                    name: name2,
+                    arguments: now,
+                },
+            ) = (a, b)
+            else {
+                return false;
+            };
+            if id != id2 || name != name2 {
+                return false;
+            }
+            let mut named = args.iter().filter(|e| &e.call == id).peekable();
+            if named.peek().is_none() {
+                return false;
+            }
+            if named.clone().any(|e| e.key.is_none()) {
+                return was.is_string() && now.is_string();
+            }
+            let keys: Vec<&str> = named.filter_map(|e| e.key.as_deref()).collect();
+            match (was, now) {
+                (serde_json::Value::Object(w), serde_json::Value::Object(n)) => {
+                    w.len() == n.len()
+                        && w.iter().all(|(k, v)| match n.get(k) {
+                            None => false,
+                            Some(nv) if keys.contains(&k.as_str()) => same_type(v, nv),
+                            Some(nv) => v == nv,
+                        })
+                }
+                _ => false,
+            }
+        })
 }
 
 /// The ids of the tool calls and results a list of blocks carries, in order.

@@ -87,6 +87,9 @@ pub struct Management {
     /// ctxd's tools the gateway offers the model and answers itself, unless `agents` says
     /// otherwise.
     pub tools: ToolsSetting,
+    /// Write facts: a write's content stripped at the tail, a fact in its place
+    /// (`--no-write-facts`, `--write-facts-min-bytes`; `write-facts`, `write-facts-min-bytes`).
+    pub write_facts: ctxd_core::wm::writes::Settings,
 }
 
 /// Which of ctxd's tools the gateway adds to a request's tool list (`--tools`, `tools = ...`).
@@ -402,6 +405,12 @@ impl Settings {
         if let Some(t) = file.tools {
             m.tools = t;
         }
+        if let Some(b) = file.write_facts {
+            m.write_facts.enabled = b;
+        }
+        if let Some(n) = file.write_facts_min_bytes {
+            m.write_facts.min_bytes = n;
+        }
         m.agents.extend(file.agents);
         // Flags given later are pushed after these and win (see `configured_window`: the
         // longest prefix wins, and among equal prefixes the last).
@@ -416,6 +425,15 @@ impl Settings {
         }
         if self.max_connections == 0 {
             return Err("--max-connections must be at least 1".into());
+        }
+        let min = &ctxd_core::wm::writes::MIN_BYTES_RANGE;
+        if !min.contains(&self.management.write_facts.min_bytes) {
+            return Err(format!(
+                "--write-facts-min-bytes {} must be {} to {}",
+                self.management.write_facts.min_bytes,
+                min.start(),
+                min.end()
+            ));
         }
         if let Some(name) = &self.admin_token_env {
             // At start, not at the first dashboard request: a token that is not there is a
@@ -498,6 +516,8 @@ struct FileSettings {
     resets: Option<bool>,
     distill: Option<bool>,
     tools: Option<ToolsSetting>,
+    write_facts: Option<bool>,
+    write_facts_min_bytes: Option<usize>,
     /// `[agents.NAME]` tables: `reminders`, `resets`, `distill`, `tools`.
     #[serde(default)]
     agents: BTreeMap<String, MechanismOverrides>,

@@ -394,6 +394,15 @@ async fn prepare(
     );
     let mut appended = distilled;
     appended.append(&mut plan.appended);
+    // Write calls whose results this request brings: their content stripped at the tail.
+    if !management.record_only {
+        appended.extend(ctxd_engine::turn::strip_writes(
+            &mut loaded.log,
+            &management.write_facts,
+            &plan.element_entries[plan.matched..],
+            &now,
+        ));
+    }
     // The results that complete a tool batch end the turn that called the tools (the seed's
     // `turn_end`): its reminder and a due reset are committed after them, before projecting.
     if !management.record_only

@@ -218,6 +218,19 @@ fn responses(m: &Message) -> Vec<Value> {
                 }
                 out.push(item);
             }
+            // A freeform tool's call (Codex's `apply_patch`) has its input as a string where a
+            // function call's arguments are a JSON object; write facts may edit either.
+            ContentBlock::ToolCall {
+                id,
+                name,
+                arguments: Value::String(input),
+            } => {
+                flush(&mut parts, &mut out);
+                out.push(
+                    json!({"type": "custom_tool_call", "call_id": id, "name": name,
+                    "input": input}),
+                );
+            }
             ContentBlock::ToolCall {
                 id,
                 name,

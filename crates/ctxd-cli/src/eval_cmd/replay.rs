@@ -1,5 +1,5 @@
 //! One session replayed turn by turn, as if live, three ways: everything sent (the agent's own
-//! projection), ctxd's distillation, and keep-the-last-N-outputs masking.
+//! projection), ctxd's distillation and write facts, and keep-the-last-N-outputs masking.
 //!
 //! Each assistant response is one request (Claude Code's split responses are grouped by their
 //! response id). Before a request, the policy may run a mid-run checkpoint (when the previous
@@ -104,6 +104,10 @@ pub struct Outcome {
     /// Items judged, by kind and reason: (count, characters before, characters after).
     pub reasons: std::collections::BTreeMap<String, (usize, usize, usize)>,
     pub misses: Vec<Miss>,
+    /// Write calls whose content write facts stripped, and the tokens that saved over every
+    /// later request of the replay (the stripped arguments' tokens net of their facts).
+    pub write_facts: usize,
+    pub write_facts_tokens: u64,
 }
 
 pub struct Options<'a, C> {
@@ -113,6 +117,8 @@ pub struct Options<'a, C> {
     pub runtime: &'a tokio::runtime::Runtime,
     /// What answers the passes' questions.
     pub classifier: &'a C,
+    /// Write facts (`--no-write-facts` turns them off, `--write-facts-min-bytes`).
+    pub write_facts: ctxd_core::wm::writes::Settings,
 }
 
 /// Token counts by content address (contents never move once appended) and variant.
@@ -414,6 +420,9 @@ pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcom
             let after_results = k > 0
                 && matches!(&entries[k - 1].kind, EntryKind::Message(m) if has_results(&m.content));
             if after_results {
+                // The gateway strips the writes whose results a request brings as it plans
+                // the request, before the pass.
+                strip_writes(&mut work, opts, &mut out, &mut drafts);
                 run_pass(
                     &mut work,
                     Phase::MidRun,
@@ -445,6 +454,22 @@ pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcom
                 &request_keys(&pr, &mut tokens, Some(&mask_set), None),
                 &mut prev_mask,
             ));
+            // What the stripped writes save on this request: an assistant message shows other
+            // content only through write facts.
+            for item in &pw.items {
+                if let ViewKind::Message {
+                    message,
+                    content,
+                    edited: true,
+                } = &item.kind
+                {
+                    if message.role == Role::Assistant {
+                        let (_, shown) = tokens.blocks(content, false);
+                        let (_, raw) = tokens.blocks(&message.content, false);
+                        out.write_facts_tokens += raw.saturating_sub(shown);
+                    }
+                }
+            }
 
             // What this response uses of earlier outputs.
             let mut used_text = String::new();
@@ -583,6 +608,39 @@ pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcom
     out.retention_last_n.used_lines = lines.len();
     out.retention_last_n.retained = lines.values().filter(|s| s.last_n).count();
     out
+}
+
+/// Write facts for the request about to start: the write calls of the last assistant message
+/// whose results were appended since it ([`ctxd_core::wm::writes::plan`]), their edits appended
+/// to the working log.
+fn strip_writes<C: Classifier>(
+    work: &mut Session,
+    opts: &Options<'_, C>,
+    out: &mut Outcome,
+    drafts: &mut usize,
+) {
+    if !opts.write_facts.enabled {
+        return;
+    }
+    let started = Instant::now();
+    let fresh: Vec<usize> = (0..work.entries.len())
+        .rev()
+        .take_while(|&p| is_assistant(&work.entries[p]).is_none())
+        .collect();
+    let branch: Vec<usize> = (0..work.entries.len()).collect();
+    for d in ctxd_core::wm::writes::plan(work, &branch, &fresh, &opts.write_facts) {
+        out.write_facts += d.calls.len();
+        *drafts += 1;
+        let parent = work.entries.last().map(|e| e.id.clone());
+        work.entries.push(Entry {
+            id: EntryId::new(format!("ctxd-draft-{drafts}")),
+            parent,
+            timestamp: None,
+            sidechain: false,
+            kind: d.kind,
+        });
+    }
+    out.policy_us += started.elapsed().as_micros() as u64;
 }
 
 fn run_pass<C: Classifier>(

@@ -77,6 +77,10 @@ fn entry_tokens(kind: &EntryKind) -> u64 {
         EntryKind::ContextEdit {
             replacement: Some(content),
             ..
+        }
+        | EntryKind::ArgsEdit {
+            replacement: content,
+            ..
         } => tokens_of_bytes(blocks_chars(content)),
         EntryKind::BranchSummary { summary, .. } => tokens_of_bytes(summary.len()),
         EntryKind::Compaction(c) => tokens_of_bytes(c.summary.len()),
@@ -114,6 +118,9 @@ struct Acct {
     raw: u64,
     shown: u64,
     owner: Owner,
+    /// Shown through an [`EntryKind::ArgsEdit`] (write facts: the stripped content saved, the
+    /// fact that stands for it a cost) rather than a distillation edit.
+    write_fact: bool,
 }
 
 fn owner_of(session: &Session, pos: usize) -> Owner {
@@ -146,6 +153,7 @@ fn acct(session: &Session, memo: &mut Memo, pos: usize) -> Acct {
         raw: if owner == Owner::Client { shown } else { 0 },
         shown,
         owner,
+        write_fact: false,
     }
 }
 
@@ -164,6 +172,10 @@ pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64
             Change::Edited { index } => {
                 if let Some(a) = live.get_mut(index) {
                     a.shown = memo.get(session, pos);
+                    a.write_fact = matches!(
+                        session.entries.get(pos).map(|e| &e.kind),
+                        Some(EntryKind::ArgsEdit { .. })
+                    );
                 }
             }
             Change::Omitted { index } => {
@@ -196,6 +208,7 @@ pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64
                         raw: item_tokens(it),
                         shown: item_tokens(it),
                         owner: Owner::Client,
+                        write_fact: false,
                     })
                     .collect();
                 live.extend(tail);
@@ -224,6 +237,7 @@ pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64
         sent += a.shown;
         whole += a.raw;
         match a.owner {
+            Owner::Client if a.write_fact => saved.write_facts += a.raw as i64 - a.shown as i64,
             Owner::Client => saved.distillation += a.raw as i64 - a.shown as i64,
             Owner::Reminder => saved.reminders -= a.shown as i64,
             Owner::Boot => saved.windows -= a.shown as i64,

@@ -5,8 +5,10 @@
 //! - [`measure`]: one forward walk of the projection ([`crate::view::Projector`]), each change
 //!   charged to its mechanism: `windows` (what resets folded away, net of the boot that stands
 //!   for it), `distillation` (context edits: replaced content and omitted items), `reminders`
-//!   (ctxd's injected messages: a cost), `served-tools` (ctxd's tool definitions: a cost) and
-//!   `pairing` (calls and results dropped together). `whole - sent` is the sum of the
+//!   (ctxd's injected messages: a cost), `served-tools` (ctxd's tool definitions: a cost),
+//!   `write-facts` (write calls' content stripped, net of the fact that stands for it:
+//!   [`EntryKind::ArgsEdit`](crate::model::EntryKind::ArgsEdit)) and `pairing` (calls and
+//!   results dropped together). `whole - sent` is the sum of the
 //!   mechanisms, exactly. Sizes per entry are kept in a [`Memo`], so a request re-reads only
 //!   the entries it has not seen.
 //! - [`record`]: the request's record, an event `ctxd.request` appended with the turn, and the
@@ -17,7 +19,7 @@
 //! comparing mechanisms, not for billing.
 //!
 //! Mechanisms the product plans but ctxd does not have yet (`digests`, `amnesia`,
-//! `write-facts`, `lazy-tools`) have their place in [`ByMechanism`], always zero today.
+//! `lazy-tools`) have their place in [`ByMechanism`], always zero today.
 
 mod measure;
 pub mod record;
@@ -58,12 +60,13 @@ impl Mechanism {
     ];
 
     /// The mechanisms ctxd has today (the others are always zero).
-    pub const EXISTING: [Mechanism; 5] = [
+    pub const EXISTING: [Mechanism; 6] = [
         Mechanism::Windows,
         Mechanism::Distillation,
         Mechanism::Reminders,
         Mechanism::ServedTools,
         Mechanism::Pairing,
+        Mechanism::WriteFacts,
     ];
 
     /// The name in headers, JSON and metrics.

@@ -181,6 +181,41 @@ fn records_round_trip_and_totals_read_them_back() {
     assert!((t.cost_saved_usd - 2000.0 * 3.0 / 1e6).abs() < 1e-12);
     assert_eq!(
         t.saved_by.header_value(),
-        "windows=2400,distillation=0,reminders=0,served-tools=-200,pairing=0"
+        "windows=2400,distillation=0,reminders=0,served-tools=-200,pairing=0,write-facts=0"
     );
+}
+
+#[test]
+fn a_stripped_write_is_saved_by_write_facts_net_of_its_fact() {
+    let content = "# The model.\n".to_owned() + &"x = conv(x)\n".repeat(200);
+    let mut s = session(vec![
+        msg(Role::User, 40),
+        EntryKind::Message(Message::new(
+            Role::Assistant,
+            vec![ContentBlock::ToolCall {
+                id: "w".into(),
+                name: "Write".into(),
+                arguments: serde_json::json!({"file_path": "m.py", "content": content}),
+            }],
+        )),
+        EntryKind::Message(Message::new(
+            Role::User,
+            vec![ContentBlock::ToolResult {
+                call_id: "w".into(),
+                tool_name: None,
+                content: vec![ContentBlock::text("ok")],
+                is_error: false,
+            }],
+        )),
+    ]);
+    let before = measured(&s, 0);
+    let branch: Vec<usize> = (0..s.entries.len()).collect();
+    let drafts = crate::wm::writes::plan(&s, &branch, &[2], &Default::default());
+    assert_eq!(drafts.len(), 1);
+    s.push_linear(drafts[0].kind.clone());
+    let after = measured(&s, 0);
+    assert_eq!(after.whole, before.whole);
+    assert!(after.saved.write_facts > 500, "{after:?}");
+    assert_eq!(after.saved.write_facts, after.saved_total());
+    assert_eq!(after.saved.distillation, 0);
 }

@@ -3,12 +3,14 @@
 //!
 //! 1. [`plan_request`]: the client's request ([`ClientRequest`]) mapped onto the log; what is
 //!    new appended ([`RequestPlan`]).
-//! 2. [`completes_batch`] / [`end_turn`]: a request carrying the last results of a tool batch
+//! 2. [`strip_writes`]: the results of write calls in the last assistant message strip their
+//!    content at the tail, a fact in its place ([`ctxd_core::wm::writes`]).
+//! 3. [`completes_batch`] / [`end_turn`]: a request carrying the last results of a tool batch
 //!    ends the turn that called the tools (reminder, due reset) before it is projected; so does
 //!    an answer without tool calls, and an overflow.
-//! 3. [`upstream_parts`]: the projection of the branch as parts of the conversation array
+//! 4. [`upstream_parts`]: the projection of the branch as parts of the conversation array
 //!    ([`Part`]); `None` when it is exactly the client's elements.
-//! 4. ctxd's tool calls run through [`Engine::call_tool`](crate::Engine::call_tool); the
+//! 5. ctxd's tool calls run through [`Engine::call_tool`](crate::Engine::call_tool); the
 //!    response and the results are recorded ([`record_response`], [`record_results`]), and
 //!    what the client was shown in place of a hidden exchange is recorded as view events
 //!    ([`record_view`], [`client_view`]).
@@ -24,6 +26,7 @@ pub mod log;
 mod plan;
 mod project;
 mod record;
+mod writes;
 
 use ctxd_store::SessionRecord;
 
@@ -32,6 +35,7 @@ pub use log::SessionLog;
 pub use plan::{plan_request, ClientRequest, RequestPlan};
 pub use project::{upstream_parts, Part};
 pub use record::{branch_ids_after, record_response, record_results, record_view, ResponseElement};
+pub use writes::strip_writes;
 
 /// One session as a turn sees it: its record in the store and its indexed log.
 #[derive(Debug)]

@@ -16,3 +16,4 @@ mod stats;
 mod support;
 mod ui;
 mod window;
+mod write_facts;

@@ -44,6 +44,7 @@ pub(crate) fn kind_tag(kind: &EntryKind) -> &'static str {
         EntryKind::Compaction(_) => "compaction",
         EntryKind::BranchSummary { .. } => "branch_summary",
         EntryKind::ContextEdit { .. } => "context_edit",
+        EntryKind::ArgsEdit { .. } => "args_edit",
         EntryKind::ModelChange { .. } => "model_change",
         EntryKind::Usage { .. } => "usage",
         EntryKind::WindowMarker { .. } => "window_marker",
