@@ -123,13 +123,16 @@ fn edit(original: &[ContentBlock], mutations: &[Mutation]) -> (Vec<ContentBlock>
             Mutation::NamedTypeChange { call } => {
                 call_args(&mut content, *call)["content"] = json!(["not", "a", "string"]);
                 args.push(named(*call));
+                // Last: a later mutation setting a string again would make it fit.
+                return (content, args);
             }
             Mutation::UnnamedArg { call } => {
                 call_args(&mut content, *call)["file_path"] = json!("elsewhere.py");
                 args.push(named(*call));
             }
             Mutation::UnnamedCall { call } => {
-                call_args(&mut content, *call)["content"] = json!("[stripped]");
+                // An argument no mutation names.
+                call_args(&mut content, *call)["n"] = json!(999);
             }
             Mutation::Thinking => {
                 if let ContentBlock::Thinking { thinking, .. } = &mut content[0] {
