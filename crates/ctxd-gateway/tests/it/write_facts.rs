@@ -40,6 +40,22 @@ fn conversation(api: Api, body: &[u8]) -> (usize, usize) {
     (start, raw.len())
 }
 
+/// The client's `write` tool beside `bash`.
+fn with_write_tool(api: Api, body: &mut Value) {
+    let schema = json!({"type": "object", "properties": {
+        "path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]});
+    let tool = match api {
+        Api::Anthropic => {
+            json!({"name": "write", "description": "Write a file", "input_schema": schema})
+        }
+        Api::Chat => json!({"type": "function", "function": {"name": "write",
+            "description": "Write a file", "parameters": schema}}),
+        Api::Responses => json!({"type": "function", "name": "write",
+            "description": "Write a file", "parameters": schema}),
+    };
+    body["tools"].as_array_mut().unwrap().push(tool);
+}
+
 async fn run(api: Api, stream: bool) {
     let mut script = Vec::new();
     for i in 0..TURNS {
@@ -73,7 +89,9 @@ async fn run(api: Api, stream: bool) {
     let headers = api.headers();
     let mut conversation_so_far = api.first_messages();
     for turn in 0..TURNS {
-        let body = serde_json::to_vec(&api.body(&conversation_so_far, stream, thinking)).unwrap();
+        let mut body = api.body(&conversation_so_far, stream, thinking);
+        with_write_tool(api, &mut body);
+        let body = serde_json::to_vec(&body).unwrap();
         let resp = rig.post(api.path(), &headers, body).await;
         let status = resp.status();
         let text = resp.bytes().await.unwrap();
