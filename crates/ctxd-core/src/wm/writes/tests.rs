@@ -104,7 +104,7 @@ fn claude_code_write_is_stripped_with_its_fact() {
     // Thinking, text and the call's id and name are as written.
     let p = project_checked(&s, &branch).unwrap();
     let m = p.items[1].to_message();
-    assert_eq!(m.content.len(), 4);
+    assert_eq!(m.content.len(), 3);
     assert!(
         matches!(&m.content[0], ContentBlock::Thinking { signature: Some(sig), .. } if sig == "sig")
     );
