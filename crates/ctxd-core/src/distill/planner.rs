@@ -454,8 +454,12 @@ fn exchanges(
             };
             // Someone else's edit: what the model sees is not ours to restore. ctxd's own
             // edits (the marker leads) are fine, as in the seed: `recall` gives the raw
-            // entries back.
-            if *edited && !super::record::starts_with_marker(content) {
+            // entries back. An edited assistant message is ctxd's too: only write facts
+            // (`EntryKind::ArgsEdit`) edit one.
+            if *edited
+                && message.role != Role::Assistant
+                && !super::record::starts_with_marker(content)
+            {
                 ok = false;
                 break;
             }
