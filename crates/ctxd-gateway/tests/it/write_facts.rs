@@ -25,7 +25,7 @@ fn file(i: usize) -> String {
 }
 
 fn is_write(i: usize) -> bool {
-    i % 2 == 0
+    i.is_multiple_of(2)
 }
 
 /// The conversation array's bytes in an upstream body, and where it starts.
