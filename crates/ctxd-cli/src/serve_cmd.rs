@@ -64,6 +64,18 @@ pub struct ServeArgs {
     /// in `[agents.NAME]`). Distillation acts only where the model is offered `recall`.
     #[arg(long, env = "CTXD_NO_DISTILL")]
     pub no_distill: bool,
+    /// No shell-output digests for any agent (config: `digests = false`, or per agent in
+    /// `[agents.NAME]`). On, a shell output above `--digest-min-tokens` reaches the model as a
+    /// digest (head, tail, error and warning lines; a summary by the `--classifier-model` when
+    /// the classifier is `openai`) naming the `recall` that shows it whole.
+    #[arg(long, env = "CTXD_NO_DIGESTS")]
+    pub no_digests: bool,
+    /// Shell outputs of at least this many tokens are digested (1100 to 10000000; config:
+    /// `digest-min-tokens`; the shell tools per agent: a `[digest-shell-tools]` table)
+    /// [default: 2000].
+    #[arg(long, env = "CTXD_DIGEST_MIN_TOKENS", value_name = "TOKENS",
+          value_parser = parse_digest_min_tokens)]
+    pub digest_min_tokens: Option<u64>,
     /// ctxd's tools the gateway offers the model beside the client's own and answers itself:
     /// `all`, `none`, or a list of tools and groups (`reset`, `remaining`, `notes`, `history`,
     /// `recall`), e.g. `notes,recall` (config: `tools = ...`, or per agent in `[agents.NAME]`)
@@ -124,6 +136,15 @@ pub struct ServeArgs {
     /// `RUST_LOG`), a filter such as `debug` or `ctxd_gateway=debug`; default `info`.
     #[arg(long)]
     pub log_json: bool,
+}
+
+fn parse_digest_min_tokens(s: &str) -> Result<u64, String> {
+    let n: u64 = s
+        .trim()
+        .replace('_', "")
+        .parse()
+        .map_err(|e| format!("{s:?}: {e}"))?;
+    ctxd_gateway::config::parse_digest_min_tokens(n)
 }
 
 fn parse_cpu_percent(s: &str) -> Result<u8, String> {
@@ -207,6 +228,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if let Some(ms) = args.distill_wait_ms {
         settings.distill_wait = Duration::from_millis(ms);
     }
+    if let Some(n) = args.digest_min_tokens {
+        settings.digest.min_tokens = n;
+    }
     settings.classifier = args.classifier.over(&settings.classifier)?;
     crate::classifier_args::configured(&settings.classifier)?;
     let m = &mut settings.management;
@@ -228,6 +252,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     }
     if args.no_distill {
         m.mechanisms.distill = false;
+    }
+    if args.no_digests {
+        m.mechanisms.digests = false;
     }
     if let Some(t) = &args.tools {
         m.tools = t.clone();
@@ -254,6 +281,7 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
             reminders = settings.management.mechanisms.reminders,
             resets = settings.management.mechanisms.resets,
             distill = settings.management.mechanisms.distill,
+            digests = settings.management.mechanisms.digests,
             tools = ?settings.management.tools,
             "ctxd gateway listening"
         );

@@ -35,5 +35,6 @@ pub mod tokens;
 pub mod tree;
 pub mod view;
 pub mod windows;
+pub mod wm;
 
 pub use model::Session;

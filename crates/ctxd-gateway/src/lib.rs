@@ -11,6 +11,7 @@
 pub mod api;
 mod budget;
 mod checkpoints;
+mod digest;
 pub mod config;
 mod distill;
 mod handler;

@@ -4,7 +4,9 @@
 //!
 //! - [`measure`]: one forward walk of the projection ([`crate::view::Projector`]), each change
 //!   charged to its mechanism: `windows` (what resets folded away, net of the boot that stands
-//!   for it), `distillation` (context edits: replaced content and omitted items), `reminders`
+//!   for it), `distillation` (context edits: replaced content and omitted items), `digests`
+//!   (shell outputs replaced by a digest, [`crate::wm::digest`]; what later edits take off a
+//!   digest is distillation's), `reminders`
 //!   (ctxd's injected messages: a cost), `served-tools` (ctxd's tool definitions: a cost) and
 //!   `pairing` (calls and results dropped together). `whole - sent` is the sum of the
 //!   mechanisms, exactly. Sizes per entry are kept in a [`Memo`], so a request re-reads only
@@ -16,7 +18,7 @@
 //! tokenizer per request was too slow on large conversations, and the figures are for
 //! comparing mechanisms, not for billing.
 //!
-//! Mechanisms the product plans but ctxd does not have yet (`digests`, `amnesia`,
+//! Mechanisms the product plans but ctxd does not have yet (`amnesia`,
 //! `write-facts`, `lazy-tools`) have their place in [`ByMechanism`], always zero today.
 
 mod measure;
@@ -58,12 +60,13 @@ impl Mechanism {
     ];
 
     /// The mechanisms ctxd has today (the others are always zero).
-    pub const EXISTING: [Mechanism; 5] = [
+    pub const EXISTING: [Mechanism; 6] = [
         Mechanism::Windows,
         Mechanism::Distillation,
         Mechanism::Reminders,
         Mechanism::ServedTools,
         Mechanism::Pairing,
+        Mechanism::Digests,
     ];
 
     /// The name in headers, JSON and metrics.
