@@ -77,7 +77,13 @@ impl ChatSummarizer {
             "temperature": 0,
             "stream": false,
         });
-        let mut request = self.client.post(&self.url).json(&body);
+        let body =
+            serde_json::to_vec(&body).map_err(|e| format!("cannot encode the request: {e}"))?;
+        let mut request = self
+            .client
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
         if let Some(var) = &self.api_key_env {
             let key = std::env::var(var).map_err(|_| format!("{var} is not set"))?;
             request = request.bearer_auth(key);
@@ -105,9 +111,11 @@ impl ChatSummarizer {
         struct Content {
             content: Option<String>,
         }
-        let c: Completion = response
-            .json()
+        let bytes = response
+            .bytes()
             .await
+            .map_err(|e| format!("{}: {e}", self.url))?;
+        let c: Completion = serde_json::from_slice(&bytes)
             .map_err(|e| format!("{} sent no chat completion: {e}", self.url))?;
         c.choices
             .into_iter()
@@ -224,7 +232,7 @@ impl Summarizer {
         let Summarizer::Model(model) = self else {
             return;
         };
-        let asks = prepared.digests.iter().map(|p| async {
+        let asks = prepared.digests.iter().map(|p| async move {
             match &p.prompt {
                 Some((system, user)) => Some(model.ask(system, user, cfg.max_tokens).await),
                 None => None,

@@ -11,8 +11,8 @@
 pub mod api;
 mod budget;
 mod checkpoints;
-mod digest;
 pub mod config;
+mod digest;
 mod distill;
 mod handler;
 pub mod identity;

@@ -200,7 +200,9 @@ pub fn candidates(
                 continue;
             };
             if text_bytes(content) < cfg.min_tokens as usize
-                || content.iter().any(|c| !matches!(c, ContentBlock::Text { .. }))
+                || content
+                    .iter()
+                    .any(|c| !matches!(c, ContentBlock::Text { .. }))
             {
                 continue;
             }
@@ -259,7 +261,10 @@ fn find_call<'a>(
     pos: usize,
     call_id: &str,
 ) -> Option<(&'a str, &'a serde_json::Value)> {
-    let at = branch.iter().rposition(|&p| p == pos).unwrap_or(branch.len());
+    let at = branch
+        .iter()
+        .rposition(|&p| p == pos)
+        .unwrap_or(branch.len());
     branch[..at]
         .iter()
         .rev()
@@ -277,10 +282,32 @@ fn find_call<'a>(
         })
 }
 
+/// Words that make a line an error or warning line (whole words: `error_when` in a test's
+/// name is not one; `TypeError` is, by its ending).
+const SIGNAL_WORDS: [&str; 17] = [
+    "error",
+    "errors",
+    "err",
+    "warning",
+    "warnings",
+    "warn",
+    "fail",
+    "failed",
+    "failure",
+    "failures",
+    "fatal",
+    "panic",
+    "panicked",
+    "exception",
+    "traceback",
+    "denied",
+    "assertion",
+];
+
 /// An error or warning line: what a digest keeps between the head and the tail.
 pub fn signal_line(line: &str) -> bool {
     let l = clip_head(line.trim(), 300).to_ascii_lowercase();
-    if l.is_empty() {
+    if l.is_empty() || l.ends_with("... ok") || (l.ends_with(" ok") && l.starts_with("test ")) {
         return false;
     }
     const QUIET: [&str; 8] = [
@@ -296,23 +323,24 @@ pub fn signal_line(line: &str) -> bool {
     if QUIET.iter().any(|q| l.contains(q)) {
         return false;
     }
-    const LOUD: [&str; 14] = [
-        "error",
-        "warning",
-        "warn:",
-        "fail",
-        "panic",
-        "exception",
-        "traceback",
-        "fatal",
-        "denied",
+    const PHRASES: [&str; 5] = [
         "not found",
         "no such file",
         "cannot ",
         "segmentation fault",
-        "assert",
+        "permission denied",
     ];
-    LOUD.iter().any(|w| l.contains(w)) || l.starts_with("e ") || l.starts_with("! ")
+    let original = clip_head(line.trim(), 300);
+    let word = original
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(|w| {
+            let lw = w.to_ascii_lowercase();
+            SIGNAL_WORDS.contains(&lw.as_str())
+                || (!w.contains('_')
+                    && w.len() > 5
+                    && (w.ends_with("Error") || w.ends_with("Exception")))
+        });
+    word || PHRASES.iter().any(|p| l.contains(p)) || l.starts_with("e ") || l.starts_with("! ")
 }
 
 fn clipped(line: &str) -> String {
@@ -326,7 +354,11 @@ fn clipped(line: &str) -> String {
 }
 
 fn header(c: &Candidate, lines: usize, what: &str, pointer: &Pointer) -> String {
-    let error = if c.is_error { ", the tool reported an error" } else { "" };
+    let error = if c.is_error {
+        ", the tool reported an error"
+    } else {
+        ""
+    };
     let back = match pointer {
         Pointer::Recall(id) => format!(
             " Full output: {} (\"offset\"/\"limit\" for lines, \"pattern\" for matching lines).",
@@ -344,7 +376,13 @@ fn header(c: &Candidate, lines: usize, what: &str, pointer: &Pointer) -> String 
     )
 }
 
-fn omitted_line(c: &Candidate, first: usize, count: usize, chars: usize, pointer: &Pointer) -> String {
+fn omitted_line(
+    c: &Candidate,
+    first: usize,
+    count: usize,
+    chars: usize,
+    pointer: &Pointer,
+) -> String {
     let range = if count == 1 {
         format!("line {first}")
     } else {
@@ -369,8 +407,7 @@ pub fn render_local(
 ) -> String {
     let lines: Vec<&str> = c.text.split('\n').collect();
     let n = lines.len();
-    let (mut head, mut tail, mut signals) =
-        (cfg.head_lines, cfg.tail_lines, cfg.max_signal_lines);
+    let (mut head, mut tail, mut signals) = (cfg.head_lines, cfg.tail_lines, cfg.max_signal_lines);
     loop {
         let text = layout(c, &lines, head, tail, signals, pointer);
         if counter.count(&text) <= cfg.max_tokens {
@@ -378,7 +415,11 @@ pub fn render_local(
         }
         if head + tail + signals <= 2 {
             // Even two lines are over the cap (very long lines): the header and the tail.
-            return render_fallback(c, pointer, cfg.fallback_bytes.min(cfg.max_tokens as usize * 2));
+            return render_fallback(
+                c,
+                pointer,
+                cfg.fallback_bytes.min(cfg.max_tokens as usize * 2),
+            );
         }
         // Shrink the largest part first, the tail last.
         if signals > 0 && signals >= head {
@@ -408,10 +449,7 @@ fn layout(
     let head = head.min(n);
     let tail = tail.min(n - head);
     let middle = head..n - tail;
-    let signal_at: Vec<usize> = middle
-        .clone()
-        .filter(|&i| signal_line(lines[i]))
-        .collect();
+    let signal_at: Vec<usize> = middle.clone().filter(|&i| signal_line(lines[i])).collect();
     // Too many: the first and the last ones (a build's first error and its summary).
     let shown_signals: Vec<usize> = if signal_at.len() > max_signals {
         let first = max_signals.div_ceil(2);
@@ -523,7 +561,10 @@ pub fn render_fallback(c: &Candidate, pointer: &Pointer, bytes: usize) -> String
     let mut out = header(
         c,
         lines,
-        &format!("only its last {} (the summary was not available)", short(tail.len())),
+        &format!(
+            "only its last {} (the summary was not available)",
+            short(tail.len())
+        ),
         pointer,
     );
     let omitted = lines - tail_lines;
@@ -572,7 +613,9 @@ pub fn render_summary(
     cfg: &Config,
 ) -> String {
     let lines = c.text.split('\n').count();
-    let max = usize::try_from(cfg.max_tokens).unwrap_or(usize::MAX).saturating_mul(4);
+    let max = usize::try_from(cfg.max_tokens)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(4);
     let s = summary.trim();
     let body = clip_head(s, max);
     let more = if body.len() < s.len() { "…" } else { "" };
@@ -587,7 +630,10 @@ pub fn render_summary(
 pub fn drafts(session: &Session, digests: &[(Candidate, String)]) -> Vec<EntryKind> {
     let mut by_entry: BTreeMap<usize, Vec<(usize, &str)>> = BTreeMap::new();
     for (c, text) in digests {
-        by_entry.entry(c.entry).or_default().push((c.block, text));
+        by_entry
+            .entry(c.entry)
+            .or_default()
+            .push((c.block, text.as_str()));
     }
     let mut out = Vec::new();
     for (pos, blocks) in by_entry {
@@ -611,9 +657,9 @@ pub fn drafts(session: &Session, digests: &[(Candidate, String)]) -> Vec<EntryKi
 /// Whether `content` (an edit's replacement) holds a digest: the edit is the digests'.
 pub fn is_digest(content: &[ContentBlock]) -> bool {
     content.iter().any(|b| match b {
-        ContentBlock::ToolResult { content, .. } => content
-            .first()
-            .is_some_and(|c| matches!(c, ContentBlock::Text { text } if text.starts_with(DIGEST_PREFIX))),
+        ContentBlock::ToolResult { content, .. } => content.first().is_some_and(
+            |c| matches!(c, ContentBlock::Text { text } if text.starts_with(DIGEST_PREFIX)),
+        ),
         _ => false,
     })
 }

@@ -29,7 +29,10 @@ fn output(turn: usize) -> String {
     let mid = body.len() / 2;
     let cut = body[mid..].find('\n').map_or(body.len(), |n| mid + n + 1);
     let mut out = body[..cut].to_owned();
-    let _ = writeln!(out, "error[E0{turn}42]: DIGEST-ERR-{turn} in src/lib.rs:{turn}");
+    let _ = writeln!(
+        out,
+        "error[E0{turn}42]: DIGEST-ERR-{turn} in src/lib.rs:{turn}"
+    );
     let _ = writeln!(out, "test mid::RAW-MIDDLE-{turn} ... ok");
     out.push_str(&body[cut..]);
     out
@@ -137,7 +140,11 @@ async fn digest_loop(api: Api, stream: bool) {
     assert!(text_of(&answer).contains("DIGEST-ERR-0"), "{api:?}");
 
     let sent = rig.mock.requests();
-    assert_eq!(sent.len(), TURNS + 2, "{api:?}: one request per turn and the hidden round");
+    assert_eq!(
+        sent.len(),
+        TURNS + 2,
+        "{api:?}: one request per turn and the hidden round"
+    );
     for (i, r) in sent.iter().enumerate() {
         assert!(
             r.refused.is_none(),
@@ -167,7 +174,11 @@ async fn digest_loop(api: Api, stream: bool) {
                 "{api:?} request {i}: the head of turn {t} is not in its digest"
             );
         }
-        assert!(r.body.len() < 12_000 + i * 6_000, "{api:?} request {i}: {} bytes", r.body.len());
+        assert!(
+            r.body.len() < 12_000 + i * 6_000,
+            "{api:?} request {i}: {} bytes",
+            r.body.len()
+        );
     }
     // Cache stability: each conversation array starts with the previous one's elements.
     for i in 1..TURNS {
@@ -194,7 +205,9 @@ async fn digest_loop(api: Api, stream: bool) {
     for t in 0..TURNS {
         let marker = format!("RAW-MIDDLE-{t}");
         assert!(
-            s.entries.iter().any(|e| matches!(&e.kind, EntryKind::Message(m)
+            s.entries
+                .iter()
+                .any(|e| matches!(&e.kind, EntryKind::Message(m)
                 if ctxd_core::text::message_text(m).contains(&marker))),
             "{api:?}: the raw output of turn {t} is not in the store"
         );

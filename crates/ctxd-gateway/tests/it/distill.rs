@@ -198,7 +198,10 @@ async fn responses_distilled_outputs_go_upstream_and_recall_brings_them_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_wait_the_edits_land_at_a_later_request() {
     let api = Api::Anthropic;
-    let rig = Rig::with(Config::default(), |s| s.management.mechanisms.digests = false).await;
+    let rig = Rig::with(Config::default(), |s| {
+        s.management.mechanisms.digests = false
+    })
+    .await;
     let mut conversation = grep_run(&rig, api, true).await;
     let script = rig.mock.script();
     let mut landed = None;

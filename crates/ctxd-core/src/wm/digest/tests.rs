@@ -14,7 +14,10 @@ fn session(
     output: &str,
 ) -> Session {
     let mut s = Session::default();
-    s.push_linear(EntryKind::Message(Message::text(Role::User, "run the tests")));
+    s.push_linear(EntryKind::Message(Message::text(
+        Role::User,
+        "run the tests",
+    )));
     s.push_linear(EntryKind::Message(Message::new(
         Role::Assistant,
         vec![ContentBlock::ToolCall {
@@ -41,7 +44,14 @@ fn all(s: &Session) -> Vec<usize> {
 
 fn found(s: &Session, agent: &str) -> Vec<Candidate> {
     let b = all(s);
-    candidates(s, &b, &b[2..], Some(agent), &Config::default(), &CharEstimate)
+    candidates(
+        s,
+        &b,
+        &b[2..],
+        Some(agent),
+        &Config::default(),
+        &CharEstimate,
+    )
 }
 
 /// A long build log: `n` lines, an error at line 500 and a warning at 900, a summary last.
@@ -112,7 +122,13 @@ fn each_agents_shell_shape_is_found() {
 #[test]
 fn small_outputs_other_tools_images_and_ctxds_own_are_left_alone() {
     // Below the threshold.
-    let small = session("Bash", json!({"command": "ls"}), Role::User, None, &build_log(100));
+    let small = session(
+        "Bash",
+        json!({"command": "ls"}),
+        Role::User,
+        None,
+        &build_log(100),
+    );
     assert!(found(&small, "claude-code").is_empty());
     // Just above it is digested; the threshold is configurable.
     let log = build_log(2_000);
@@ -124,8 +140,15 @@ fn small_outputs_other_tools_images_and_ctxds_own_are_left_alone() {
     };
     assert!(candidates(&s, &b, &b[2..], Some("claude-code"), &cfg, &CharEstimate).is_empty());
     // Only the request's new elements: an output the model already saw stays as it was.
-    assert!(candidates(&s, &b, &[], Some("claude-code"), &Config::default(), &CharEstimate)
-        .is_empty());
+    assert!(candidates(
+        &s,
+        &b,
+        &[],
+        Some("claude-code"),
+        &Config::default(),
+        &CharEstimate
+    )
+    .is_empty());
     // Not a shell tool.
     let read = session("Read", json!({"file_path": "a.rs"}), Role::User, None, &log);
     assert!(found(&read, "claude-code").is_empty());
@@ -151,7 +174,13 @@ fn small_outputs_other_tools_images_and_ctxds_own_are_left_alone() {
 #[test]
 fn the_local_digest_keeps_head_tail_and_errors_within_the_cap() {
     let log = build_log(2_000);
-    let s = session("Bash", json!({"command": "cargo test"}), Role::User, None, &log);
+    let s = session(
+        "Bash",
+        json!({"command": "cargo test"}),
+        Role::User,
+        None,
+        &log,
+    );
     let c = &found(&s, "claude-code")[0];
     let cfg = Config::default();
     let d = render_local(c, &Pointer::Recall("i_abc".into()), &cfg, &CharEstimate);
@@ -164,14 +193,23 @@ fn the_local_digest_keeps_head_tail_and_errors_within_the_cap() {
     assert!(!d.contains("crate-700 "), "the middle is omitted");
     // The pointer: the whole output, and the omitted lines by offset.
     assert!(d.contains(r#"recall({"entryId":"i_abc"})"#), "{d}");
-    assert!(d.contains(r#"recall({"entryId":"i_abc","offset":16,"limit":484})"#), "{d}");
+    assert!(
+        d.contains(r#"recall({"entryId":"i_abc","offset":16,"limit":484})"#),
+        "{d}"
+    );
     assert!(d.len() < log.len() / 10);
 }
 
 #[test]
 fn without_recall_the_digest_names_no_tool() {
     let log = build_log(2_000);
-    let s = session("Bash", json!({"command": "cargo test"}), Role::User, None, &log);
+    let s = session(
+        "Bash",
+        json!({"command": "cargo test"}),
+        Role::User,
+        None,
+        &log,
+    );
     let c = &found(&s, "claude-code")[0];
     for d in [
         render_local(c, &Pointer::NoRecall, &Config::default(), &CharEstimate),
@@ -187,7 +225,13 @@ fn without_recall_the_digest_names_no_tool() {
 fn very_long_lines_are_clipped_and_the_cap_holds() {
     let line = "x".repeat(20_000);
     let log = format!("{line}\n{line}\nerror: boom\n{line}");
-    let s = session("Bash", json!({"command": "cat big"}), Role::User, None, &log);
+    let s = session(
+        "Bash",
+        json!({"command": "cat big"}),
+        Role::User,
+        None,
+        &log,
+    );
     let c = &found(&s, "claude-code")[0];
     let cfg = Config::default();
     let d = render_local(c, &Pointer::Recall("e2".into()), &cfg, &CharEstimate);
@@ -198,20 +242,35 @@ fn very_long_lines_are_clipped_and_the_cap_holds() {
 #[test]
 fn the_failure_path_is_a_truncated_tail_never_the_whole_output() {
     let log = build_log(2_000);
-    let s = session("Bash", json!({"command": "cargo test"}), Role::User, None, &log);
+    let s = session(
+        "Bash",
+        json!({"command": "cargo test"}),
+        Role::User,
+        None,
+        &log,
+    );
     let c = &found(&s, "claude-code")[0];
     let d = render_fallback(c, &Pointer::Recall("e2".into()), 3_000);
     assert!(d.starts_with(DIGEST_PREFIX));
     assert!(d.ends_with("test result: FAILED. 41 passed; 1 failed"));
     assert!(!d.contains("crate-1 v0.1.1 "), "not the head");
     assert!(d.len() < 3_000 + 600, "{}", d.len());
-    assert!(d.contains(r#""offset":1,"#), "the omitted lines' recall: {d}");
+    assert!(
+        d.contains(r#""offset":1,"#),
+        "the omitted lines' recall: {d}"
+    );
 }
 
 #[test]
 fn a_summary_is_capped_and_the_prompt_is_bounded() {
     let log = build_log(20_000);
-    let s = session("Bash", json!({"command": "cargo test"}), Role::User, None, &log);
+    let s = session(
+        "Bash",
+        json!({"command": "cargo test"}),
+        Role::User,
+        None,
+        &log,
+    );
     let c = &found(&s, "claude-code")[0];
     let cfg = Config::default();
     let (system, user) = summary_prompt(c, &cfg);
@@ -219,7 +278,13 @@ fn a_summary_is_capped_and_the_prompt_is_bounded() {
     assert!(user.starts_with("Command: Bash `cargo test`"));
     assert!(user.len() < SUMMARY_INPUT_CHARS + 200);
     assert!(user.contains("test result: FAILED"));
-    let d = render_summary(c, &"y".repeat(10_000), "gpt-x", &Pointer::Recall("e2".into()), &cfg);
+    let d = render_summary(
+        c,
+        &"y".repeat(10_000),
+        "gpt-x",
+        &Pointer::Recall("e2".into()),
+        &cfg,
+    );
     assert!(d.contains("a summary by gpt-x"));
     assert!(d.len() < 4 * 1024 + 400);
 }
@@ -229,13 +294,29 @@ fn omitted_search_hits_name_their_files() {
     let mut log = String::new();
     for f in 0..40 {
         for n in 1..=30 {
-            log.push_str(&format!("src/mod_{f}.rs:{n}:    let value_{n} = compute_{f}({n});\n"));
+            log.push_str(&format!(
+                "src/mod_{f}.rs:{n}:    let value_{n} = compute_{f}({n});\n"
+            ));
         }
     }
-    let s = session("Bash", json!({"command": "rg value"}), Role::User, None, &log);
+    let s = session(
+        "Bash",
+        json!({"command": "rg value"}),
+        Role::User,
+        None,
+        &log,
+    );
     let c = &found(&s, "claude-code")[0];
-    let d = render_local(c, &Pointer::Recall("e2".into()), &Config::default(), &CharEstimate);
-    assert!(d.contains("hits in src/mod_0.rs (15), src/mod_1.rs (30)"), "{d}");
+    let d = render_local(
+        c,
+        &Pointer::Recall("e2".into()),
+        &Config::default(),
+        &CharEstimate,
+    );
+    assert!(
+        d.contains("hits in src/mod_0.rs (15), src/mod_1.rs (30)"),
+        "{d}"
+    );
 }
 
 #[test]
@@ -251,7 +332,12 @@ fn signal_lines() {
     ] {
         assert!(signal_line(l), "{l}");
     }
-    for l in ["", "   Compiling x", "test result: ok. 3 passed; 0 failed", "0 errors, 0 warnings"] {
+    for l in [
+        "",
+        "   Compiling x",
+        "test result: ok. 3 passed; 0 failed",
+        "0 errors, 0 warnings",
+    ] {
         assert!(!signal_line(l), "{l}");
     }
 }
@@ -259,9 +345,20 @@ fn signal_lines() {
 #[test]
 fn the_edit_keeps_the_call_ids_and_the_projection_shows_the_digest() {
     let log = build_log(2_000);
-    let mut s = session("Bash", json!({"command": "cargo test"}), Role::User, None, &log);
+    let mut s = session(
+        "Bash",
+        json!({"command": "cargo test"}),
+        Role::User,
+        None,
+        &log,
+    );
     let c = found(&s, "claude-code").remove(0);
-    let text = render_local(&c, &Pointer::Recall("e2".into()), &Config::default(), &CharEstimate);
+    let text = render_local(
+        &c,
+        &Pointer::Recall("e2".into()),
+        &Config::default(),
+        &CharEstimate,
+    );
     let edits = drafts(&s, &[(c, text.clone())]);
     assert_eq!(edits.len(), 1);
     assert!(is_digest_edit(&edits[0]));
@@ -274,8 +371,10 @@ fn the_edit_keeps_the_call_ids_and_the_projection_shows_the_digest() {
     let shown = crate::text::message_text(&p.items[2].to_message());
     assert_eq!(shown, text);
     // The raw entry is untouched.
-    assert!(crate::text::message_text(s.entries[2].kind.as_message().unwrap_or_else(|| panic!()))
-        .contains("crate-700 "));
+    assert!(
+        crate::text::message_text(s.entries[2].kind.as_message().unwrap_or_else(|| panic!()))
+            .contains("crate-700 ")
+    );
     // The accounting charges the difference to the digests.
     let m = crate::savings::measure(&s, &branch, &mut crate::savings::Memo::default(), 0);
     assert!(m.saved.digests > 1_000, "{:?}", m.saved);
