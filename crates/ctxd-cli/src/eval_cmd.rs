@@ -30,6 +30,12 @@ pub struct EvalArgs {
     pub json: bool,
     #[command(flatten)]
     pub classifier: crate::classifier_args::ClassifierArgs,
+    /// No shell-output digests in ctxd's variant (distillation alone).
+    #[arg(long)]
+    pub no_digests: bool,
+    /// Shell outputs of at least this many tokens are digested [default: 2000].
+    #[arg(long, value_name = "TOKENS")]
+    pub digest_min_tokens: Option<u64>,
     /// The baseline: keep the last N tool outputs, mask older ones (SWE-agent's rule).
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub baseline_last: usize,
@@ -78,6 +84,8 @@ struct Total {
     edits: usize,
     write_facts: usize,
     write_facts_tokens: u64,
+    digests: usize,
+    digest_saved_tokens: u64,
     /// The classifier's requests, input tokens, cost and time over every pass.
     classifier: Usage,
     classifier_ms: f64,
@@ -138,6 +146,20 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
+/// The digests' settings (`None`: `--no-digests`), the threshold checked as `ctxd serve`
+/// checks it.
+fn digest_config(args: &EvalArgs) -> anyhow::Result<Option<ctxd_core::wm::digest::Config>> {
+    if args.no_digests {
+        return Ok(None);
+    }
+    let mut cfg = ctxd_core::wm::digest::Config::default();
+    if let Some(n) = args.digest_min_tokens {
+        cfg.min_tokens = ctxd_gateway::config::parse_digest_min_tokens(n)
+            .map_err(|e| anyhow::anyhow!("--digest-min-tokens {e}"))?;
+    }
+    Ok(Some(cfg))
+}
+
 /// The classifier the flags name, checked (a flag of the other kind is an error).
 fn classifier(args: &EvalArgs) -> anyhow::Result<Configured> {
     let settings = args.classifier.over(&ClassifierSettings::default())?;
@@ -146,6 +168,7 @@ fn classifier(args: &EvalArgs) -> anyhow::Result<Configured> {
 
 pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     let classifier = classifier(args)?;
+    digest_config(args)?;
     let files = collect(&args.files)?;
     if files.is_empty() {
         anyhow::bail!("no session files found");
@@ -183,6 +206,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
                 enabled: !args.no_write_facts,
                 min_bytes: args.write_facts_min_bytes,
             },
+            digest: digest_config(args)?,
         };
         let outcome = replay::replay(&import.session, &opts);
         let ms = t0.elapsed().as_secs_f64() * 1_000.0;
@@ -198,6 +222,8 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         total.edits += outcome.edits;
         total.write_facts += outcome.write_facts;
         total.write_facts_tokens += outcome.write_facts_tokens;
+        total.digests += outcome.digests;
+        total.digest_saved_tokens += outcome.digest_saved_tokens;
         total.classifier.add(&outcome.classifier);
         total.classifier_ms += outcome.classifier_us as f64 / 1_000.0;
         total.policy_ms += outcome.policy_us as f64 / 1_000.0;
@@ -353,6 +379,15 @@ fn write_text(
             total.write_facts,
             total.write_facts_tokens,
             100.0 * ratio(total.write_facts_tokens as f64, total.all.input_tokens as f64)
+        )?;
+    }
+    if args.no_digests {
+        writeln!(out, "digests off")?;
+    } else {
+        writeln!(
+            out,
+            "digests: {} shell outputs, {} tokens saved over all requests (4 bytes a token)",
+            total.digests, total.digest_saved_tokens
         )?;
     }
     if total.classifier.input_tokens > 0 {

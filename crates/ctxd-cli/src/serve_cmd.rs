@@ -72,6 +72,18 @@ pub struct ServeArgs {
     /// `write-facts-min-bytes`; 1 to 10000000) [default: 400].
     #[arg(long, env = "CTXD_WRITE_FACTS_MIN_BYTES", value_name = "BYTES")]
     pub write_facts_min_bytes: Option<usize>,
+    /// No shell-output digests for any agent (config: `digests = false`, or per agent in
+    /// `[agents.NAME]`). On, a shell output above `--digest-min-tokens` reaches the model as a
+    /// digest (head, tail, error and warning lines; a summary by the `--classifier-model` when
+    /// the classifier is `openai`) naming the `recall` that shows it whole.
+    #[arg(long, env = "CTXD_NO_DIGESTS")]
+    pub no_digests: bool,
+    /// Shell outputs of at least this many tokens are digested (1100 to 10000000; config:
+    /// `digest-min-tokens`; the shell tools per agent: a `[digest-shell-tools]` table)
+    /// [default: 2000].
+    #[arg(long, env = "CTXD_DIGEST_MIN_TOKENS", value_name = "TOKENS",
+          value_parser = parse_digest_min_tokens)]
+    pub digest_min_tokens: Option<u64>,
     /// ctxd's tools the gateway offers the model beside the client's own and answers itself:
     /// `all`, `none`, or a list of tools and groups (`reset`, `remaining`, `notes`, `history`,
     /// `recall`), e.g. `notes,recall` (config: `tools = ...`, or per agent in `[agents.NAME]`)
@@ -132,6 +144,15 @@ pub struct ServeArgs {
     /// `RUST_LOG`), a filter such as `debug` or `ctxd_gateway=debug`; default `info`.
     #[arg(long)]
     pub log_json: bool,
+}
+
+fn parse_digest_min_tokens(s: &str) -> Result<u64, String> {
+    let n: u64 = s
+        .trim()
+        .replace('_', "")
+        .parse()
+        .map_err(|e| format!("{s:?}: {e}"))?;
+    ctxd_gateway::config::parse_digest_min_tokens(n)
 }
 
 fn parse_cpu_percent(s: &str) -> Result<u8, String> {
@@ -215,6 +236,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if let Some(ms) = args.distill_wait_ms {
         settings.distill_wait = Duration::from_millis(ms);
     }
+    if let Some(n) = args.digest_min_tokens {
+        settings.digest.min_tokens = n;
+    }
     settings.classifier = args.classifier.over(&settings.classifier)?;
     crate::classifier_args::configured(&settings.classifier)?;
     let m = &mut settings.management;
@@ -243,6 +267,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if let Some(n) = args.write_facts_min_bytes {
         m.write_facts.min_bytes = n;
     }
+    if args.no_digests {
+        m.mechanisms.digests = false;
+    }
     if let Some(t) = &args.tools {
         m.tools = t.clone();
     }
@@ -268,6 +295,7 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
             reminders = settings.management.mechanisms.reminders,
             resets = settings.management.mechanisms.resets,
             distill = settings.management.mechanisms.distill,
+            digests = settings.management.mechanisms.digests,
             tools = ?settings.management.tools,
             "ctxd gateway listening"
         );

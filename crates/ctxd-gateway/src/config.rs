@@ -67,6 +67,9 @@ pub struct Settings {
     pub classifier: ctxd_engine::distill::ClassifierSettings,
     /// What ctxd changes in what the model sees.
     pub management: Management,
+    /// Shell-output digests' thresholds and shell tools (on or off per agent in
+    /// [`Mechanisms::digests`]).
+    pub digest: ctxd_core::wm::digest::Config,
 }
 
 /// What ctxd changes in the requests it forwards, and with which budget.
@@ -192,6 +195,9 @@ pub struct Mechanisms {
     /// Distillation passes at turn ends (only where the model is offered `recall`, which
     /// every replacement text names).
     pub distill: bool,
+    /// Shell outputs above `digest-min-tokens` replaced by a digest before the model first
+    /// sees them.
+    pub digests: bool,
 }
 
 impl Default for Mechanisms {
@@ -200,6 +206,7 @@ impl Default for Mechanisms {
             reminders: true,
             resets: true,
             distill: true,
+            digests: true,
         }
     }
 }
@@ -211,6 +218,7 @@ pub struct MechanismOverrides {
     pub reminders: Option<bool>,
     pub resets: Option<bool>,
     pub distill: Option<bool>,
+    pub digests: Option<bool>,
     pub tools: Option<ToolsSetting>,
 }
 
@@ -222,6 +230,7 @@ impl Management {
             m.reminders = o.reminders.unwrap_or(m.reminders);
             m.resets = o.resets.unwrap_or(m.resets);
             m.distill = o.distill.unwrap_or(m.distill);
+            m.digests = o.digests.unwrap_or(m.digests);
         }
         m
     }
@@ -272,6 +281,23 @@ pub fn parse_store_sync(s: &str) -> Result<ctxd_store::Durability, String> {
     }
 }
 
+/// The digest threshold's range (a `--digest-min-tokens` value): above the digest's own cap,
+/// so a digest is always smaller than what it replaces.
+pub const DIGEST_MIN_TOKENS: std::ops::RangeInclusive<u64> = 1_100..=10_000_000;
+
+/// A digest threshold in tokens, in [`DIGEST_MIN_TOKENS`].
+pub fn parse_digest_min_tokens(n: u64) -> Result<u64, String> {
+    if DIGEST_MIN_TOKENS.contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "{n}: expected {} to {} tokens",
+            DIGEST_MIN_TOKENS.start(),
+            DIGEST_MIN_TOKENS.end()
+        ))
+    }
+}
+
 /// A share of one core in percent, 1 to 100 (a `--distill-cpu-percent` value).
 pub fn parse_cpu_percent(n: u64) -> Result<u8, String> {
     match u8::try_from(n) {
@@ -305,6 +331,7 @@ impl Settings {
             distill_cpu_percent: crate::pace::DEFAULT_CPU_PERCENT,
             classifier: ctxd_engine::distill::ClassifierSettings::default(),
             management: Management::default(),
+            digest: ctxd_core::wm::digest::Config::default(),
         }
     }
 
@@ -401,6 +428,20 @@ impl Settings {
         }
         if let Some(b) = file.distill {
             m.mechanisms.distill = b;
+        }
+        if let Some(b) = file.digests {
+            m.mechanisms.digests = b;
+        }
+        if let Some(n) = file.digest_min_tokens {
+            self.digest.min_tokens = parse_digest_min_tokens(n)
+                .map_err(|e| format!("config {}: digest-min-tokens: {e}", path.display()))?;
+        }
+        for (agent, tools) in file.digest_shell_tools {
+            if agent == "other" {
+                self.digest.shell_tools.other = tools;
+            } else {
+                self.digest.shell_tools.agents.insert(agent, tools);
+            }
         }
         if let Some(t) = file.tools {
             m.tools = t;
@@ -515,10 +556,17 @@ struct FileSettings {
     reminders: Option<bool>,
     resets: Option<bool>,
     distill: Option<bool>,
+    digests: Option<bool>,
+    /// Tokens, as `--digest-min-tokens`.
+    digest_min_tokens: Option<u64>,
+    /// `[digest-shell-tools]` table: `AGENT = ["tool", ...]`, the shell tools whose outputs
+    /// are digested (over the defaults per agent; `other` for agents without a row).
+    #[serde(default)]
+    digest_shell_tools: BTreeMap<String, Vec<String>>,
     tools: Option<ToolsSetting>,
     write_facts: Option<bool>,
     write_facts_min_bytes: Option<usize>,
-    /// `[agents.NAME]` tables: `reminders`, `resets`, `distill`, `tools`.
+    /// `[agents.NAME]` tables: `reminders`, `resets`, `distill`, `digests`, `tools`.
     #[serde(default)]
     agents: BTreeMap<String, MechanismOverrides>,
     /// `[model-windows]` table: `"MODEL_PREFIX" = TOKENS`.
@@ -603,9 +651,28 @@ mod tests {
                 reminders: false,
                 resets: false,
                 distill: false,
+                digests: true,
             }
         );
         assert!(m.mechanisms_for("codex").resets);
+        std::fs::write(
+            &path,
+            "digests = false\ndigest-min-tokens = 4000\n[agents.pi]\ndigests = true\n\
+             [digest-shell-tools]\npi = [\"sh\"]\nother = [\"run\"]\n",
+        )
+        .unwrap();
+        let mut d = Settings::new("x.db".into());
+        d.apply_file(&path).unwrap();
+        assert!(!d.management.mechanisms_for("codex").digests);
+        assert!(d.management.mechanisms_for("pi").digests);
+        assert_eq!(d.digest.min_tokens, 4_000);
+        assert!(d.digest.shell_tools.is_shell(Some("pi"), "sh"));
+        assert!(!d.digest.shell_tools.is_shell(Some("pi"), "bash"));
+        assert!(d.digest.shell_tools.is_shell(Some("claude-code"), "Bash"));
+        assert!(d.digest.shell_tools.is_shell(Some("sdk"), "run"));
+        std::fs::write(&path, "digest-min-tokens = 10\n").unwrap();
+        let e = d.apply_file(&path).unwrap_err();
+        assert!(e.contains("digest-min-tokens") && e.contains("1100"), "{e}");
         assert!(m.mechanisms_for("codex").distill);
         assert_eq!(
             m.configured_window("claude-sonnet-4-5-20250929"),

@@ -403,6 +403,12 @@ async fn prepare(
             &now,
         ));
     }
+    // Shell outputs above the threshold go to the model as digests from their first request
+    // on: the edits follow the request's elements, before the turn end.
+    if !management.record_only && management.mechanisms_for(agent_name).digests {
+        let recall = policy.tools.recall;
+        appended.extend(crate::digest::apply(app, loaded, &plan, &caller, recall, &now).await);
+    }
     // The results that complete a tool batch end the turn that called the tools (the seed's
     // `turn_end`): its reminder and a due reset are committed after them, before projecting.
     if !management.record_only

@@ -12,6 +12,7 @@ pub mod api;
 mod budget;
 mod checkpoints;
 pub mod config;
+mod digest;
 mod distill;
 mod handler;
 pub mod identity;

@@ -139,6 +139,7 @@ mod tests {
                 reminders: Some(false),
                 resets: None,
                 distill: None,
+                digests: None,
                 tools: None,
             },
         );

@@ -104,6 +104,8 @@ pub struct Gateway {
     pub writer: WriterHandle,
     /// Distillation passes at turn ends, on a thread of their own.
     pub(crate) distiller: crate::distill::Distiller,
+    /// Who writes shell-output digests: a configured OpenAI-compatible model, else local.
+    pub(crate) summarizer: ctxd_engine::digest::Summarizer,
     /// Key of the tenant hash, kept in the store (so tenants survive restarts).
     pub tenant_key: [u8; 32],
     metrics: PrometheusHandle,
@@ -188,6 +190,10 @@ fn register_metrics() {
     describe_counter!(
         "ctxd_rewritten_total",
         "Requests sent upstream rewritten by ctxd"
+    );
+    describe_counter!(
+        "ctxd_digests_total",
+        "Shell outputs replaced by a digest, by source (local, model, fallback)"
     );
     describe_counter!(
         "ctxd_rejected_total",
@@ -291,6 +297,18 @@ impl Server {
         )?;
         let classifier = ctxd_engine::distill::Configured::from_settings(&settings.classifier)
             .map_err(|e| StartError::Classifier(e.to_string()))?;
+        let summarizer = match settings.classifier.kind {
+            ctxd_engine::distill::ClassifierKind::OpenAi => {
+                let s = settings
+                    .classifier
+                    .logprob()
+                    .map_err(|e| StartError::Classifier(e.to_string()))?;
+                ctxd_engine::digest::Summarizer::Model(
+                    ctxd_engine::digest::ChatSummarizer::new(&s).map_err(StartError::Classifier)?,
+                )
+            }
+            ctxd_engine::distill::ClassifierKind::Local => ctxd_engine::digest::Summarizer::Local,
+        };
         let (distiller, distill_thread) =
             crate::distill::Distiller::start(classifier, settings.distill_cpu_percent)?;
         if !settings.listen.ip().is_loopback() {
@@ -312,6 +330,7 @@ impl Server {
             sessions: Sessions::new(settings.cached_sessions),
             writer: writer.handle(),
             distiller,
+            summarizer,
             tenant_key: key,
             metrics: metrics_handle(),
             recording: AtomicUsize::new(0),

@@ -97,6 +97,11 @@ pub struct Outcome {
     pub passes: usize,
     pub edits: usize,
     pub saved_chars: usize,
+    /// Shell outputs digested (ctxd's variant, with digests on).
+    pub digests: usize,
+    /// Tokens the digests took off the requests, summed over every request (the savings
+    /// accounting's `digests`, at four bytes a token).
+    pub digest_saved_tokens: u64,
     pub classifier: Usage,
     /// Time in the classifier (asking), and in the whole policy (plan, ask, decide).
     pub classifier_us: u64,
@@ -119,6 +124,8 @@ pub struct Options<'a, C> {
     pub classifier: &'a C,
     /// Write facts (`--no-write-facts` turns them off, `--write-facts-min-bytes`).
     pub write_facts: ctxd_core::wm::writes::Settings,
+    /// Shell-output digests (`None`: off), local digests naming entry ids.
+    pub digest: Option<ctxd_core::wm::digest::Config>,
 }
 
 /// Token counts by content address (contents never move once appended) and variant.
@@ -406,6 +413,8 @@ pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcom
         budget: Duration::from_secs(20),
         concurrency: 6,
     };
+    let agent = session.meta.agent.map(|a| a.as_str());
+    let mut memo = ctxd_core::savings::Memo::default();
 
     for (k, entry) in entries.iter().enumerate() {
         let assistant = is_assistant(entry);
@@ -450,6 +459,10 @@ pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcom
                 &request_keys(&pw, &mut tokens, None, Some((&raw, &raw_of))),
                 &mut prev_ctxd,
             ));
+            if opts.digest.is_some() {
+                let saved = ctxd_core::savings::measure(&work, &wb, &mut memo, 0).saved;
+                out.digest_saved_tokens += saved.digests.max(0) as u64;
+            }
             out.last_n.add(&price(
                 &request_keys(&pr, &mut tokens, Some(&mask_set), None),
                 &mut prev_mask,
@@ -527,6 +540,11 @@ pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcom
         raw_of.resize(work.entries.len(), None);
         raw_of.push(Some(raw_pos));
         work.entries.push(copy);
+        if let Some(cfg) = &opts.digest {
+            let started = Instant::now();
+            digest(&mut work, agent, cfg, opts.counter, &mut out, &mut drafts);
+            out.policy_us += started.elapsed().as_micros() as u64;
+        }
 
         // Track tool outputs' novel terms, and everything seen.
         if let EntryKind::Message(m) = &entry.kind {
@@ -641,6 +659,47 @@ fn strip_writes<C: Classifier>(
         });
     }
     out.policy_us += started.elapsed().as_micros() as u64;
+}
+
+/// The digests of the last entry of `work` (a tool batch's results), appended after it, as
+/// the gateway does on the request that first carries them.
+fn digest(
+    work: &mut Session,
+    agent: Option<&str>,
+    cfg: &ctxd_core::wm::digest::Config,
+    counter: &dyn TokenCounter,
+    out: &mut Outcome,
+    drafts: &mut usize,
+) {
+    use ctxd_core::wm::digest::{candidates, drafts as digest_drafts, render_local, Pointer};
+    let Some(last) = work.entries.len().checked_sub(1) else {
+        return;
+    };
+    let branch: Vec<usize> = (0..work.entries.len()).collect();
+    let found = candidates(work, &branch, &[last], agent, cfg, counter);
+    if found.is_empty() {
+        return;
+    }
+    out.digests += found.len();
+    let pairs: Vec<_> = found
+        .into_iter()
+        .map(|c| {
+            let pointer = Pointer::Recall(c.entry_id.0.clone());
+            let text = render_local(&c, &pointer, cfg, counter);
+            (c, text)
+        })
+        .collect();
+    for kind in digest_drafts(work, &pairs) {
+        *drafts += 1;
+        let parent = work.entries.last().map(|e| e.id.clone());
+        work.entries.push(Entry {
+            id: EntryId::new(format!("ctxd-draft-{drafts}")),
+            parent,
+            timestamp: None,
+            sidechain: false,
+            kind,
+        });
+    }
 }
 
 fn run_pass<C: Classifier>(

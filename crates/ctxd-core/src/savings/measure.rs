@@ -4,6 +4,7 @@ use super::{tokens_of_bytes, ByMechanism};
 use crate::distill::record::blocks_chars;
 use crate::model::{EntryKind, Session};
 use crate::view::{unpaired, Change, Item, ItemKind, Projector};
+use crate::wm::digest::is_digest_edit;
 
 /// What one request sends against what the whole branch would have been.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -121,6 +122,9 @@ struct Acct {
     /// Shown through an [`EntryKind::ArgsEdit`] (write facts: the stripped content saved, the
     /// fact that stands for it a cost) rather than a distillation edit.
     write_fact: bool,
+    /// What a digest took off it (`raw` minus the digest), charged to the digests; what later
+    /// edits take off the digest is distillation's.
+    digested: u64,
 }
 
 fn owner_of(session: &Session, pos: usize) -> Owner {
@@ -154,6 +158,7 @@ fn acct(session: &Session, memo: &mut Memo, pos: usize) -> Acct {
         shown,
         owner,
         write_fact: false,
+        digested: 0,
     }
 }
 
@@ -166,6 +171,8 @@ pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64
     // Folded away by resets in earlier windows (raw), and omitted by edits in this one.
     let mut folded = 0u64;
     let mut omitted = 0u64;
+    // The digests' share of what edits omitted in this window.
+    let mut omitted_digested = 0u64;
     for &pos in branch {
         match p.step(pos) {
             Change::Added => live.push(acct(session, memo, pos)),
@@ -176,21 +183,30 @@ pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64
                         session.entries.get(pos).map(|e| &e.kind),
                         Some(EntryKind::ArgsEdit { .. })
                     );
+                    if session
+                        .entries
+                        .get(pos)
+                        .is_some_and(|e| is_digest_edit(&e.kind))
+                    {
+                        a.digested = a.raw.saturating_sub(a.shown);
+                    }
                 }
             }
             Change::Omitted { index } => {
                 if index < live.len() {
                     let a = live.remove(index);
                     if a.owner == Owner::Client {
-                        omitted += a.raw;
+                        omitted += a.raw - a.digested;
+                        omitted_digested += a.digested;
                     }
                 }
             }
             Change::Window => {
                 // What this window's predecessors showed, at their full size, is now the
                 // reset's; the boot stands for it.
-                folded += live.iter().map(|a| a.raw).sum::<u64>() + omitted;
+                folded += live.iter().map(|a| a.raw).sum::<u64>() + omitted + omitted_digested;
                 omitted = 0;
+                omitted_digested = 0;
                 live.clear();
                 live.push(acct(session, memo, pos));
             }
@@ -199,6 +215,7 @@ pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64
                 // items it kept keep their accounts.
                 folded = 0;
                 omitted = 0;
+                omitted_digested = 0;
                 let fresh = p.items.iter().take_while(|it| it.entry == pos).count();
                 let kept = p.items.len() - fresh;
                 let tail = live.split_off(live.len().saturating_sub(kept));
@@ -209,6 +226,7 @@ pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64
                         shown: item_tokens(it),
                         owner: Owner::Client,
                         write_fact: false,
+                        digested: 0,
                     })
                     .collect();
                 live.extend(tail);
@@ -221,11 +239,15 @@ pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64
     let mut saved = ByMechanism {
         windows: folded as i64,
         distillation: omitted as i64,
+        digests: omitted_digested as i64,
         served_tools: -(served as i64),
         ..ByMechanism::default()
     };
     let mut dropped = unpaired(&p.items).into_iter().peekable();
-    let (mut sent, mut whole) = (settings + served, settings + folded + omitted);
+    let (mut sent, mut whole) = (
+        settings + served,
+        settings + folded + omitted + omitted_digested,
+    );
     for (i, a) in live.iter().enumerate() {
         if dropped.next_if_eq(&i).is_some() {
             if a.owner == Owner::Client {
@@ -238,7 +260,10 @@ pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64
         whole += a.raw;
         match a.owner {
             Owner::Client if a.write_fact => saved.write_facts += a.raw as i64 - a.shown as i64,
-            Owner::Client => saved.distillation += a.raw as i64 - a.shown as i64,
+            Owner::Client => {
+                saved.digests += a.digested as i64;
+                saved.distillation += a.raw as i64 - a.shown as i64 - a.digested as i64;
+            }
             Owner::Reminder => saved.reminders -= a.shown as i64,
             Owner::Boot => saved.windows -= a.shown as i64,
         }

@@ -4,7 +4,9 @@
 //!
 //! - [`measure`]: one forward walk of the projection ([`crate::view::Projector`]), each change
 //!   charged to its mechanism: `windows` (what resets folded away, net of the boot that stands
-//!   for it), `distillation` (context edits: replaced content and omitted items), `reminders`
+//!   for it), `distillation` (context edits: replaced content and omitted items), `digests`
+//!   (shell outputs replaced by a digest, [`crate::wm::digest`]; what later edits take off a
+//!   digest is distillation's), `reminders`
 //!   (ctxd's injected messages: a cost), `served-tools` (ctxd's tool definitions: a cost),
 //!   `write-facts` (write calls' content stripped, net of the fact that stands for it:
 //!   [`EntryKind::ArgsEdit`](crate::model::EntryKind::ArgsEdit)) and `pairing` (calls and
@@ -18,8 +20,8 @@
 //! tokenizer per request was too slow on large conversations, and the figures are for
 //! comparing mechanisms, not for billing.
 //!
-//! Mechanisms the product plans but ctxd does not have yet (`digests`, `amnesia`,
-//! `lazy-tools`) have their place in [`ByMechanism`], always zero today.
+//! Mechanisms the product plans but ctxd does not have yet (`amnesia`, `lazy-tools`) have
+//! their place in [`ByMechanism`], always zero today.
 
 mod measure;
 pub mod record;
@@ -60,12 +62,13 @@ impl Mechanism {
     ];
 
     /// The mechanisms ctxd has today (the others are always zero).
-    pub const EXISTING: [Mechanism; 6] = [
+    pub const EXISTING: [Mechanism; 7] = [
         Mechanism::Windows,
         Mechanism::Distillation,
         Mechanism::Reminders,
         Mechanism::ServedTools,
         Mechanism::Pairing,
+        Mechanism::Digests,
         Mechanism::WriteFacts,
     ];
 

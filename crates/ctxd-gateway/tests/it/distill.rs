@@ -36,7 +36,7 @@ fn grep_output() -> String {
 }
 
 /// The id of the first `recall({"entryId":"…"})` in `text`.
-fn recall_id(text: &str) -> Option<String> {
+pub(crate) fn recall_id(text: &str) -> Option<String> {
     let key = "recall({\\\"entryId\\\":\\\"";
     let at = text.find(key)? + key.len();
     let id: String = text[at..]
@@ -82,6 +82,8 @@ async fn session(api: Api, stream: bool) {
     let mut rig = Rig::with(Config::default(), |s| {
         // Deterministic: each request waits for the previous turn end's pass.
         s.distill_wait = std::time::Duration::from_secs(10);
+        // The grep's output is over the digests' threshold: distillation is what is tested.
+        s.management.mechanisms.digests = false;
     })
     .await;
     let mut conversation = grep_run(&rig, api, stream).await;
@@ -196,7 +198,10 @@ async fn responses_distilled_outputs_go_upstream_and_recall_brings_them_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_wait_the_edits_land_at_a_later_request() {
     let api = Api::Anthropic;
-    let rig = Rig::with(Config::default(), |_| {}).await;
+    let rig = Rig::with(Config::default(), |s| {
+        s.management.mechanisms.digests = false
+    })
+    .await;
     let mut conversation = grep_run(&rig, api, true).await;
     let script = rig.mock.script();
     let mut landed = None;
@@ -229,6 +234,7 @@ async fn a_configured_logprob_classifier_is_asked_at_turn_ends() {
     let judge_url = format!("{}/v1", judge.base_url());
     let mut rig = Rig::with(Config::default(), |s| {
         s.distill_wait = std::time::Duration::from_secs(10);
+        s.management.mechanisms.digests = false;
         s.classifier = ctxd_engine::distill::ClassifierSettings {
             kind: ctxd_engine::distill::ClassifierKind::OpenAi,
             base_url: Some(judge_url.clone()),

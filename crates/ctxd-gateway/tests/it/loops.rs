@@ -268,6 +268,9 @@ async fn run_loop(
     };
     let mut rig = Rig::with(config, |s| {
         s.management.mechanisms.distill = keeper == Keeper::Distillation;
+        // What keeps this loop inside the window is the keeper's: digests (on by default)
+        // would shrink every output first (`digest.rs` tests them).
+        s.management.mechanisms.digests = false;
         // Deterministic: each request waits for the previous turn end's pass.
         s.distill_wait = std::time::Duration::from_secs(10);
     })

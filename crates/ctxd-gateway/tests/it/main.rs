@@ -5,6 +5,7 @@
 //! API's shape, tenants kept apart.
 
 mod conversation;
+mod digest;
 mod distill;
 mod durable;
 mod errors;

@@ -225,6 +225,7 @@ async fn record_only_and_switched_off_resets_leave_the_request_alone() {
                         reminders: None,
                         resets: Some(false),
                         distill: None,
+                        digests: None,
                         tools: None,
                     },
                 );
