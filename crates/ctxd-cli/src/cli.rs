@@ -33,8 +33,9 @@ pub fn config_keys(serve: &clap::Command) -> Vec<String> {
     let mut keys: Vec<String> = serve
         .get_arguments()
         .filter_map(|a| a.get_long())
-        // The file says these as `reminders = false`, `resets = false`, `distill = false`, a
-        // `[model-windows]` table and a `[classifier]` table (see the help below).
+        // The file says these as `reminders = false`, `resets = false`, `distill = false`,
+        // `digests = false`, `write-facts = false`, a `[model-windows]` table and a
+        // `[classifier]` table (see the help below).
         .filter(|l| {
             !matches!(
                 *l,
@@ -44,6 +45,8 @@ pub fn config_keys(serve: &clap::Command) -> Vec<String> {
                     | "no-reminders"
                     | "no-resets"
                     | "no-distill"
+                    | "no-digests"
+                    | "no-write-facts"
                     | "model-window"
             ) && !l.starts_with("classifier")
         })
@@ -220,6 +223,7 @@ mod tests {
                 Some("ADDR") => "\"127.0.0.1:1\"",
                 Some("URL") => "\"http://127.0.0.1:1\"",
                 Some("NAME") => "\"CTXD_ADMIN_TOKEN\"",
+                Some("TOKENS") => "2500",
                 _ if key == "store" => "\"elsewhere.db\"",
                 _ => "7",
             };

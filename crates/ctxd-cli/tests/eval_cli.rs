@@ -87,7 +87,8 @@ fn eval_replays_a_session_and_measures_savings_retention_and_the_baseline() {
 
     let out = common::succeed(
         common::ctxd()
-            .args(["eval", "--json", "--baseline-last", "1"])
+            // Distillation alone: the session's big grep output would be a shell digest.
+            .args(["eval", "--json", "--baseline-last", "1", "--no-digests"])
             .arg(&file),
     );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -134,7 +135,11 @@ fn eval_replays_a_session_and_measures_savings_retention_and_the_baseline() {
     assert!(v["total"]["mb_per_second"].as_f64().unwrap() > 0.0);
 
     // Text: the table, the throughput line and the miss.
-    let out = common::ctxd().args(["eval"]).arg(&dir).output().unwrap();
+    let out = common::ctxd()
+        .args(["eval", "--no-digests"])
+        .arg(&dir)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -170,7 +175,7 @@ fn eval_with_the_openai_classifier_runs_against_a_model_server() {
 
     let out = common::succeed(
         common::ctxd()
-            .args(["eval", "--json", "--classifier", "openai"])
+            .args(["eval", "--json", "--no-digests", "--classifier", "openai"])
             .args(["--classifier-url", &url, "--classifier-model", "judge-1"])
             .args(["--classifier-price-per-mtok", "0.2"])
             .arg(&file),
@@ -204,7 +209,7 @@ fn eval_with_the_openai_classifier_runs_against_a_model_server() {
     // Text: the classifier's line.
     let out = common::succeed(
         common::ctxd()
-            .args(["eval", "--classifier", "openai"])
+            .args(["eval", "--no-digests", "--classifier", "openai"])
             .args(["--classifier-url", &url, "--classifier-model", "judge-1"])
             .arg(&file),
     );
