@@ -3,14 +3,17 @@
 //! (`ctxd_engine::distill::ask`).
 //!
 //! Where a turn is recorded (the session's lock is held there anyway), once its commit is on
-//! its way, the branch is copied for a pass ([`Snapshot`]): a run-end pass after an answer
+//! its way, the branch is handed to a pass ([`Snapshot`]): a run-end pass after an answer
 //! without tool calls, a mid-run checkpoint after one that called tools (the planner decides
 //! whether a checkpoint pays off). Passes run on a thread of their own at the lowest CPU
 //! priority, held to a share of one core (`distill-cpu-percent`, [`crate::pace`]), and never
-//! take the session's lock, so they cost a request nothing but the copy. At
+//! take the session's lock, so they cost a request nothing but the copy. The copy is
+//! incremental: each session keeps the branch its last pass read ([`Mirror`]), and a turn end
+//! that extends that branch clones only the entries after it (log entries never change once
+//! appended); a branch that left it is copied whole. A full copy of a 1 MB branch at every turn
+//! end was the gateway's largest cost per request at 1 MB of history (docs/benchmarks.md). At
 //! most one pass per session is queued or running; a turn end meanwhile is noted, and the
-//! branch is copied for it at the session's next request (once the pass is over), so a burst
-//! of turns costs one copy per pass, not one per turn.
+//! branch is handed over for it at the session's next request (once the pass is over).
 //!
 //! A pass plans, asks the classifier and decides on its copy, and leaves the edits on the
 //! session's slot. The session's next request appends them under the previous turn before it
@@ -63,6 +66,40 @@ pub struct SlotPasses {
     again: bool,
     /// Edits waiting for the session's next request.
     ready: Option<Ready>,
+    /// The branch the last pass read, to extend at the next turn end (taken while a pass
+    /// runs, given back when it ends).
+    mirror: Option<Mirror>,
+}
+
+/// A copy of a branch (root first) and the log positions its entries came from.
+pub struct Mirror {
+    positions: Vec<usize>,
+    entries: Vec<Entry>,
+}
+
+impl Mirror {
+    /// `log`'s `branch`, reusing `prior` where the branch extends it: only the entries after
+    /// it are cloned. Returns the mirror and how many entries were cloned.
+    fn of(log: &SessionLog, branch: Vec<usize>, prior: Option<Mirror>) -> (Self, usize) {
+        let reusable = prior.filter(|m| branch.starts_with(&m.positions));
+        let mut mirror = reusable.unwrap_or(Mirror {
+            positions: Vec::new(),
+            entries: Vec::new(),
+        });
+        let kept = mirror.positions.len();
+        mirror
+            .entries
+            .extend(branch[kept..].iter().filter_map(|&p| log.entry(p).cloned()));
+        mirror.positions = branch;
+        let cloned = mirror.positions.len() - kept;
+        // A position without an entry cannot happen (the branch is read off this log); if it
+        // did, the next turn end copies whole rather than keep a mirror out of step.
+        if mirror.entries.len() != mirror.positions.len() {
+            mirror.positions.clear();
+            mirror.entries.clear();
+        }
+        (mirror, cloned)
+    }
 }
 
 /// A pass's decided edits, waiting for the session's next request.
@@ -74,35 +111,33 @@ pub struct Ready {
     saved_chars: usize,
 }
 
-/// What a pass reads: a copy of the branch (root first). Taken where the turn is recorded, at
-/// the request path's priority (a few hundred microseconds per MB): a pass at the lowest
-/// priority holding the session's lock could hold it for long.
+/// What a pass reads: a copy of the branch (root first), extended from the session's
+/// [`Mirror`] where it can be. Taken where the turn is recorded, at the request path's
+/// priority: a pass at the lowest priority holding the session's lock could hold it for long.
 pub struct Snapshot {
-    session: Session,
+    mirror: Mirror,
     phase: Phase,
     leaf: (usize, EntryId),
     store_session: i64,
 }
 
 impl Snapshot {
-    /// The branch as it is now; `None` when it does not end with an answer.
-    pub fn take(loaded: &Loaded) -> Option<Self> {
+    /// The branch as it is now, built on `prior` (the last pass's copy); `None` when it does
+    /// not end with an answer (then `prior` goes back to the slot).
+    fn take(loaded: &Loaded, slot: &Slot, prior: Option<Mirror>) -> Option<Self> {
         let log = &loaded.log;
         let branch = log.branch();
-        let phase = phase_at_end(log, &branch)?;
-        let leaf = log.leaf()?;
-        let entries: Vec<Entry> = branch
-            .iter()
-            .filter_map(|&p| log.entry(p).cloned())
-            .collect();
+        let (Some(phase), Some(leaf)) = (phase_at_end(log, &branch), log.leaf()) else {
+            slot.passes().mirror = prior;
+            return None;
+        };
+        let leaf_id = log.entry(leaf)?.id.clone();
+        let (mirror, cloned) = Mirror::of(log, branch, prior);
+        metrics::counter!("ctxd_distill_copied_entries_total").increment(cloned as u64);
         Some(Snapshot {
-            session: Session {
-                meta: SessionMeta::default(),
-                leaf: entries.last().map(|e| e.id.clone()),
-                entries,
-            },
+            mirror,
             phase,
-            leaf: (leaf, log.entry(leaf)?.id.clone()),
+            leaf: (leaf, leaf_id),
             store_session: loaded.record.id,
         })
     }
@@ -177,8 +212,9 @@ impl Distiller {
             passes.again = true;
             return;
         }
+        let prior = passes.mirror.take();
         drop(passes);
-        if let Some(snapshot) = Snapshot::take(loaded) {
+        if let Some(snapshot) = Snapshot::take(loaded, slot, prior) {
             self.enqueue(slot, snapshot);
         }
     }
@@ -190,8 +226,9 @@ impl Distiller {
         if passes.busy || !std::mem::take(&mut passes.again) {
             return;
         }
+        let prior = passes.mirror.take();
         drop(passes);
-        if let Some(snapshot) = Snapshot::take(loaded) {
+        if let Some(snapshot) = Snapshot::take(loaded, slot, prior) {
             self.enqueue(slot, snapshot);
         }
     }
@@ -232,13 +269,19 @@ fn lowest_priority() {
 /// One pass of `slot`'s session on `snapshot`: plan, ask, decide, leave the edits on the slot.
 async fn run(slot: Arc<Slot>, snapshot: Snapshot, classifier: Arc<Configured>) {
     let started = std::time::Instant::now();
-    let outcome = match pass(snapshot, &classifier).await {
-        Some(ready) => {
-            slot.passes().ready = Some(ready);
-            "decided"
-        }
-        None => "nothing",
+    let (ready, mirror) = pass(snapshot, &classifier).await;
+    let outcome = if ready.is_some() {
+        "decided"
+    } else {
+        "nothing"
     };
+    {
+        let mut passes = slot.passes();
+        passes.mirror = Some(mirror);
+        if ready.is_some() {
+            passes.ready = ready;
+        }
+    }
     metrics::counter!("ctxd_distill_passes_total", "outcome" => outcome).increment(1);
     metrics::histogram!("ctxd_distill_pass_seconds").record(started.elapsed().as_secs_f64());
     finish(&slot);
@@ -252,32 +295,44 @@ fn finish(slot: &Slot) {
     slot.distilled.notify_waiters();
 }
 
-/// Plan, ask and decide on `snapshot`. `None` when there is nothing to judge.
-async fn pass(snapshot: Snapshot, classifier: &Configured) -> Option<Ready> {
+/// Plan, ask and decide on `snapshot`: the edits (`None` when there is nothing to judge), and
+/// the branch copy back for the session's next pass.
+async fn pass(snapshot: Snapshot, classifier: &Configured) -> (Option<Ready>, Mirror) {
     let Snapshot {
-        session,
+        mirror: Mirror { positions, entries },
         phase,
         leaf,
         store_session,
     } = snapshot;
+    let session = Session {
+        meta: SessionMeta::default(),
+        leaf: entries.last().map(|e| e.id.clone()),
+        entries,
+    };
     let config = Config {
         store_session: Some(store_session),
         ..Config::default()
     };
     let branch: Vec<usize> = (0..session.entries.len()).collect();
     let plan = distill::plan(&session, &branch, &config, phase);
-    if plan.is_empty() {
-        return None;
-    }
-    let answered = ask(classifier, &plan, &Limits::default()).await;
-    let decisions = distill::decide(&session, &plan, &answered.answers, &config);
-    let drafts = decisions.drafts(classifier.name(), answered.usage, answered.timed_out);
-    Some(Ready {
-        drafts,
-        leaf,
-        edits: decisions.edits.len(),
-        saved_chars: decisions.saved_chars,
-    })
+    let ready = if plan.is_empty() {
+        None
+    } else {
+        let answered = ask(classifier, &plan, &Limits::default()).await;
+        let decisions = distill::decide(&session, &plan, &answered.answers, &config);
+        let drafts = decisions.drafts(classifier.name(), answered.usage, answered.timed_out);
+        Some(Ready {
+            drafts,
+            leaf,
+            edits: decisions.edits.len(),
+            saved_chars: decisions.saved_chars,
+        })
+    };
+    let mirror = Mirror {
+        positions,
+        entries: session.entries,
+    };
+    (ready, mirror)
 }
 
 /// Append the edits a pass left on `slot`, if any, under the log's leaf (before the request
@@ -317,4 +372,49 @@ pub(crate) fn apply_ready(slot: &Slot, loaded: &mut Loaded) -> Vec<NewEntry> {
         metrics::counter!("ctxd_distill_saved_chars_total").increment(ready.saved_chars as u64);
     }
     entries
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ctxd_core::model::Message;
+
+    fn entry(id: &str, parent: Option<&str>) -> Entry {
+        Entry {
+            id: EntryId::new(id),
+            parent: parent.map(EntryId::new),
+            timestamp: None,
+            sidechain: false,
+            kind: EntryKind::Message(Message::text(Role::User, id)),
+        }
+    }
+
+    fn ids(m: &Mirror) -> Vec<&str> {
+        m.entries.iter().map(|e| e.id.0.as_str()).collect()
+    }
+
+    #[test]
+    fn a_mirror_extends_along_its_branch_and_is_copied_whole_when_the_branch_leaves_it() {
+        let mut log = SessionLog::new(Session::default());
+        log.push(entry("a", None));
+        log.push(entry("b", Some("a")));
+        let (first, cloned) = Mirror::of(&log, log.branch(), None);
+        assert_eq!((ids(&first), cloned), (vec!["a", "b"], 2));
+
+        // The branch grows: only the new entries are cloned.
+        log.push(entry("c", Some("b")));
+        log.push(entry("d", Some("c")));
+        let (grown, cloned) = Mirror::of(&log, log.branch(), Some(first));
+        assert_eq!((ids(&grown), cloned), (vec!["a", "b", "c", "d"], 2));
+        assert_eq!(grown.positions, log.branch());
+
+        // The client went back to "b" and on from there: the mirror no longer fits.
+        log.push(entry("e", Some("b")));
+        let (forked, cloned) = Mirror::of(&log, log.branch(), Some(grown));
+        assert_eq!((ids(&forked), cloned), (vec!["a", "b", "e"], 3));
+
+        // Nothing new: nothing cloned, the same copy handed on.
+        let (same, cloned) = Mirror::of(&log, log.branch(), Some(forked));
+        assert_eq!((ids(&same), cloned), (vec!["a", "b", "e"], 0));
+    }
 }
