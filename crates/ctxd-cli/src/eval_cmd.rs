@@ -36,6 +36,16 @@ pub struct EvalArgs {
     /// Shell outputs of at least this many tokens are digested [default: 2000].
     #[arg(long, value_name = "TOKENS")]
     pub digest_min_tokens: Option<u64>,
+    /// Meta-amnesia in ctxd's variant (off by default, as in `ctxd serve`): read-like results
+    /// judged by the classifier when they arrive, a round of drops pruned at the tail.
+    #[arg(long, conflicts_with = "no_amnesia")]
+    pub amnesia: bool,
+    /// No meta-amnesia (the default; for symmetry with `ctxd serve --no-amnesia`).
+    #[arg(long)]
+    pub no_amnesia: bool,
+    /// Read-like results under this many tokens are retained unjudged [default: 250].
+    #[arg(long, value_name = "TOKENS")]
+    pub amnesia_min_tokens: Option<u64>,
     /// The baseline: keep the last N tool outputs, mask older ones (SWE-agent's rule).
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub baseline_last: usize,
@@ -86,6 +96,10 @@ struct Total {
     write_facts_tokens: u64,
     digests: usize,
     digest_saved_tokens: u64,
+    amnesia_judged: usize,
+    amnesia_dropped: usize,
+    amnesia_rounds: usize,
+    amnesia_saved_tokens: u64,
     /// The classifier's requests, input tokens, cost and time over every pass.
     classifier: Usage,
     classifier_ms: f64,
@@ -160,6 +174,16 @@ fn digest_config(args: &EvalArgs) -> anyhow::Result<Option<ctxd_core::wm::digest
     Ok(Some(cfg))
 }
 
+/// Meta-amnesia's settings (`None`: off), the threshold checked as `ctxd serve` checks it.
+fn amnesia_config(args: &EvalArgs) -> anyhow::Result<Option<ctxd_core::wm::amnesia::Config>> {
+    let mut cfg = ctxd_core::wm::amnesia::Config::default();
+    if let Some(n) = args.amnesia_min_tokens {
+        cfg.min_tokens = ctxd_gateway::config::parse_amnesia_min_tokens(n)
+            .map_err(|e| anyhow::anyhow!("--amnesia-min-tokens {e}"))?;
+    }
+    Ok((args.amnesia && !args.no_amnesia).then_some(cfg))
+}
+
 /// The classifier the flags name, checked (a flag of the other kind is an error).
 fn classifier(args: &EvalArgs) -> anyhow::Result<Configured> {
     let settings = args.classifier.over(&ClassifierSettings::default())?;
@@ -169,6 +193,7 @@ fn classifier(args: &EvalArgs) -> anyhow::Result<Configured> {
 pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     let classifier = classifier(args)?;
     digest_config(args)?;
+    amnesia_config(args)?;
     let files = collect(&args.files)?;
     if files.is_empty() {
         anyhow::bail!("no session files found");
@@ -207,6 +232,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
                 min_bytes: args.write_facts_min_bytes,
             },
             digest: digest_config(args)?,
+            amnesia: amnesia_config(args)?,
         };
         let outcome = replay::replay(&import.session, &opts);
         let ms = t0.elapsed().as_secs_f64() * 1_000.0;
@@ -224,6 +250,10 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         total.write_facts_tokens += outcome.write_facts_tokens;
         total.digests += outcome.digests;
         total.digest_saved_tokens += outcome.digest_saved_tokens;
+        total.amnesia_judged += outcome.amnesia_judged;
+        total.amnesia_dropped += outcome.amnesia_dropped;
+        total.amnesia_rounds += outcome.amnesia_rounds;
+        total.amnesia_saved_tokens += outcome.amnesia_saved_tokens;
         total.classifier.add(&outcome.classifier);
         total.classifier_ms += outcome.classifier_us as f64 / 1_000.0;
         total.policy_ms += outcome.policy_us as f64 / 1_000.0;
@@ -389,6 +419,18 @@ fn write_text(
             "digests: {} shell outputs, {} tokens saved over all requests (4 bytes a token)",
             total.digests, total.digest_saved_tokens
         )?;
+    }
+    if args.amnesia && !args.no_amnesia {
+        writeln!(
+            out,
+            "amnesia: {} reads judged, {} dropped, {} rounds pruned, {} tokens saved over all requests (4 bytes a token)",
+            total.amnesia_judged,
+            total.amnesia_dropped,
+            total.amnesia_rounds,
+            total.amnesia_saved_tokens
+        )?;
+    } else {
+        writeln!(out, "amnesia: off")?;
     }
     if total.classifier.input_tokens > 0 {
         writeln!(

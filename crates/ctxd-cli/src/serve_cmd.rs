@@ -84,6 +84,23 @@ pub struct ServeArgs {
     #[arg(long, env = "CTXD_DIGEST_MIN_TOKENS", value_name = "TOKENS",
           value_parser = parse_digest_min_tokens)]
     pub digest_min_tokens: Option<u64>,
+    /// Meta-amnesia for every agent (config: `amnesia = true`, or per agent in
+    /// `[agents.NAME]`) [default: off]. On, the results of read-like tools (Claude Code
+    /// Read/Grep/Glob/LS, Pi read/grep/find/ls and read-only bash, Codex's read-only shell
+    /// commands; a `[amnesia-read-tools.AGENT]` table with `tools` and `shell`) are judged by
+    /// the classifier when they arrive, and a round whose every result is judged a drop is
+    /// taken out of the request's tail for good.
+    #[arg(long, env = "CTXD_AMNESIA", conflicts_with = "no_amnesia")]
+    pub amnesia: bool,
+    /// No meta-amnesia for any agent, whatever the settings file says (config:
+    /// `amnesia = false`).
+    #[arg(long, env = "CTXD_NO_AMNESIA")]
+    pub no_amnesia: bool,
+    /// Read-like results under this many tokens are retained unjudged (0 to 10000000; config:
+    /// `amnesia-min-tokens`) [default: 250].
+    #[arg(long, env = "CTXD_AMNESIA_MIN_TOKENS", value_name = "TOKENS",
+          value_parser = parse_amnesia_min_tokens)]
+    pub amnesia_min_tokens: Option<u64>,
     /// ctxd's tools the gateway offers the model beside the client's own and answers itself:
     /// `all`, `none`, or a list of tools and groups (`reset`, `remaining`, `notes`, `history`,
     /// `recall`), e.g. `notes,recall` (config: `tools = ...`, or per agent in `[agents.NAME]`)
@@ -153,6 +170,15 @@ fn parse_digest_min_tokens(s: &str) -> Result<u64, String> {
         .parse()
         .map_err(|e| format!("{s:?}: {e}"))?;
     ctxd_gateway::config::parse_digest_min_tokens(n)
+}
+
+fn parse_amnesia_min_tokens(s: &str) -> Result<u64, String> {
+    let n: u64 = s
+        .trim()
+        .replace('_', "")
+        .parse()
+        .map_err(|e| format!("{s:?}: {e}"))?;
+    ctxd_gateway::config::parse_amnesia_min_tokens(n)
 }
 
 fn parse_cpu_percent(s: &str) -> Result<u8, String> {
@@ -239,6 +265,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if let Some(n) = args.digest_min_tokens {
         settings.digest.min_tokens = n;
     }
+    if let Some(n) = args.amnesia_min_tokens {
+        settings.amnesia.min_tokens = n;
+    }
     settings.classifier = args.classifier.over(&settings.classifier)?;
     crate::classifier_args::configured(&settings.classifier)?;
     let m = &mut settings.management;
@@ -270,6 +299,12 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if args.no_digests {
         m.mechanisms.digests = false;
     }
+    if args.amnesia {
+        m.mechanisms.amnesia = true;
+    }
+    if args.no_amnesia {
+        m.mechanisms.amnesia = false;
+    }
     if let Some(t) = &args.tools {
         m.tools = t.clone();
     }
@@ -296,6 +331,7 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
             resets = settings.management.mechanisms.resets,
             distill = settings.management.mechanisms.distill,
             digests = settings.management.mechanisms.digests,
+            amnesia = settings.management.mechanisms.amnesia,
             tools = ?settings.management.tools,
             "ctxd gateway listening"
         );

@@ -8,6 +8,7 @@
 //! gateway hands it; model-facing tools are executed through one registry ([`tools`]) and one
 //! entry, [`Engine::call_tool`].
 
+pub mod amnesia;
 pub mod digest;
 pub mod distill;
 mod error;

@@ -70,6 +70,11 @@ pub struct Settings {
     /// Shell-output digests' thresholds and shell tools (on or off per agent in
     /// [`Mechanisms::digests`]).
     pub digest: ctxd_core::wm::digest::Config,
+    /// Meta-amnesia's threshold and read-like tools (on or off per agent in
+    /// [`Mechanisms::amnesia`]).
+    pub amnesia: ctxd_core::wm::amnesia::Config,
+    /// How long a request waits for its round's judgment at most (past it: retained).
+    pub amnesia_budget: Duration,
 }
 
 /// What ctxd changes in the requests it forwards, and with which budget.
@@ -198,6 +203,10 @@ pub struct Mechanisms {
     /// Shell outputs above `digest-min-tokens` replaced by a digest before the model first
     /// sees them.
     pub digests: bool,
+    /// Meta-amnesia: a round of read-like results judged all drops is taken out of the
+    /// request while it is the tail. Off by default: measured on the shared sessions it costs
+    /// retention (`ctxd eval`, README).
+    pub amnesia: bool,
 }
 
 impl Default for Mechanisms {
@@ -207,6 +216,7 @@ impl Default for Mechanisms {
             resets: true,
             distill: true,
             digests: true,
+            amnesia: false,
         }
     }
 }
@@ -219,6 +229,7 @@ pub struct MechanismOverrides {
     pub resets: Option<bool>,
     pub distill: Option<bool>,
     pub digests: Option<bool>,
+    pub amnesia: Option<bool>,
     pub tools: Option<ToolsSetting>,
 }
 
@@ -231,6 +242,7 @@ impl Management {
             m.resets = o.resets.unwrap_or(m.resets);
             m.distill = o.distill.unwrap_or(m.distill);
             m.digests = o.digests.unwrap_or(m.digests);
+            m.amnesia = o.amnesia.unwrap_or(m.amnesia);
         }
         m
     }
@@ -278,6 +290,16 @@ pub fn parse_store_sync(s: &str) -> Result<ctxd_store::Durability, String> {
         "normal" => Ok(ctxd_store::Durability::Normal),
         "full" => Ok(ctxd_store::Durability::Full),
         other => Err(format!("store-sync {other:?}: expected normal or full")),
+    }
+}
+
+/// A meta-amnesia threshold in tokens, in [`ctxd_core::wm::amnesia::MIN_TOKENS_RANGE`].
+pub fn parse_amnesia_min_tokens(n: u64) -> Result<u64, String> {
+    let r = &ctxd_core::wm::amnesia::MIN_TOKENS_RANGE;
+    if r.contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!("{n}: expected {} to {} tokens", r.start(), r.end()))
     }
 }
 
@@ -332,6 +354,8 @@ impl Settings {
             classifier: ctxd_engine::distill::ClassifierSettings::default(),
             management: Management::default(),
             digest: ctxd_core::wm::digest::Config::default(),
+            amnesia: ctxd_core::wm::amnesia::Config::default(),
+            amnesia_budget: ctxd_engine::amnesia::DEFAULT_BUDGET,
         }
     }
 
@@ -456,6 +480,20 @@ impl Settings {
         // Flags given later are pushed after these and win (see `configured_window`: the
         // longest prefix wins, and among equal prefixes the last).
         m.model_windows.extend(file.model_windows);
+        if let Some(b) = file.amnesia {
+            self.management.mechanisms.amnesia = b;
+        }
+        if let Some(n) = file.amnesia_min_tokens {
+            self.amnesia.min_tokens = parse_amnesia_min_tokens(n)
+                .map_err(|e| format!("config {}: amnesia-min-tokens: {e}", path.display()))?;
+        }
+        for (agent, reads) in file.amnesia_read_tools {
+            if agent == "other" {
+                self.amnesia.read_tools.other = reads;
+            } else {
+                self.amnesia.read_tools.agents.insert(agent, reads);
+            }
+        }
         Ok(())
     }
 
@@ -563,6 +601,13 @@ struct FileSettings {
     /// are digested (over the defaults per agent; `other` for agents without a row).
     #[serde(default)]
     digest_shell_tools: BTreeMap<String, Vec<String>>,
+    amnesia: Option<bool>,
+    /// Tokens, as `--amnesia-min-tokens`.
+    amnesia_min_tokens: Option<u64>,
+    /// `[amnesia-read-tools.AGENT]` tables: `tools = [...]` (every result a read) and
+    /// `shell = [...]` (a read when the command only reads); `other` for agents without a row.
+    #[serde(default)]
+    amnesia_read_tools: BTreeMap<String, ctxd_core::wm::amnesia::AgentReads>,
     tools: Option<ToolsSetting>,
     write_facts: Option<bool>,
     write_facts_min_bytes: Option<usize>,

@@ -409,6 +409,11 @@ async fn prepare(
         let recall = policy.tools.recall;
         appended.extend(crate::digest::apply(app, loaded, &plan, &caller, recall, &now).await);
     }
+    // Read-like results judged when they first arrive; a round of drops at the tail is taken
+    // out of this request and every later one (before the turn end, whose reminder goes after).
+    if !management.record_only && management.mechanisms_for(agent_name).amnesia {
+        appended.extend(crate::amnesia::apply(app, loaded, &plan, &caller, &now).await);
+    }
     // The results that complete a tool batch end the turn that called the tools (the seed's
     // `turn_end`): its reminder and a due reset are committed after them, before projecting.
     if !management.record_only

@@ -9,6 +9,7 @@
 //! the splice and the store's writer.
 
 pub mod api;
+mod amnesia;
 mod budget;
 mod checkpoints;
 pub mod config;

@@ -106,6 +106,9 @@ pub struct Gateway {
     pub(crate) distiller: crate::distill::Distiller,
     /// Who writes shell-output digests: a configured OpenAI-compatible model, else local.
     pub(crate) summarizer: ctxd_engine::digest::Summarizer,
+    /// What judges meta-amnesia's reads: the configured classifier (its own instance: the
+    /// distiller's lives on the passes' thread).
+    pub(crate) judge: ctxd_engine::distill::Configured,
     /// Key of the tenant hash, kept in the store (so tenants survive restarts).
     pub tenant_key: [u8; 32],
     metrics: PrometheusHandle,
@@ -194,6 +197,18 @@ fn register_metrics() {
     describe_counter!(
         "ctxd_digests_total",
         "Shell outputs replaced by a digest, by source (local, model, fallback)"
+    );
+    describe_counter!(
+        "ctxd_amnesia_judgments_total",
+        "Read-like results meta-amnesia judged, by decision (retain, drop)"
+    );
+    describe_counter!(
+        "ctxd_amnesia_pruned_rounds_total",
+        "Tool rounds meta-amnesia took out of the request's tail"
+    );
+    describe_counter!(
+        "ctxd_amnesia_removed_tokens_total",
+        "Tokens of the rounds meta-amnesia pruned (4 bytes a token)"
     );
     describe_counter!(
         "ctxd_rejected_total",
@@ -309,6 +324,8 @@ impl Server {
             }
             ctxd_engine::distill::ClassifierKind::Local => ctxd_engine::digest::Summarizer::Local,
         };
+        let judge = ctxd_engine::distill::Configured::from_settings(&settings.classifier)
+            .map_err(|e| StartError::Classifier(e.to_string()))?;
         let (distiller, distill_thread) =
             crate::distill::Distiller::start(classifier, settings.distill_cpu_percent)?;
         if !settings.listen.ip().is_loopback() {
@@ -331,6 +348,7 @@ impl Server {
             writer: writer.handle(),
             distiller,
             summarizer,
+            judge,
             tenant_key: key,
             metrics: metrics_handle(),
             recording: AtomicUsize::new(0),

@@ -113,6 +113,13 @@ pub struct Outcome {
     /// later request of the replay (the stripped arguments' tokens net of their facts).
     pub write_facts: usize,
     pub write_facts_tokens: u64,
+    /// Meta-amnesia: read-like results judged, those judged a drop, rounds pruned, and the
+    /// tokens the pruning took off the requests, summed over every request (the accounting's
+    /// `amnesia`).
+    pub amnesia_judged: usize,
+    pub amnesia_dropped: usize,
+    pub amnesia_rounds: usize,
+    pub amnesia_saved_tokens: u64,
 }
 
 pub struct Options<'a, C> {
@@ -126,6 +133,8 @@ pub struct Options<'a, C> {
     pub write_facts: ctxd_core::wm::writes::Settings,
     /// Shell-output digests (`None`: off), local digests naming entry ids.
     pub digest: Option<ctxd_core::wm::digest::Config>,
+    /// Meta-amnesia (`None`: off), judged by `classifier`.
+    pub amnesia: Option<ctxd_core::wm::amnesia::Config>,
 }
 
 /// Token counts by content address (contents never move once appended) and variant.
@@ -432,6 +441,7 @@ pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcom
                 // The gateway strips the writes whose results a request brings as it plans
                 // the request, before the pass.
                 strip_writes(&mut work, opts, &mut out, &mut drafts);
+                amnesia(&mut work, agent, opts, &mut out, &mut drafts);
                 run_pass(
                     &mut work,
                     Phase::MidRun,
@@ -459,9 +469,10 @@ pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcom
                 &request_keys(&pw, &mut tokens, None, Some((&raw, &raw_of))),
                 &mut prev_ctxd,
             ));
-            if opts.digest.is_some() {
+            if opts.digest.is_some() || opts.amnesia.is_some() {
                 let saved = ctxd_core::savings::measure(&work, &wb, &mut memo, 0).saved;
                 out.digest_saved_tokens += saved.digests.max(0) as u64;
+                out.amnesia_saved_tokens += saved.amnesia.max(0) as u64;
             }
             out.last_n.add(&price(
                 &request_keys(&pr, &mut tokens, Some(&mask_set), None),
@@ -656,6 +667,63 @@ fn strip_writes<C: Classifier>(
             timestamp: None,
             sidechain: false,
             kind: d.kind,
+        });
+    }
+    out.policy_us += started.elapsed().as_micros() as u64;
+}
+
+/// Meta-amnesia for the request about to start, as the gateway runs it on the request that
+/// first carries a round's results: the judgment's record, and the round's omission when
+/// every result is a drop, appended to the working log.
+fn amnesia<C: Classifier>(
+    work: &mut Session,
+    agent: Option<&str>,
+    opts: &Options<'_, C>,
+    out: &mut Outcome,
+    drafts: &mut usize,
+) {
+    let Some(cfg) = &opts.amnesia else {
+        return;
+    };
+    let started = Instant::now();
+    let mut fresh: Vec<usize> = (0..work.entries.len())
+        .rev()
+        .take_while(|&p| is_assistant(&work.entries[p]).is_none())
+        .filter(|&p| matches!(work.entries[p].kind, EntryKind::Message(_)))
+        .collect();
+    fresh.reverse();
+    let branch: Vec<usize> = (0..work.entries.len()).collect();
+    let Some(prepared) =
+        ctxd_core::wm::amnesia::prepare(work, &branch, &fresh, agent, cfg, opts.counter)
+    else {
+        out.policy_us += started.elapsed().as_micros() as u64;
+        return;
+    };
+    let asked = Instant::now();
+    let judged = opts.runtime.block_on(ctxd_engine::amnesia::judge(
+        opts.classifier,
+        prepared,
+        ctxd_engine::amnesia::DEFAULT_BUDGET,
+    ));
+    out.classifier_us += asked.elapsed().as_micros() as u64;
+    let (record, kinds) =
+        ctxd_core::wm::amnesia::decide(judged.prepared, &judged.answers, opts.classifier.name());
+    out.amnesia_judged += record.judgments.len();
+    out.amnesia_dropped += record
+        .judgments
+        .iter()
+        .filter(|j| j.decision == ctxd_core::wm::amnesia::Decision::Drop)
+        .count();
+    out.amnesia_rounds += usize::from(!record.pruned.is_empty());
+    for kind in kinds {
+        *drafts += 1;
+        let parent = work.entries.last().map(|e| e.id.clone());
+        work.entries.push(Entry {
+            id: EntryId::new(format!("ctxd-draft-{drafts}")),
+            parent,
+            timestamp: None,
+            sidechain: false,
+            kind,
         });
     }
     out.policy_us += started.elapsed().as_micros() as u64;

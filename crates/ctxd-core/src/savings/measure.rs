@@ -4,6 +4,7 @@ use super::{tokens_of_bytes, ByMechanism};
 use crate::distill::record::blocks_chars;
 use crate::model::{EntryKind, Session};
 use crate::view::{unpaired, Change, Item, ItemKind, Projector};
+use crate::wm::amnesia;
 use crate::wm::digest::is_digest_edit;
 
 /// What one request sends against what the whole branch would have been.
@@ -168,6 +169,9 @@ fn acct(session: &Session, memo: &mut Memo, pos: usize) -> Acct {
 pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64) -> Measure {
     let mut p = Projector::new(session);
     let mut live: Vec<Acct> = Vec::new();
+    // The rounds meta-amnesia pruned (their omissions are amnesia's, not distillation's).
+    let pruned = amnesia::pruned_on(session, branch);
+    let mut omitted_amnesia = 0u64;
     // Folded away by resets in earlier windows (raw), and omitted by edits in this one.
     let mut folded = 0u64;
     let mut omitted = 0u64;
@@ -195,8 +199,18 @@ pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64
             Change::Omitted { index } => {
                 if index < live.len() {
                     let a = live.remove(index);
+                    let by_amnesia = !pruned.is_empty()
+                        && matches!(
+                            session.entries.get(pos).map(|e| &e.kind),
+                            Some(EntryKind::ContextEdit { target, replacement: None })
+                                if pruned.contains(target)
+                        );
                     if a.owner == Owner::Client {
-                        omitted += a.raw - a.digested;
+                        if by_amnesia {
+                            omitted_amnesia += a.raw - a.digested;
+                        } else {
+                            omitted += a.raw - a.digested;
+                        }
                         omitted_digested += a.digested;
                     }
                 }
@@ -204,9 +218,13 @@ pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64
             Change::Window => {
                 // What this window's predecessors showed, at their full size, is now the
                 // reset's; the boot stands for it.
-                folded += live.iter().map(|a| a.raw).sum::<u64>() + omitted + omitted_digested;
+                folded += live.iter().map(|a| a.raw).sum::<u64>()
+                    + omitted
+                    + omitted_digested
+                    + omitted_amnesia;
                 omitted = 0;
                 omitted_digested = 0;
+                omitted_amnesia = 0;
                 live.clear();
                 live.push(acct(session, memo, pos));
             }
@@ -216,6 +234,7 @@ pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64
                 folded = 0;
                 omitted = 0;
                 omitted_digested = 0;
+                omitted_amnesia = 0;
                 let fresh = p.items.iter().take_while(|it| it.entry == pos).count();
                 let kept = p.items.len() - fresh;
                 let tail = live.split_off(live.len().saturating_sub(kept));
@@ -240,13 +259,14 @@ pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64
         windows: folded as i64,
         distillation: omitted as i64,
         digests: omitted_digested as i64,
+        amnesia: omitted_amnesia as i64,
         served_tools: -(served as i64),
         ..ByMechanism::default()
     };
     let mut dropped = unpaired(&p.items).into_iter().peekable();
     let (mut sent, mut whole) = (
         settings + served,
-        settings + folded + omitted + omitted_digested,
+        settings + folded + omitted + omitted_digested + omitted_amnesia,
     );
     for (i, a) in live.iter().enumerate() {
         if dropped.next_if_eq(&i).is_some() {

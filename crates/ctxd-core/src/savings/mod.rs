@@ -20,8 +20,9 @@
 //! tokenizer per request was too slow on large conversations, and the figures are for
 //! comparing mechanisms, not for billing.
 //!
-//! Mechanisms the product plans but ctxd does not have yet (`amnesia`, `lazy-tools`) have
-//! their place in [`ByMechanism`], always zero today.
+//! `amnesia` is what meta-amnesia's pruning removed ([`crate::wm::amnesia`]: the omissions
+//! its records name). The mechanism the product plans but ctxd does not have yet
+//! (`lazy-tools`) has its place in [`ByMechanism`], always zero today.
 
 mod measure;
 pub mod record;
@@ -62,13 +63,14 @@ impl Mechanism {
     ];
 
     /// The mechanisms ctxd has today (the others are always zero).
-    pub const EXISTING: [Mechanism; 7] = [
+    pub const EXISTING: [Mechanism; 8] = [
         Mechanism::Windows,
         Mechanism::Distillation,
         Mechanism::Reminders,
         Mechanism::ServedTools,
         Mechanism::Pairing,
         Mechanism::Digests,
+        Mechanism::Amnesia,
         Mechanism::WriteFacts,
     ];
 

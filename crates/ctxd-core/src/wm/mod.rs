@@ -1,9 +1,12 @@
 //! Window-manager mechanisms of issue 15 that rewrite what the model sees of its own tool
 //! traffic, each a pure policy over the log:
 //!
+//! - [`amnesia`]: read-like tools' results judged retain/drop out of band; a round of drops
+//!   taken out of the request while it is the request's tail.
 //! - [`digest`]: shell outputs above a threshold replaced by a digest (head and tail, error and
 //!   warning lines, or a model's summary) with a `recall` pointer to the raw output.
 //! - [`writes`]: a write's content stripped at the tail, a "what I've done" fact in its place.
 
+pub mod amnesia;
 pub mod digest;
 pub mod writes;
