@@ -13,10 +13,10 @@ use std::fmt::Write as _;
 
 use ctxd_core::model::EntryKind;
 use ctxd_mock::{Config, Reply};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::distill::recall_id;
-use crate::loops::{read_response, shell_output, Api};
+use crate::loops::{shell_output, tool_turn, Api};
 use crate::served::{no_ctxd_calls, text_of, turn};
 use crate::support::Rig;
 
@@ -40,7 +40,7 @@ fn output(turn: usize) -> String {
 
 /// The byte range of the conversation array of an upstream body (string-aware bracket
 /// matching from the array's key).
-fn array_span(api: Api, body: &[u8]) -> std::ops::Range<usize> {
+pub(crate) fn array_span(api: Api, body: &[u8]) -> std::ops::Range<usize> {
     let key: &[u8] = match api {
         Api::Responses => b"\"input\":[",
         _ => b"\"messages\":[",
@@ -89,35 +89,18 @@ async fn digest_loop(api: Api, stream: bool) {
             json!({"command": format!("cargo test # {i}")}),
         ));
     }
-    let headers = api.headers();
     let mut conversation = api.first_messages();
     let mut saved_by = String::new();
     for t in 0..TURNS {
-        let body = serde_json::to_vec(&api.body(&conversation, stream, false)).unwrap();
-        let resp = rig.post(api.path(), &headers, body).await;
-        let status = resp.status();
-        saved_by = resp
-            .headers()
+        let body = api.body(&conversation, stream, false);
+        let (headers, assembled) =
+            tool_turn(&rig, api, &mut conversation, &body, stream, &output(t)).await;
+        saved_by = headers
             .get("x-ctxd-tokens-saved-by")
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_owned();
-        let text = resp.bytes().await.unwrap();
-        assert!(
-            status.is_success(),
-            "{api:?} stream={stream} turn {t}: {status} {}",
-            String::from_utf8_lossy(&text[..text.len().min(600)])
-        );
-        let assembled = read_response(api, stream, &text);
         no_ctxd_calls(api, &assembled);
-        let elements: Vec<Value> = assembled
-            .elements
-            .iter()
-            .map(|e| serde_json::from_slice(&e.wire).unwrap())
-            .collect();
-        let results = api.results(&elements, &output(t));
-        conversation.extend(elements);
-        conversation.extend(results);
     }
     let digests: i64 = saved_by
         .split(',')

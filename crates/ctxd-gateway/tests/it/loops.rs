@@ -162,6 +162,46 @@ impl Api {
     }
 }
 
+/// One turn of a client's tool loop, the driver the loop tests share: `body` (the client's
+/// request over `conversation`) posted, answered with a success (else the test fails with the
+/// bytes), then the response's elements and the client's answer to each call (`output`)
+/// appended to `conversation`. The response's headers and its reading.
+pub(crate) async fn tool_turn(
+    rig: &Rig,
+    api: Api,
+    conversation: &mut Vec<Value>,
+    body: &Value,
+    stream: bool,
+    output: &str,
+) -> (reqwest::header::HeaderMap, Assembled) {
+    let resp = rig
+        .post(
+            api.path(),
+            &api.headers(),
+            serde_json::to_vec(body).unwrap(),
+        )
+        .await;
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let text = resp.bytes().await.unwrap();
+    assert!(
+        status.is_success(),
+        "{api:?} stream={stream} turn {}: {status} {}",
+        conversation.len(),
+        String::from_utf8_lossy(&text[..text.len().min(600)])
+    );
+    let assembled = read_response(api, stream, &text);
+    let elements: Vec<Value> = assembled
+        .elements
+        .iter()
+        .map(|e| serde_json::from_slice(&e.wire).unwrap())
+        .collect();
+    let results = api.results(&elements, output);
+    conversation.extend(elements);
+    conversation.extend(results);
+    (headers, assembled)
+}
+
 /// The response as the client's SDK reads it (an SSE stream or a JSON body); a response that
 /// does not read fails the test with the bytes.
 pub(crate) fn read_response(api: Api, stream: bool, text: &[u8]) -> Assembled {

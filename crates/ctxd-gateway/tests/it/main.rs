@@ -4,6 +4,7 @@
 //! conversations recorded in the store, windows rewriting what goes upstream, errors in each
 //! API's shape, tenants kept apart.
 
+mod amnesia;
 mod conversation;
 mod digest;
 mod distill;

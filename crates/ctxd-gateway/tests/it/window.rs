@@ -226,6 +226,7 @@ async fn record_only_and_switched_off_resets_leave_the_request_alone() {
                         resets: Some(false),
                         distill: None,
                         digests: None,
+                        amnesia: None,
                         tools: None,
                     },
                 );

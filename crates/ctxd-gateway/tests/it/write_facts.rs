@@ -10,7 +10,7 @@
 use ctxd_mock::{Config, Reasoning, Reply};
 use serde_json::{json, value::RawValue, Value};
 
-use crate::loops::{read_response, Api};
+use crate::loops::{tool_turn, Api};
 use crate::support::Rig;
 
 const TURNS: usize = 12;
@@ -86,34 +86,16 @@ async fn run(api: Api, stream: bool) {
         s.management.mechanisms.distill = false;
     })
     .await;
-    let headers = api.headers();
     let mut conversation_so_far = api.first_messages();
     for turn in 0..TURNS {
         let mut body = api.body(&conversation_so_far, stream, thinking);
         with_write_tool(api, &mut body);
-        let body = serde_json::to_vec(&body).unwrap();
-        let resp = rig.post(api.path(), &headers, body).await;
-        let status = resp.status();
-        let text = resp.bytes().await.unwrap();
-        assert!(
-            status.is_success(),
-            "{api:?} stream={stream} turn {turn}: {status} {}",
-            String::from_utf8_lossy(&text[..text.len().min(600)])
-        );
-        let assembled = read_response(api, stream, &text);
-        let elements: Vec<Value> = assembled
-            .elements
-            .iter()
-            .map(|e| serde_json::from_slice(&e.wire).unwrap())
-            .collect();
         let output = if is_write(turn) {
             "File written successfully".to_owned()
         } else {
             format!("collected 12 items\n12 passed in 0.{turn}s\n")
         };
-        let results = api.results(&elements, &output);
-        conversation_so_far.extend(elements);
-        conversation_so_far.extend(results);
+        tool_turn(&rig, api, &mut conversation_so_far, &body, stream, &output).await;
     }
 
     let sent = rig.mock.requests();
