@@ -8,11 +8,11 @@
 //! it was not, and what it shows is the unpruned request's items up to some point (a prefix:
 //! nothing mid-array is ever removed).
 
+use ctxd_core::distill::Answer;
 use ctxd_core::model::{ContentBlock, EntryKind, Message, Role, Session};
 use ctxd_core::tokens::CharEstimate;
 use ctxd_core::view::{project_checked, ItemKind};
 use ctxd_core::wm::amnesia::{decide, prepare, Config};
-use ctxd_core::distill::Answer;
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -34,9 +34,8 @@ struct RoundSpec {
 }
 
 fn call_spec() -> impl Strategy<Value = CallSpec> {
-    (any::<bool>(), any::<bool>(), prop::bool::weighted(0.1)).prop_map(|(read, large, error)| {
-        CallSpec { read, large, error }
-    })
+    (any::<bool>(), any::<bool>(), prop::bool::weighted(0.1))
+        .prop_map(|(read, large, error)| CallSpec { read, large, error })
 }
 
 fn round_spec() -> impl Strategy<Value = RoundSpec> {

@@ -77,10 +77,7 @@ pub fn commit(
             EntryKind::ContextEdit { target, .. } => format!("amnesia {target}"),
             _ => format!(
                 "amnesia record {}",
-                record
-                    .judgments
-                    .first()
-                    .map_or("", |j| j.call_id.as_str())
+                record.judgments.first().map_or("", |j| j.call_id.as_str())
             ),
         };
         let (pos, entry) = log.append_under(

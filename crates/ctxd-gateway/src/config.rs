@@ -697,6 +697,7 @@ mod tests {
                 resets: false,
                 distill: false,
                 digests: true,
+                amnesia: false,
             }
         );
         assert!(m.mechanisms_for("codex").resets);

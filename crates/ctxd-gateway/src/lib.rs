@@ -8,8 +8,8 @@
 //! while it is assembled and recorded ([`relay`]). The gateway is the adapter: HTTP, streaming,
 //! the splice and the store's writer.
 
-pub mod api;
 mod amnesia;
+pub mod api;
 mod budget;
 mod checkpoints;
 pub mod config;

@@ -140,6 +140,7 @@ mod tests {
                 resets: None,
                 distill: None,
                 digests: None,
+                amnesia: None,
                 tools: None,
             },
         );

@@ -244,7 +244,8 @@ fn is_results(item: &Item<'_>) -> bool {
     shown(item).is_some_and(|(role, c)| {
         role != Role::Assistant
             && !c.is_empty()
-            && c.iter().all(|b| matches!(b, ContentBlock::ToolResult { .. }))
+            && c.iter()
+                .all(|b| matches!(b, ContentBlock::ToolResult { .. }))
     })
 }
 
@@ -534,7 +535,10 @@ fn clip_middle(text: &str, max: usize) -> String {
     }
     let head = run::clip_head(text, max * 2 / 3);
     let tail = run::clip_tail(text, max / 3);
-    format!("{head}\n[… {} characters left out …]\n{tail}", text.len() - head.len() - tail.len())
+    format!(
+        "{head}\n[… {} characters left out …]\n{tail}",
+        text.len() - head.len() - tail.len()
+    )
 }
 
 /// Step 2 is the classifier's (the engine asks `prepared.plan`). Step 3: the answers (one per

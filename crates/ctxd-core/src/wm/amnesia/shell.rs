@@ -19,7 +19,14 @@ pub const READERS: &[&str] = &[
 
 /// `git` subcommands that only read.
 const GIT_READS: &[&str] = &[
-    "show", "log", "diff", "status", "grep", "ls-files", "blame", "rev-parse",
+    "show",
+    "log",
+    "diff",
+    "status",
+    "grep",
+    "ls-files",
+    "blame",
+    "rev-parse",
 ];
 
 /// `find` arguments that run, delete or write.
@@ -62,7 +69,10 @@ pub fn command_of(arguments: &Value) -> Option<String> {
                     words
                         .iter()
                         .map(|w| {
-                            if w.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+".contains(c)) && !w.is_empty() {
+                            if w.chars()
+                                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+".contains(c))
+                                && !w.is_empty()
+                            {
                                 (*w).to_owned()
                             } else {
                                 format!("'{}'", w.replace('\'', "'\\''"))
@@ -80,7 +90,13 @@ pub fn command_of(arguments: &Value) -> Option<String> {
 /// Whether `command` (a shell command line) only reads.
 pub fn is_read_only(command: &str) -> bool {
     let mut line = command.to_owned();
-    for harmless in ["2>/dev/null", "2> /dev/null", ">/dev/null", "> /dev/null", "2>&1"] {
+    for harmless in [
+        "2>/dev/null",
+        "2> /dev/null",
+        ">/dev/null",
+        "> /dev/null",
+        "2>&1",
+    ] {
         line = line.replace(harmless, " ");
     }
     let Some(segments) = split(&line) else {
@@ -174,19 +190,36 @@ fn simple_reads(words: &[String]) -> bool {
     let rest = &words[1..];
     match name {
         "sed" => {
-            rest.iter().any(|w| w == "-n" || w == "--quiet" || w == "--silent")
-                && !rest
-                    .iter()
-                    .any(|w| w.starts_with("-i") || w.starts_with("--in-place") || (w.starts_with('-') && !w.starts_with("--") && w.contains('i') && w.len() <= 4))
+            rest.iter()
+                .any(|w| w == "-n" || w == "--quiet" || w == "--silent")
+                && !rest.iter().any(|w| {
+                    w.starts_with("-i")
+                        || w.starts_with("--in-place")
+                        || (w.starts_with('-')
+                            && !w.starts_with("--")
+                            && w.contains('i')
+                            && w.len() <= 4)
+                })
         }
         "find" | "fd" => !rest.iter().any(|w| {
-            FIND_ACTIONS.contains(&w.as_str()) || w == "-x" || w == "--exec" || w == "-X" || w == "--exec-batch"
+            FIND_ACTIONS.contains(&w.as_str())
+                || w == "-x"
+                || w == "--exec"
+                || w == "-X"
+                || w == "--exec-batch"
         }),
-        "git" => rest
-            .iter()
-            .find(|w| !w.starts_with('-'))
-            .is_some_and(|sub| GIT_READS.contains(&sub.as_str()))
-            && !rest.iter().any(|w| w == "-D" || w == "-d" || w == "-m" || w == "--output" || w.starts_with("--output=")),
+        "git" => {
+            rest.iter()
+                .find(|w| !w.starts_with('-'))
+                .is_some_and(|sub| GIT_READS.contains(&sub.as_str()))
+                && !rest.iter().any(|w| {
+                    w == "-D"
+                        || w == "-d"
+                        || w == "-m"
+                        || w == "--output"
+                        || w.starts_with("--output=")
+                })
+        }
         "sort" | "tree" => !rest.iter().any(|w| w == "-o" || w.starts_with("--output")),
         _ => true,
     }

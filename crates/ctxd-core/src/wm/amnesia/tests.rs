@@ -52,7 +52,14 @@ fn all(s: &Session) -> Vec<usize> {
 }
 
 fn prep(s: &Session, new: &[usize], agent: &str) -> Option<Prepared> {
-    prepare(s, &all(s), new, Some(agent), &Config::default(), &CharEstimate)
+    prepare(
+        s,
+        &all(s),
+        new,
+        Some(agent),
+        &Config::default(),
+        &CharEstimate,
+    )
 }
 
 fn judge_at(s: &mut Session, new: &[usize], agent: &str, p: f32) -> Record {
@@ -73,7 +80,10 @@ fn judge(s: &mut Session, prepared: Prepared, p: f32) -> Record {
 
 fn shown_ids(s: &Session) -> Vec<String> {
     let p = project_checked(s, &all(s)).unwrap();
-    entry_ids(s, &p.items).into_iter().map(str::to_owned).collect()
+    entry_ids(s, &p.items)
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A prompt, then a Claude Code `Read` round with thinking; the result new.
@@ -83,9 +93,16 @@ fn read_round() -> (Session, usize) {
     push(
         &mut s,
         Role::Assistant,
-        vec![thinking(1), call("c1", "Read", json!({"file_path": "src/zoo.js"}))],
+        vec![
+            thinking(1),
+            call("c1", "Read", json!({"file_path": "src/zoo.js"})),
+        ],
     );
-    let r = push(&mut s, Role::User, vec![result("c1", &unrelated(80), false)]);
+    let r = push(
+        &mut s,
+        Role::User,
+        vec![result("c1", &unrelated(80), false)],
+    );
     (s, r)
 }
 
@@ -292,12 +309,20 @@ fn responses_items_reasoning_and_calls_go_together() {
     push(
         &mut s,
         Role::Assistant,
-        vec![call("a", "shell", json!({"command": ["bash", "-lc", "cat src/a.js"]}))],
+        vec![call(
+            "a",
+            "shell",
+            json!({"command": ["bash", "-lc", "cat src/a.js"]}),
+        )],
     );
     push(
         &mut s,
         Role::Assistant,
-        vec![call("b", "shell", json!({"command": ["sed", "-n", "1,200p", "src/b.js"]}))],
+        vec![call(
+            "b",
+            "shell",
+            json!({"command": ["sed", "-n", "1,200p", "src/b.js"]}),
+        )],
     );
     let ra = push(&mut s, Role::Tool, vec![result("a", &unrelated(80), false)]);
     let rb = push(&mut s, Role::Tool, vec![result("b", &unrelated(60), false)]);
@@ -311,7 +336,11 @@ fn responses_items_reasoning_and_calls_go_together() {
     push(
         &mut s,
         Role::Assistant,
-        vec![call("a", "shell", json!({"command": ["bash", "-lc", "cat a > b"]}))],
+        vec![call(
+            "a",
+            "shell",
+            json!({"command": ["bash", "-lc", "cat a > b"]}),
+        )],
     );
     let r = push(&mut s, Role::Tool, vec![result("a", &unrelated(80), false)]);
     assert!(prep(&s, &[r], "codex").is_none());
@@ -328,7 +357,11 @@ fn a_dropped_round_stays_out_and_the_prefix_is_stable() {
         Role::Assistant,
         vec![call("c2", "Grep", json!({"pattern": "parser"}))],
     );
-    let r2 = push(&mut s, Role::User, vec![result("c2", "src/parser.rs:10: fn parse", false)]);
+    let r2 = push(
+        &mut s,
+        Role::User,
+        vec![result("c2", "src/parser.rs:10: fn parse", false)],
+    );
     let next = shown_ids(&s);
     assert_eq!(next[..sent.len()], sent[..], "byte-stable prefix");
     assert_eq!(next.len(), sent.len() + 2);
@@ -345,9 +378,16 @@ fn the_same_call_after_a_drop_is_retained() {
     push(
         &mut s,
         Role::Assistant,
-        vec![thinking(2), call("c9", "Read", json!({"file_path": "src/zoo.js"}))],
+        vec![
+            thinking(2),
+            call("c9", "Read", json!({"file_path": "src/zoo.js"})),
+        ],
     );
-    let r2 = push(&mut s, Role::User, vec![result("c9", &unrelated(80), false)]);
+    let r2 = push(
+        &mut s,
+        Role::User,
+        vec![result("c9", &unrelated(80), false)],
+    );
     let p = prep(&s, &[r2], "claude-code").unwrap();
     assert_eq!(p.judgments[0].reason, "repeated");
     assert!(p.plan.is_none());
@@ -370,10 +410,17 @@ fn the_local_classifier_question_carries_the_task() {
     let p = prep(&s, &[r], "claude-code").unwrap();
     let plan = p.plan.unwrap();
     assert_eq!(plan.run.question, "fix the failing parser test");
-    assert!(plan.questions[0].text.contains("Read `src/zoo.js`"), "{}", plan.questions[0].text);
+    assert!(
+        plan.questions[0].text.contains("Read `src/zoo.js`"),
+        "{}",
+        plan.questions[0].text
+    );
     let answers = crate::distill::local::answer_all(&plan);
     // Nothing of the task in the file: the local rules give a low P(needed).
-    assert!(matches!(answers[0], Ok(Answer::Yes(p)) if p < DROP_BELOW), "{answers:?}");
+    assert!(
+        matches!(answers[0], Ok(Answer::Yes(p)) if p < DROP_BELOW),
+        "{answers:?}"
+    );
 }
 
 #[test]
@@ -416,10 +463,7 @@ fn read_only_commands_are_parsed_never_guessed() {
         command_of(&json!({"command": ["bash", "-lc", "cat a"]})).as_deref(),
         Some("cat a")
     );
-    assert_eq!(
-        command_of(&json!({"cmd": "rg x"})).as_deref(),
-        Some("rg x")
-    );
+    assert_eq!(command_of(&json!({"cmd": "rg x"})).as_deref(), Some("rg x"));
     assert_eq!(
         command_of(&json!({"command": ["sed", "-n", "1,5p", "my file"]})).as_deref(),
         Some("sed -n 1,5p 'my file'")
