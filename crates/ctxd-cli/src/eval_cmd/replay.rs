@@ -659,15 +659,7 @@ fn strip_writes<C: Classifier>(
     let branch: Vec<usize> = (0..work.entries.len()).collect();
     for d in ctxd_core::wm::writes::plan(work, &branch, &fresh, &opts.write_facts) {
         out.write_facts += d.calls.len();
-        *drafts += 1;
-        let parent = work.entries.last().map(|e| e.id.clone());
-        work.entries.push(Entry {
-            id: EntryId::new(format!("ctxd-draft-{drafts}")),
-            parent,
-            timestamp: None,
-            sidechain: false,
-            kind: d.kind,
-        });
+        push_draft(work, drafts, d.kind);
     }
     out.policy_us += started.elapsed().as_micros() as u64;
 }
@@ -716,15 +708,7 @@ fn amnesia<C: Classifier>(
         .count();
     out.amnesia_rounds += usize::from(!record.pruned.is_empty());
     for kind in kinds {
-        *drafts += 1;
-        let parent = work.entries.last().map(|e| e.id.clone());
-        work.entries.push(Entry {
-            id: EntryId::new(format!("ctxd-draft-{drafts}")),
-            parent,
-            timestamp: None,
-            sidechain: false,
-            kind,
-        });
+        push_draft(work, drafts, kind);
     }
     out.policy_us += started.elapsed().as_micros() as u64;
 }
@@ -758,16 +742,22 @@ fn digest(
         })
         .collect();
     for kind in digest_drafts(work, &pairs) {
-        *drafts += 1;
-        let parent = work.entries.last().map(|e| e.id.clone());
-        work.entries.push(Entry {
-            id: EntryId::new(format!("ctxd-draft-{drafts}")),
-            parent,
-            timestamp: None,
-            sidechain: false,
-            kind,
-        });
+        push_draft(work, drafts, kind);
     }
+}
+
+/// Append a draft of ctxd's (an edit, a record) after the last entry of `work`, as the
+/// gateway appends its drafts under the leaf; `drafts` numbers their ids.
+fn push_draft(work: &mut Session, drafts: &mut usize, kind: EntryKind) {
+    *drafts += 1;
+    let parent = work.entries.last().map(|e| e.id.clone());
+    work.entries.push(Entry {
+        id: EntryId::new(format!("ctxd-draft-{drafts}")),
+        parent,
+        timestamp: None,
+        sidechain: false,
+        kind,
+    });
 }
 
 fn run_pass<C: Classifier>(
@@ -808,15 +798,7 @@ fn run_pass<C: Classifier>(
     out.saved_chars += decisions.saved_chars;
     out.classifier.add(&answered.usage);
     for kind in decisions.drafts(opts.classifier.name(), answered.usage, answered.timed_out) {
-        *drafts += 1;
-        let parent = work.entries.last().map(|e| e.id.clone());
-        work.entries.push(Entry {
-            id: EntryId::new(format!("ctxd-draft-{drafts}")),
-            parent,
-            timestamp: None,
-            sidechain: false,
-            kind,
-        });
+        push_draft(work, drafts, kind);
     }
     out.policy_us += started.elapsed().as_micros() as u64;
 }
