@@ -749,4 +749,30 @@ mod tests {
         assert!(parse_model_window("gpt-4").is_err());
         assert!(parse_model_window("=5").is_err());
     }
+
+    #[test]
+    fn amnesia_settings_are_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctxd.toml");
+        std::fs::write(
+            &path,
+            "amnesia = true\namnesia-min-tokens = 500\n[agents.codex]\namnesia = false\n\
+             [amnesia-read-tools.pi]\ntools = [\"view\"]\nshell = []\n",
+        )
+        .unwrap();
+        let mut d = Settings::new("x.db".into());
+        d.apply_file(&path).unwrap();
+        assert!(d.management.mechanisms_for("pi").amnesia);
+        assert!(!d.management.mechanisms_for("codex").amnesia);
+        assert_eq!(d.amnesia.min_tokens, 500);
+        let t = &d.amnesia.read_tools;
+        assert!(t.is_read(Some("pi"), "view", &serde_json::json!({})));
+        assert!(!t.is_read(Some("pi"), "bash", &serde_json::json!({"command": "cat a"})));
+        assert!(t.is_read(Some("claude-code"), "Read", &serde_json::json!({})));
+        std::fs::write(&path, "[amnesia-read-tools.pi]\nreads = [\"x\"]\n").unwrap();
+        assert!(Settings::new("x.db".into()).apply_file(&path).is_err());
+        std::fs::write(&path, "amnesia-min-tokens = 99999999999\n").unwrap();
+        let e = Settings::new("x.db".into()).apply_file(&path).unwrap_err();
+        assert!(e.contains("amnesia-min-tokens"), "{e}");
+    }
 }
