@@ -13,11 +13,11 @@ use std::fmt::Write as _;
 
 use ctxd_core::model::EntryKind;
 use ctxd_core::wm::amnesia::{Decision, Record};
-use ctxd_mock::{Config, Reasoning, Reply};
+use ctxd_mock::Reply;
 use serde_json::{json, Value};
 
 use crate::digest::array_span;
-use crate::loops::{tool_turn, Api};
+use crate::loops::{saved_by, scripted, tool_turn, Api};
 use crate::support::Rig;
 
 const TURNS: usize = 15;
@@ -97,17 +97,12 @@ fn first_messages(api: Api) -> Vec<Value> {
 
 async fn amnesia_loop(api: Api, stream: bool) {
     let thinking = !matches!(api, Api::Chat);
-    let config = Config {
-        script: (0..TURNS)
+    let config = scripted(
+        (0..TURNS)
             .map(|t| Reply::tool_call("bash", json!({"command": command(t)})))
             .collect(),
-        reasoning: if thinking {
-            Reasoning::Always
-        } else {
-            Reasoning::Off
-        },
-        ..Config::default()
-    };
+        thinking,
+    );
     // Distillation off: its edits of earlier outputs change the prefix on purpose.
     let mut rig = Rig::with(config, |s| {
         s.management.mechanisms.distill = false;
@@ -119,12 +114,7 @@ async fn amnesia_loop(api: Api, stream: bool) {
     for t in 0..TURNS {
         let body = api.body(&conversation, stream, thinking);
         let (headers, _) = tool_turn(&rig, api, &mut conversation, &body, stream, &output(t)).await;
-        amnesia_saved = headers
-            .get("x-ctxd-tokens-saved-by")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(',').find_map(|kv| kv.strip_prefix("amnesia=")))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        amnesia_saved = saved_by(&headers, "amnesia");
     }
     assert!(
         amnesia_saved > 1_000,

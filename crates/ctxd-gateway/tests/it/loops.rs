@@ -162,6 +162,33 @@ impl Api {
     }
 }
 
+/// The mock's settings for a scripted loop: `script` answered in order, with a thinking block
+/// on every answer when `thinking`.
+pub(crate) fn scripted(script: Vec<Reply>, thinking: bool) -> Config {
+    Config {
+        script,
+        reasoning: if thinking {
+            Reasoning::Always
+        } else {
+            Reasoning::Off
+        },
+        ..Config::default()
+    }
+}
+
+/// What `x-ctxd-tokens-saved-by` charges to `mechanism` in `headers` (0 when absent).
+pub(crate) fn saved_by(headers: &reqwest::header::HeaderMap, mechanism: &str) -> i64 {
+    headers
+        .get("x-ctxd-tokens-saved-by")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.split(',')
+                .find_map(|kv| kv.strip_prefix(mechanism)?.strip_prefix('='))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// One turn of a client's tool loop, the driver the loop tests share: `body` (the client's
 /// request over `conversation`) posted, answered with a success (else the test fails with the
 /// bytes), then the response's elements and the client's answer to each call (`output`)
@@ -297,15 +324,7 @@ async fn run_loop(
         ));
     }
     let hidden = (0..TURNS).filter(|&i| hidden_turn(i)).count();
-    let config = Config {
-        script,
-        reasoning: if thinking {
-            Reasoning::Always
-        } else {
-            Reasoning::Off
-        },
-        ..Config::default()
-    };
+    let config = scripted(script, thinking);
     let mut rig = Rig::with(config, |s| {
         s.management.mechanisms.distill = keeper == Keeper::Distillation;
         // What keeps this loop inside the window is the keeper's: digests (on by default)

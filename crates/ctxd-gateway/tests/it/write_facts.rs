@@ -7,10 +7,10 @@
 //! request's bytes start with the previous one's conversation (the stripped message was the
 //! previous request's output, never part of its input).
 
-use ctxd_mock::{Config, Reasoning, Reply};
+use ctxd_mock::Reply;
 use serde_json::{json, value::RawValue, Value};
 
-use crate::loops::{tool_turn, Api};
+use crate::loops::{scripted, tool_turn, Api};
 use crate::support::Rig;
 
 const TURNS: usize = 12;
@@ -72,15 +72,7 @@ async fn run(api: Api, stream: bool) {
         });
     }
     let thinking = !matches!(api, Api::Chat);
-    let config = Config {
-        script,
-        reasoning: if thinking {
-            Reasoning::Always
-        } else {
-            Reasoning::Off
-        },
-        ..Config::default()
-    };
+    let config = scripted(script, thinking);
     // Distillation off: its edits of earlier outputs change the prefix on purpose.
     let mut rig = Rig::with(config, |s| {
         s.management.mechanisms.distill = false;
