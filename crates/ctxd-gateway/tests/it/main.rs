@@ -13,6 +13,7 @@ mod errors;
 mod limits;
 mod loops;
 mod passthrough;
+mod prefix;
 mod served;
 mod stats;
 mod support;
