@@ -501,6 +501,33 @@ mod tests {
     }
 
     #[test]
+    fn the_memo_gives_each_texts_distinct_terms_and_reads_a_text_once() {
+        let text =
+            "src/view.rs:12: fn project_checked(x)\nproject_checked again in src/view.rs 12345";
+        let mut memo = TermMemo::default();
+        let list = memo.terms(text, false);
+        let mut distinct: Vec<(u64, f32)> = Vec::new();
+        for (t, w) in all(text) {
+            let h = hash_of(t.as_bytes());
+            if !distinct.iter().any(|d| d.0 == h) {
+                distinct.push((h, w));
+            }
+        }
+        assert_eq!(&list[..], &distinct[..]);
+        // The same text again is the same list, not a new reading.
+        assert!(Arc::ptr_eq(&list, &memo.terms(text, false)));
+        assert_eq!(memo.bytes, text.len());
+        // Line by line: the same terms as the whole text.
+        let mut by_line: Vec<u64> = Vec::new();
+        memo.each_line(text, |l| by_line.extend(l.iter().map(|t| t.0)));
+        by_line.sort_unstable();
+        by_line.dedup();
+        let mut whole: Vec<u64> = list.iter().map(|t| t.0).collect();
+        whole.sort_unstable();
+        assert_eq!(by_line, whole);
+    }
+
+    #[test]
     fn stop_words_match_in_any_case_and_no_longer_word_does() {
         assert!(STOP.iter().all(|w| w.len() <= STOP_MAX && is_stop_word(w)));
         assert!(is_stop_word("Because") && is_stop_word("IMPLEMENTATION"));
