@@ -79,6 +79,7 @@
 //! ```
 
 mod body;
+mod cache;
 mod config;
 mod error;
 mod handlers;
