@@ -311,13 +311,13 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if args.no_amnesia {
         m.mechanisms.amnesia = false;
     }
-    if args.no_cache_plan {
-        settings.cache_plan = false;
-    }
     if let Some(t) = &args.tools {
         m.tools = t.clone();
     }
     m.model_windows.extend(args.model_windows.iter().cloned());
+    if args.no_cache_plan {
+        settings.cache_plan = false;
+    }
     settings.validate().map_err(anyhow::Error::msg)?;
     init_logging(args.log_json);
 

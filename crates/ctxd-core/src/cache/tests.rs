@@ -256,6 +256,7 @@ fn a_stale_entry_is_no_read_point() {
     let (_, r2) = log.tool(2);
     log.record(1_000, &[r2]);
     log.edit(r2);
+    log.tool(3);
     let messages = log.messages();
     let req = Request {
         messages: &messages,
@@ -284,7 +285,7 @@ fn the_rewrite_starts_after_the_read_point_on_anthropic_and_at_the_edit_on_opena
     // An edit of the second result: Anthropic reads up to the first result's entry.
     assert_eq!(
         rewrite_chars(Provider::Anthropic, &ledger, &chars, &branch, 4),
-        1_000
+        1_020
     );
     // Of the first: no entry before it, the whole context (without any record: from the
     // edit on).
