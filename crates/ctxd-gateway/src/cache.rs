@@ -401,7 +401,7 @@ pub(crate) fn prepare(
     memchr::memmem::find(client_body, b"\"cache_control\"")?;
     let scan = scan(client_body)?;
     let model = model?.to_owned();
-    let at_ms = ctxd_engine::now_ms();
+    let at_ms = u64::try_from(ctxd_engine::now_ms()).unwrap_or_default();
     let head = scan.head();
     let id = |pos: usize| Some(loaded.log.entry(pos)?.id.0.clone());
     let mut kept = Vec::new();
@@ -481,7 +481,9 @@ impl Prepared {
 /// The record into the log after its turn's response, in the turn's batch.
 pub(crate) fn append(loaded: &mut Loaded, r: &Record) -> NewEntry {
     let tag = format!("{} {} {}", r.at_ms, loaded.log.len(), r.marks.len());
-    let stamp = Some(ctxd_core::windows::iso8601(r.at_ms));
+    let stamp = Some(ctxd_core::windows::iso8601(
+        i64::try_from(r.at_ms).unwrap_or_default(),
+    ));
     let parent = loaded.log.leaf();
     let (_, entry) =
         loaded
