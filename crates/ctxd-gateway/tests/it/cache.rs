@@ -218,6 +218,12 @@ async fn check(stream: bool) {
         on.read_at_edits(),
         off.read_at_edits()
     );
+    for &i in &on.edited {
+        eprintln!(
+            "  request {i}: read/write/input {:?} with planning, {:?} without",
+            on.usage[i], off.usage[i]
+        );
+    }
     assert!(on.edited.len() >= 3, "edits landed at {:?}", on.edited);
     assert_eq!(on.edited, off.edited, "planning changed where edits landed");
     // The read point: requests bringing an edit still read the cache.
@@ -227,6 +233,10 @@ async fn check(stream: bool) {
         on.edited.iter().map(|&i| on.usage[i]).collect::<Vec<_>>()
     );
     assert!(on.read_at_edits() > off.read_at_edits());
+    assert!(
+        on.edited.iter().all(|&i| on.usage[i].0 >= off.usage[i].0),
+        "the read point read less than the client's own breakpoints"
+    );
     assert!(on.hit_rate() > off.hit_rate());
     check_the_rule(on.session.as_ref().unwrap());
 }
