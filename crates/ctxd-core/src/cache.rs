@@ -455,7 +455,10 @@ pub fn plan(session: &Session, branch: &[usize], req: &Request<'_>) -> Plan {
             why: Why::Tail,
         });
     }
-    if let Some(q) = (0..last).rev().find(|&m| message(m).is_some_and(is_question)) {
+    if let Some(q) = (0..last)
+        .rev()
+        .find(|&m| message(m).is_some_and(is_question))
+    {
         wanted.push(Placed {
             message: q,
             block: None,

@@ -69,6 +69,9 @@ enum Content {
     Other,
 }
 
+/// A breakpoint's place on a message: (message index, block index).
+pub type Spot = (usize, u32);
+
 /// What a body holds, by byte ranges.
 #[derive(Debug)]
 pub struct Scan {
@@ -297,7 +300,7 @@ fn member(body: &[u8], value: &Range<usize>) -> Option<Range<usize>> {
 /// messages (a string content becomes one text block), the client's last ones on the system
 /// prompt and the tools as many as the plan keeps, none elsewhere. Returns the body and the
 /// (message, block) of each breakpoint on a message; `None` when the body does not read.
-pub fn apply(body: &[u8], plan: &cache::Plan) -> Option<(Vec<u8>, Vec<(usize, u32)>)> {
+pub fn apply(body: &[u8], plan: &cache::Plan) -> Option<(Vec<u8>, Vec<Spot>)> {
     let scan = scan(body)?;
     let value: &[u8] = scan.value.clone().map_or(DEFAULT_MARK, |r| &body[r]);
     let mut edits: Vec<(Range<usize>, Vec<u8>)> = Vec::new();
@@ -591,7 +594,8 @@ mod tests {
         };
         assert_eq!(strip(v.clone()), strip(orig));
         // The tail's bytes are the client's.
-        let tail = r#"{"type":"text","text":"go on","cache_control":{"type":"ephemeral","ttl":"1h"}}"#;
+        let tail =
+            r#"{"type":"text","text":"go on","cache_control":{"type":"ephemeral","ttl":"1h"}}"#;
         assert!(String::from_utf8(out).unwrap().contains(tail));
     }
 

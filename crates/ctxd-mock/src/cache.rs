@@ -60,7 +60,9 @@ pub(crate) struct Prompt {
 
 /// The API's refusal message for `found` breakpoints.
 pub(crate) fn too_many(found: usize) -> String {
-    format!("A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {found}.")
+    format!(
+        "A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {found}."
+    )
 }
 
 fn ttl_of(cc: &Value, config: &Config) -> Duration {
@@ -243,7 +245,10 @@ mod tests {
         assert!(first.creation > 2_000, "{first:?}");
         let second = serve(&cache, &body(5, &[4], None), t);
         assert_eq!(second.read, first.creation);
-        assert!(second.creation > 1_000 && second.creation < 2_100, "{second:?}");
+        assert!(
+            second.creation > 1_000 && second.creation < 2_100,
+            "{second:?}"
+        );
         // Another model reads nothing.
         let config = Config::default();
         let p = Prompt::read(&body(5, &[4], None), "other", &config).unwrap();

@@ -75,9 +75,10 @@ async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Res
     }
     // Anthropic's prompt cache, for a request that marks breakpoints (any other reads and
     // writes nothing, as on the real API).
-    let prompt = (api == Api::Anthropic && memchr::memmem::find(&decoded, b"\"cache_control\"").is_some())
-        .then(|| cache::Prompt::read(&decoded, head.model(), &s.config))
-        .flatten();
+    let prompt = (api == Api::Anthropic
+        && memchr::memmem::find(&decoded, b"\"cache_control\"").is_some())
+    .then(|| cache::Prompt::read(&decoded, head.model(), &s.config))
+    .flatten();
     if let Some(p) = &prompt {
         if s.config.strict && p.markers > cache::MAX_BREAKPOINTS {
             let refusal = Refusal::new("anthropic.cache_control_limit", cache::too_many(p.markers));

@@ -94,16 +94,35 @@ fn the_factors_follow_from_the_prices() {
     assert!(!pays_off(2_999, 10, 10_000, Provider::OpenAi));
     // Nothing to rewrite: any saving pays; zero turns count as one.
     assert!(pays_off(1, 0, 0, Provider::Anthropic));
-    assert!(pays_off(usize::MAX, usize::MAX, usize::MAX, Provider::Anthropic));
+    assert!(pays_off(
+        usize::MAX,
+        usize::MAX,
+        usize::MAX,
+        Provider::Anthropic
+    ));
     assert_eq!(Provider::of("gateway/messages", None), Provider::Anthropic);
-    assert_eq!(Provider::of("gateway/responses", Some("o3")), Provider::OpenAi);
-    assert_eq!(Provider::of("pi", Some("claude-sonnet-4-5")), Provider::Anthropic);
+    assert_eq!(
+        Provider::of("gateway/responses", Some("o3")),
+        Provider::OpenAi
+    );
+    assert_eq!(
+        Provider::of("pi", Some("claude-sonnet-4-5")),
+        Provider::Anthropic
+    );
     assert_eq!(Provider::of("pi", None), Provider::Anthropic);
 }
 
 #[test]
 fn records_round_trip_and_only_version_1_reads() {
-    let r = Record::new("m", 5, 9, vec![Mark { entry: "e1".into(), block: 2 }]);
+    let r = Record::new(
+        "m",
+        5,
+        9,
+        vec![Mark {
+            entry: "e1".into(),
+            block: 2,
+        }],
+    );
     assert_eq!(Record::from_entry(&r.to_entry()), Some(r.clone()));
     let mut v2 = r;
     v2.v = 2;

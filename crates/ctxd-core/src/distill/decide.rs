@@ -229,9 +229,11 @@ pub fn decide(
             if let Some(b) = blocks.get_mut(&item.entry) {
                 b.remove(&item.block);
             }
-            if let Some(r) = d.results.iter_mut().find(|r| {
-                r.kind == ItemKind::Image && r.entry_id == item.entry_id.0
-            }) {
+            if let Some(r) = d
+                .results
+                .iter_mut()
+                .find(|r| r.kind == ItemKind::Image && r.entry_id == item.entry_id.0)
+            {
                 r.outcome = RecordOutcome::Kept;
                 r.reason = "deferred".to_owned();
                 r.after_chars = r.before_chars;

@@ -727,7 +727,12 @@ fn old_items_wait_until_their_rewrite_pays_off() {
             log.say("recent answer");
         }
         log.user("write a unit test for parse_duration in src/time.rs");
-        log.tool("c1", "read", json!({"path": "src/time.rs"}), "fn parse_duration() {}");
+        log.tool(
+            "c1",
+            "read",
+            json!({"path": "src/time.rs"}),
+            "fn parse_duration() {}",
+        );
         log.say("Added the test for parse_duration.");
         let (_, d) = log.pass(Phase::RunEnd);
         let r = Log::result_of(&d, &old).clone();

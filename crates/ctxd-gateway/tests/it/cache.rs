@@ -94,7 +94,11 @@ async fn run(stream: bool, plan: bool) -> Measured {
         let (_, assembled) = if step == TURNS || step == TURNS + 3 {
             // The final answers: no call to answer.
             let resp = rig
-                .post(api.path(), &api.headers(), serde_json::to_vec(&body).unwrap())
+                .post(
+                    api.path(),
+                    &api.headers(),
+                    serde_json::to_vec(&body).unwrap(),
+                )
                 .await;
             assert!(resp.status().is_success(), "step {step}: {}", resp.status());
             let headers = resp.headers().clone();
@@ -114,13 +118,22 @@ async fn run(stream: bool, plan: bool) -> Measured {
     }
 
     let sent = rig.mock.requests();
-    assert_eq!(sent.len(), TURNS + 4, "one upstream request per client request");
+    assert_eq!(
+        sent.len(),
+        TURNS + 4,
+        "one upstream request per client request"
+    );
     let mut before = 0;
     for (i, r) in sent.iter().enumerate() {
         assert!(r.refused.is_none(), "request {i} refused: {:?}", r.refused);
-        let marks = String::from_utf8_lossy(&r.body).matches("cache_control").count();
+        let marks = String::from_utf8_lossy(&r.body)
+            .matches("cache_control")
+            .count();
         assert!(marks <= 4, "request {i}: {marks} breakpoints");
-        assert!(marks >= 2, "request {i}: the client's breakpoints went: {marks}");
+        assert!(
+            marks >= 2,
+            "request {i}: the client's breakpoints went: {marks}"
+        );
         let now = edits_in(&r.body);
         if now > before {
             m.edited.push(i);
@@ -161,7 +174,10 @@ fn check_the_rule(session: &Session) {
         if record.phase == Phase::MidRun {
             mid_run += 1;
             let plan = distill::plan(session, prefix, &cfg, Phase::MidRun);
-            assert!(!plan.items.is_empty(), "a checkpoint the rule refused edited");
+            assert!(
+                !plan.items.is_empty(),
+                "a checkpoint the rule refused edited"
+            );
             let pending: usize = plan.items.iter().map(|it| it.before_chars).sum();
             let first = plan
                 .costs
@@ -187,9 +203,10 @@ fn check_the_rule(session: &Session) {
             .map(|&p| &session.entries[p].kind)
             .take_while(|k| !matches!(k, EntryKind::Message(_)))
             .any(|k| matches!(k, EntryKind::ContextEdit { .. }));
-        let called = msg.content.iter().any(|b| {
-            matches!(b, ctxd_core::model::ContentBlock::ToolCall { .. })
-        });
+        let called = msg
+            .content
+            .iter()
+            .any(|b| matches!(b, ctxd_core::model::ContentBlock::ToolCall { .. }));
         if msg.role != ctxd_core::model::Role::Assistant || !called || next_is_edit {
             continue;
         }
