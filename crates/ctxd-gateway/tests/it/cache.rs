@@ -4,9 +4,10 @@
 //!
 //! What must hold: at most 4 breakpoints on every request, none refused; the requests that
 //! bring an edit of the sent prefix still read the cache (the read point), where the client's
-//! breakpoints alone read nothing; every pass's edits passed the break-even rule, and every
-//! turn end the rule refused edited nothing. The hit rates with and without planning are
-//! printed.
+//! breakpoints alone read less; every pass's edits passed the break-even rule, and every turn
+//! end the rule refused edited nothing; one cache record per request in the store. The hit
+//! rates and input costs with and without planning are printed (without planning the client's
+//! breakpoints are still recorded, so the rule decides the same edits).
 
 use ctxd_core::cache::{self, Provider};
 use ctxd_core::distill::{self, Phase};
@@ -58,6 +59,13 @@ impl Measured {
         let read: u64 = self.usage.iter().map(|u| u.0).sum();
         let all: u64 = self.usage.iter().map(|u| u.0 + u.1 + u.2).sum();
         read as f64 / all.max(1) as f64
+    }
+    /// Input cost in base-input tokens at Anthropic's prices (writes 1.25×, reads 0.1×).
+    fn cost(&self) -> f64 {
+        self.usage
+            .iter()
+            .map(|u| u.2 as f64 + 1.25 * u.1 as f64 + 0.1 * u.0 as f64)
+            .sum()
     }
     fn read_at_edits(&self) -> u64 {
         self.edited.iter().map(|&i| self.usage[i].0).sum()
@@ -142,7 +150,14 @@ async fn run(stream: bool, plan: bool) -> Measured {
     }
     let stored = rig.stored().await;
     let record = stored.sessions().remove(0);
-    m.session = Some(stored.load(&record));
+    let session = stored.load(&record);
+    let records = session
+        .entries
+        .iter()
+        .filter_map(|e| cache::Record::from_entry(&e.kind))
+        .count();
+    assert_eq!(records, TURNS + 4, "one cache record per request");
+    m.session = Some(session);
     m
 }
 
@@ -227,10 +242,12 @@ async fn check(stream: bool) {
     let on = run(stream, true).await;
     let off = run(stream, false).await;
     eprintln!(
-        "cache stream={stream}: hit rate {:.3} with planning, {:.3} without; read at the {} \
-         edited requests {} vs {} tokens",
+        "cache stream={stream}: hit rate {:.3} with planning, {:.3} without; input cost {:.0} vs \
+         {:.0} base tokens; read at the {} edited requests {} vs {} tokens",
         on.hit_rate(),
         off.hit_rate(),
+        on.cost(),
+        off.cost(),
         on.edited.len(),
         on.read_at_edits(),
         off.read_at_edits()
@@ -255,6 +272,7 @@ async fn check(stream: bool) {
         "the read point read less than the client's own breakpoints"
     );
     assert!(on.hit_rate() > off.hit_rate());
+    assert!(on.cost() < off.cost());
     check_the_rule(on.session.as_ref().unwrap());
 }
 
