@@ -33,7 +33,7 @@ pub struct Config {
     pub windows: Vec<(String, u64)>,
     /// The window of a model neither [`Config::windows`] nor the built-in table knows.
     pub default_window: u64,
-    /// The simulated Anthropic prompt cache ([`crate::cache`]): how long an entry lives after
+    /// The simulated Anthropic prompt cache (`cache.rs`): how long an entry lives after
     /// its last write or read (Anthropic's default is 5 minutes)...
     pub cache_ttl: std::time::Duration,
     /// ...and the shortest prefix written, in the mock's tokens (1,024 for Sonnet and Opus).
