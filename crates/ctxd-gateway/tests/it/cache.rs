@@ -161,12 +161,13 @@ async fn run(stream: bool, plan: bool) -> Measured {
     m
 }
 
-/// Every pass's edits passed the break-even rule where it ran, and every turn end of the run
-/// where the rule (the planner) laid out nothing edited nothing.
-fn check_the_rule(session: &Session) {
+/// Every mid-run pass's edits passed the break-even rule of `provider` where it ran, and every
+/// turn end where the rule (the planner) laid out nothing edited nothing. The checkpoints that
+/// edited, and the turn ends the rule refused.
+pub(crate) fn check_the_rule(session: &Session, provider: Provider) -> (usize, usize) {
     let branch = ctxd_core::tree::active_branch(session);
     let cfg = distill::Config {
-        provider: Provider::Anthropic,
+        provider,
         ..distill::Config::default()
     };
     let mut mid_run = 0;
@@ -202,11 +203,10 @@ fn check_the_rule(session: &Session) {
                 pending,
                 plan.run.turns,
                 plan.costs.rewrite_from(first),
-                Provider::Anthropic
+                provider
             ));
         }
     }
-    assert!(mid_run >= 2, "{mid_run} checkpoints");
     // Turn ends without a checkpoint: the rule laid out nothing there.
     let mut refused = 0;
     for (i, &pos) in branch.iter().enumerate() {
@@ -235,7 +235,7 @@ fn check_the_rule(session: &Session) {
             refused += 1;
         }
     }
-    assert!(refused > 0);
+    (mid_run, refused)
 }
 
 async fn check(stream: bool) {
@@ -273,7 +273,9 @@ async fn check(stream: bool) {
     );
     assert!(on.hit_rate() > off.hit_rate());
     assert!(on.cost() < off.cost());
-    check_the_rule(on.session.as_ref().unwrap());
+    let (mid_run, refused) = check_the_rule(on.session.as_ref().unwrap(), Provider::Anthropic);
+    assert!(mid_run >= 2, "{mid_run} checkpoints");
+    assert!(refused > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
