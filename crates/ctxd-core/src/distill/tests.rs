@@ -466,10 +466,12 @@ fn the_text_a_later_edit_quotes_stays_verbatim() {
     assert!(!shown.contains("let util_value_2 = "));
 }
 
-#[test]
-fn unrelated_old_exchanges_are_omitted_with_a_stub_and_corrections_are_pinned() {
+/// `earlier` short exchanges, then an old exchange about a staging proxy (its prompt, and its
+/// call's entry), a correction of it, two recent exchanges and a run about something else,
+/// judged at its end. The old prompt, its call, the correction, and the pass's decisions.
+fn staging_then_other_work(earlier: usize) -> (Log, String, String, String, Decisions) {
     let mut log = Log::default();
-    history(&mut log, 30);
+    history(&mut log, earlier);
     let old = log.user("configure the nginx reverse proxy for staging");
     let old_call = log.tool(
         "o1",
@@ -499,6 +501,12 @@ fn unrelated_old_exchanges_are_omitted_with_a_stub_and_corrections_are_pinned() 
     );
     log.say("Added the test for parse_duration.");
     let (_, d) = log.pass(Phase::RunEnd);
+    (log, old, old_call, fix, d)
+}
+
+#[test]
+fn unrelated_old_exchanges_are_omitted_with_a_stub_and_corrections_are_pinned() {
+    let (log, old, old_call, fix, d) = staging_then_other_work(30);
     let r = Log::result_of(&d, &old);
     assert_eq!(r.outcome, Outcome::Omitted, "{r:?}");
     assert!(r.omitted.contains(&old_call));
@@ -704,39 +712,8 @@ fn a_requested_read_an_edit_changed_in_part_stays_whole_but_a_rewrite_supersedes
 #[test]
 fn old_items_wait_until_their_rewrite_pays_off() {
     let build = |earlier: usize| {
-        let mut log = Log::default();
-        history(&mut log, earlier);
-        let old = log.user("configure the nginx reverse proxy for staging");
-        log.tool(
-            "o1",
-            "bash",
-            json!({"command": "cat /etc/nginx/sites/staging.conf"}),
-            &"proxy_pass http://upstream_staging;\n".repeat(300),
-        );
-        log.say("The proxy for staging is configured.");
-        log.user("no, use the production certificate instead");
-        log.tool(
-            "o2",
-            "bash",
-            json!({"command": "cat /etc/ssl/prod_chain.pem"}),
-            &"MIIBcertificatedata\n".repeat(400),
-        );
-        log.say("Switched to prod_chain.pem.");
-        for i in 0..2 {
-            log.user(&format!("recent question {i}"));
-            log.say("recent answer");
-        }
-        log.user("write a unit test for parse_duration in src/time.rs");
-        log.tool(
-            "c1",
-            "read",
-            json!({"path": "src/time.rs"}),
-            "fn parse_duration() {}",
-        );
-        log.say("Added the test for parse_duration.");
-        let (_, d) = log.pass(Phase::RunEnd);
-        let r = Log::result_of(&d, &old).clone();
-        (r, d.edits.len())
+        let (_, old, _, _, d) = staging_then_other_work(earlier);
+        (Log::result_of(&d, &old).clone(), d.edits.len())
     };
     let (r, edits) = build(0);
     assert_eq!((r.outcome, r.reason.as_str()), (Outcome::Kept, "deferred"));
