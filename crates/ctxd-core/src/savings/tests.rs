@@ -181,7 +181,7 @@ fn records_round_trip_and_totals_read_them_back() {
     assert!((t.cost_saved_usd - 2000.0 * 3.0 / 1e6).abs() < 1e-12);
     assert_eq!(
         t.saved_by.header_value(),
-        "windows=2400,distillation=0,reminders=0,served-tools=-200,pairing=0,digests=0,amnesia=0,write-facts=0"
+        "windows=2400,distillation=0,reminders=0,served-tools=-200,pairing=0,digests=0,amnesia=0,write-facts=0,lazy-tools=0"
     );
 }
 
