@@ -21,6 +21,7 @@ pub mod splice;
 use ctxd_core::model::{ContentBlock, Message};
 use ctxd_core::offered::ModelTools;
 use serde_json::{json, Value};
+use std::ops::Range;
 
 use crate::api::Api;
 use crate::config::Management;
@@ -53,6 +54,15 @@ impl Offer {
             .filter(|n| !client.contains(n))
             .collect();
         Offer { names }
+    }
+
+    /// This offer with `find_capability` (lazy tools leave some of the client's tools out).
+    pub fn with_find_capability(mut self) -> Offer {
+        let name = ctxd_core::wm::lazy::FIND_CAPABILITY;
+        if !self.has(name) {
+            self.names.push(name);
+        }
+        self
     }
 
     /// An offer of exactly these tools (tests).
@@ -216,39 +226,78 @@ impl Calls {
     }
 }
 
-/// Where ctxd's tool definitions go in the body: inside the client's `tools` array, after its
-/// own, or a `tools` field added at the end of the object.
-pub fn inject(req: &ParsedRequest, body: &[u8], offer: &Offer) -> Option<Insert> {
-    if offer.is_empty() {
+/// The body's `tools` edit: ctxd's definitions after the client's own, in the client's array
+/// or a `tools` field added at the end of the object. With `kept` (lazy tools), the array's
+/// content is rebuilt: the kept definitions as the client's bytes, in its order, then ctxd's.
+/// `None`: nothing to change.
+pub fn inject(
+    req: &ParsedRequest,
+    body: &[u8],
+    offer: &Offer,
+    kept: Option<&[Range<usize>]>,
+) -> Option<Insert> {
+    if offer.is_empty() && kept.is_none() {
         return None;
     }
     let defs = offer.render(req.api);
+    let served = defs.len();
     if let Some((range, _)) = &req.tools_raw {
-        let inner = body.get(range.start + 1..range.end.saturating_sub(1))?;
         let close = range.end.checked_sub(1)?;
         if body.get(close) != Some(&b']') {
             return None;
         }
+        if let Some(kept) = kept {
+            let mut bytes = Vec::with_capacity(range.len() + defs.len());
+            for r in kept {
+                if !bytes.is_empty() {
+                    bytes.push(b',');
+                }
+                bytes.extend_from_slice(body.get(r.clone())?);
+            }
+            if !bytes.is_empty() && !defs.is_empty() {
+                bytes.push(b',');
+            }
+            bytes.extend_from_slice(&defs);
+            return Some(Insert {
+                at: range.start + 1..close,
+                bytes,
+                served,
+            });
+        }
+        let inner = body.get(range.start + 1..close)?;
         let empty = inner.iter().all(u8::is_ascii_whitespace);
         let mut bytes = Vec::with_capacity(defs.len() + 1);
         if !empty {
             bytes.push(b',');
         }
         bytes.extend_from_slice(&defs);
-        return Some(Insert { at: close, bytes });
+        return Some(Insert {
+            at: close..close,
+            bytes,
+            served,
+        });
+    }
+    if offer.is_empty() {
+        return None;
     }
     let close = body.iter().rposition(|&b| b == b'}')?;
     let mut bytes = b",\"tools\":[".to_vec();
     bytes.extend_from_slice(&defs);
     bytes.push(b']');
-    Some(Insert { at: close, bytes })
+    Some(Insert {
+        at: close..close,
+        bytes,
+        served,
+    })
 }
 
-/// Bytes inserted into the body at a position (before the byte at `at`).
+/// Bytes that replace a range of the body (empty: inserted before the byte at its start).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Insert {
-    pub at: usize,
+    pub at: Range<usize>,
     pub bytes: Vec<u8>,
+    /// How many of `bytes` are ctxd's definitions (their cost in the accounting).
+    pub served: usize,
 }
 
 #[cfg(test)]
@@ -261,9 +310,9 @@ mod tests {
         let offer = Offer::of(&["notes_write", "recall"]);
         let body = br#"{"model":"m","tools":[{"name":"Bash","input_schema":{}}],"messages":[]}"#;
         let req = ParsedRequest::parse(Api::Anthropic, body).unwrap();
-        let ins = inject(&req, body, &offer).unwrap();
+        let ins = inject(&req, body, &offer, None).unwrap();
         let mut out = body.to_vec();
-        out.splice(ins.at..ins.at, ins.bytes);
+        out.splice(ins.at, ins.bytes);
         let v: Value = serde_json::from_slice(&out).unwrap();
         let names: Vec<&str> = v["tools"]
             .as_array()
@@ -275,18 +324,18 @@ mod tests {
 
         let body = br#"{"model":"m","input":"hi"} "#;
         let req = ParsedRequest::parse(Api::Responses, body).unwrap();
-        let ins = inject(&req, body, &offer).unwrap();
+        let ins = inject(&req, body, &offer, None).unwrap();
         let mut out = body.to_vec();
-        out.splice(ins.at..ins.at, ins.bytes);
+        out.splice(ins.at, ins.bytes);
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["tools"][1]["name"], "recall");
         assert_eq!(v["tools"][1]["type"], "function");
 
         let body = br#"{"model":"m","tools":[ ],"messages":[]}"#;
         let req = ParsedRequest::parse(Api::Chat, body).unwrap();
-        let ins = inject(&req, body, &offer).unwrap();
+        let ins = inject(&req, body, &offer, None).unwrap();
         let mut out = body.to_vec();
-        out.splice(ins.at..ins.at, ins.bytes);
+        out.splice(ins.at, ins.bytes);
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["tools"][0]["function"]["name"], "notes_write");
         // The same bytes every time: the provider's tools prefix stays cached.

@@ -10,6 +10,7 @@ mod digest;
 mod distill;
 mod durable;
 mod errors;
+mod lazy;
 mod limits;
 mod loops;
 mod passthrough;
