@@ -1,29 +1,35 @@
 //! Lazy tools through the gateway against the strict mock: a client offering `bash` and three
-//! more tools, `bash` the base set. Two tasks (user prompts); in the first, the model calls
-//! `find_capability`, then the tool it found, then `bash` for a while. Each API, JSON and SSE
-//! (thinking on Anthropic and Responses).
+//! more tools, `bash` the base set. Two tasks (user prompts). In the first the model calls
+//! `find_capability` alone (a hidden round), then the tool it found, then `bash` for a while;
+//! in the second it calls `find_capability` beside `bash` (a mixed response: ctxd answers its
+//! call at once, the client gets `bash`), then the tool found, then `bash`. Each API, JSON and
+//! SSE (thinking on Anthropic and Responses).
 //!
-//! What must hold: nothing refused; the tools not activated never go upstream; after
-//! `find_capability` (a hidden round) the found tool's definition is in the continuation and
-//! the model calls it; at the next prompt the base set is back; consecutive upstream requests
-//! with the same set carry the same `tools` bytes; the client never sees `find_capability`;
-//! the tokens avoided are charged to `lazy-tools`; the activation is a record in the log.
+//! What must hold: nothing refused; the tools not activated never go upstream; a tool found is
+//! upstream from the next request (the hidden round's continuation, or the client's next
+//! request) to the next prompt, and the model's calls only name tools their request offered;
+//! consecutive upstream requests with the same set carry the same `tools` bytes; the client
+//! never sees `find_capability`; the tokens avoided are charged to `lazy-tools`; each
+//! activation is one record in the log.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use ctxd_mock::Reply;
+use ctxd_mock::{Part, Reply};
 use serde_json::{json, value::RawValue, Value};
 
 use crate::loops::{read_response, saved_by, scripted, tool_turn, Api};
 use crate::support::Rig;
 
-/// `bash` turns after the found tool's call, in the first task; and in the second.
-const FIRST_TASK_BASH: usize = 8;
-const SECOND_TASK_BASH: usize = 6;
+/// `bash` turns after the found tool's call, in each task.
+const BASH_TURNS: usize = 8;
 
 const FIND: &str = "find_capability";
-const FOUND: &str = "web_fetch";
-const NEVER: [&str; 2] = ["notebook_edit", "cron_create"];
+/// The client's tools beyond `bash`, and the query that finds each (`None`: never searched).
+const EXTRA: [(&str, Option<&str>); 3] = [
+    ("web_fetch", Some("fetch a web page")),
+    ("cron_create", Some("cron schedule")),
+    ("notebook_edit", None),
+];
 
 /// The client's tools beyond `bash`, with descriptions long enough to matter.
 fn extra_tools(api: Api) -> Vec<Value> {
@@ -31,15 +37,13 @@ fn extra_tools(api: Api) -> Vec<Value> {
     let filler =
         " It follows the session's permission rules and reports errors plainly.".repeat(12);
     [
-        (FOUND, "Fetch a web page by URL and return its text."),
-        ("notebook_edit", "Replace a cell of a Jupyter notebook."),
-        (
-            "cron_create",
-            "Schedule a prompt to run later on a cron schedule.",
-        ),
+        "Fetch a web page by URL and return its text.",
+        "Schedule a prompt to run later on a cron schedule.",
+        "Replace a cell of a Jupyter notebook.",
     ]
     .into_iter()
-    .map(|(name, desc)| api.tool(name, &format!("{desc}{filler}"), schema.clone()))
+    .zip(EXTRA)
+    .map(|(desc, (name, _))| api.tool(name, &format!("{desc}{filler}"), schema.clone()))
     .collect()
 }
 
@@ -61,28 +65,59 @@ fn tools_of(body: &[u8]) -> (Vec<String>, String) {
     (names, raw)
 }
 
-/// The mock's replies: the scripted tool (or `None`, a final answer) of each upstream request.
-fn script() -> Vec<Option<(&'static str, Value)>> {
-    let bash = |i: usize| Some(("bash", json!({"command": format!("cargo test # {i}")})));
-    let mut s = vec![
-        bash(0),
-        Some((FIND, json!({"query": "fetch a web page"}))),
-        Some((FOUND, json!({"target": "https://example.com/docs"}))),
-    ];
-    s.extend((1..=FIRST_TASK_BASH).map(bash));
-    s.push(None);
-    s.extend((0..SECOND_TASK_BASH).map(|i| bash(100 + i)));
-    s.push(None);
+type Calls = Vec<(&'static str, Value)>;
+
+/// The mock's reply to each upstream request: its calls (none: a final answer).
+fn script() -> Vec<Calls> {
+    let bash = |i: usize| ("bash", json!({"command": format!("cargo test # {i}")}));
+    let find = |tool: usize| (FIND, json!({"query": EXTRA[tool].1.unwrap()}));
+    let use_tool = |tool: usize| (EXTRA[tool].0, json!({"target": "https://example.com/docs"}));
+    let mut s = vec![vec![bash(0)], vec![find(0)], vec![use_tool(0)]];
+    s.extend((1..=BASH_TURNS).map(|i| vec![bash(i)]));
+    s.push(Vec::new());
+    s.push(vec![bash(100)]);
+    s.push(vec![find(1), bash(101)]);
+    s.push(vec![use_tool(1)]);
+    s.extend((1..=BASH_TURNS).map(|i| vec![bash(101 + i)]));
+    s.push(Vec::new());
     s
+}
+
+/// The tools each upstream request must carry beyond the base set: what `find_capability`
+/// found earlier in its task.
+fn expected_active(script: &[Calls]) -> Vec<BTreeSet<&'static str>> {
+    let mut active = BTreeSet::new();
+    let mut out = Vec::new();
+    for calls in script {
+        out.push(active.clone());
+        if calls.is_empty() {
+            active.clear();
+        }
+        for (name, args) in calls {
+            if *name == FIND {
+                let q = args["query"].as_str().unwrap();
+                active.extend(EXTRA.iter().filter(|(_, f)| *f == Some(q)).map(|(n, _)| *n));
+            }
+        }
+    }
+    out
 }
 
 async fn run(api: Api, stream: bool) {
     let script = script();
     let replies = script
         .iter()
-        .map(|s| match s {
-            Some((name, args)) => Reply::tool_call(*name, args.clone()),
-            None => Reply::text("Done."),
+        .map(|calls| match calls.as_slice() {
+            [] => Reply::text("Done."),
+            [(name, args)] => Reply::tool_call(*name, args.clone()),
+            many => Reply::parts(
+                many.iter()
+                    .map(|(name, args)| Part::ToolCall {
+                        name: (*name).to_owned(),
+                        args: args.clone(),
+                    })
+                    .collect(),
+            ),
         })
         .collect();
     let thinking = !matches!(api, Api::Chat);
@@ -101,42 +136,39 @@ async fn run(api: Api, stream: bool) {
             .extend(extra_tools(api));
         body
     };
-    // Client requests: every tool-call reply but `find_capability` (answered by ctxd), then
-    // each task's final answer, after which the user sends the next prompt.
+    // One client request per reply, but a hidden round's: its continuation's reply answers the
+    // same client request. After a final answer the user sends the next prompt.
     let mut seen = Vec::new();
     let mut reply = 0;
     while reply < script.len() {
         let body = client_body(conversation.as_slice());
-        match &script[reply] {
-            Some(_) => {
-                let (h, assembled) =
-                    tool_turn(&rig, api, &mut conversation, &body, stream, "ok").await;
-                assert!(
-                    saved_by(&h, "lazy-tools") > 0,
-                    "{api:?} stream={stream}: nothing charged to lazy-tools"
-                );
-                seen.extend(assembled.elements.iter().map(|e| e.wire.clone()));
-                reply += if script[reply].as_ref().is_some_and(|(n, _)| *n == FIND) {
-                    2
-                } else {
-                    1
-                };
+        let calls = &script[reply];
+        if calls.is_empty() {
+            let resp = rig
+                .post(api.path(), &headers, serde_json::to_vec(&body).unwrap())
+                .await;
+            assert!(resp.status().is_success(), "{api:?}: {}", resp.status());
+            let text = resp.bytes().await.unwrap();
+            let assembled = read_response(api, stream, &text);
+            for e in &assembled.elements {
+                conversation.push(serde_json::from_slice(&e.wire).unwrap());
+                seen.push(e.wire.clone());
             }
-            None => {
-                let resp = rig
-                    .post(api.path(), &headers, serde_json::to_vec(&body).unwrap())
-                    .await;
-                assert!(resp.status().is_success(), "{api:?}: {}", resp.status());
-                let text = resp.bytes().await.unwrap();
-                let assembled = read_response(api, stream, &text);
-                for e in &assembled.elements {
-                    conversation.push(serde_json::from_slice(&e.wire).unwrap());
-                    seen.push(e.wire.clone());
-                }
-                conversation.push(api.user_message("Now check the docs for the next release."));
-                reply += 1;
-            }
+            conversation.push(api.user_message("Now check the docs for the next release."));
+            reply += 1;
+            continue;
         }
+        let (h, assembled) = tool_turn(&rig, api, &mut conversation, &body, stream, "ok").await;
+        assert!(
+            saved_by(&h, "lazy-tools") > 0,
+            "{api:?} stream={stream}: nothing charged to lazy-tools"
+        );
+        seen.extend(assembled.elements.iter().map(|e| e.wire.clone()));
+        reply += if calls.iter().all(|(n, _)| *n == FIND) {
+            2
+        } else {
+            1
+        };
     }
     for wire in &seen {
         assert!(
@@ -147,11 +179,7 @@ async fn run(api: Api, stream: bool) {
 
     let sent = rig.mock.requests();
     assert_eq!(sent.len(), script.len(), "{api:?} stream={stream}");
-    let second_task = script.iter().position(Option::is_none).unwrap() + 1;
-    let found_at = script
-        .iter()
-        .position(|s| s.as_ref().is_some_and(|(n, _)| *n == FIND))
-        .unwrap();
+    let expected = expected_active(&script);
     let mut previous: Option<(Vec<String>, String)> = None;
     for (i, r) in sent.iter().enumerate() {
         assert!(
@@ -162,19 +190,17 @@ async fn run(api: Api, stream: bool) {
         let (names, raw) = tools_of(&r.body);
         let has = |n: &str| names.iter().any(|m| m == n);
         assert!(has("bash") && has(FIND), "{api:?} request {i}: {names:?}");
-        for n in NEVER {
-            assert!(!has(n), "{api:?} request {i}: {n} went upstream");
+        for (tool, _) in EXTRA {
+            assert_eq!(
+                has(tool),
+                expected[i].contains(tool),
+                "{api:?} stream={stream} request {i}: {tool} upstream={}",
+                has(tool)
+            );
         }
-        let active = i > found_at && i < second_task;
-        assert_eq!(
-            has(FOUND),
-            active,
-            "{api:?} stream={stream} request {i}: {FOUND} upstream={}",
-            has(FOUND)
-        );
-        // The model's call names a tool the request offered.
-        if let Some((name, _)) = &script[i] {
-            assert!(has(*name), "{api:?} request {i}: {name} not offered");
+        // The model's calls name tools the request offered.
+        for (name, _) in &script[i] {
+            assert!(has(name), "{api:?} request {i}: {name} not offered");
         }
         if let Some((prev_names, prev_raw)) = &previous {
             if *prev_names == names {
@@ -186,17 +212,17 @@ async fn run(api: Api, stream: bool) {
         }
         previous = Some((names, raw));
     }
-    // The activation, recorded once.
+    // The activations, one record each.
     let stored = rig.stored().await;
     let record = stored.sessions().remove(0);
     let session = stored.load(&record);
-    let records: Vec<_> = session
+    let records: Vec<Vec<String>> = session
         .entries
         .iter()
         .filter_map(|e| ctxd_core::wm::lazy::Record::from_entry(&e.kind))
+        .map(|r| r.activated)
         .collect();
-    assert_eq!(records.len(), 1, "{api:?}");
-    assert_eq!(records[0].activated, [FOUND]);
+    assert_eq!(records, [["web_fetch"], ["cron_create"]], "{api:?}");
     rig.stop().await;
 }
 
