@@ -257,18 +257,32 @@ impl Replan {
     /// The `tools` edit of a body built now, and the tokens lazy tools leave out of it: a
     /// hidden round's `find_capability` shows in its continuation.
     pub fn tools_edit(&self, log: &SessionLog) -> (Option<Insert>, u64) {
-        let Some(lazy) = &self.lazy else {
+        if self.lazy.is_none() {
             return (self.insert.clone(), 0);
-        };
-        let kept = lazy.kept(log);
-        let insert = crate::served::inject(
+        }
+        tools_edit(
             &self.req,
             &self.decoded,
             &self.offer,
-            Some(kept.ranges.as_slice()),
-        );
-        (insert, kept.avoided)
+            self.lazy.as_ref(),
+            log,
+        )
     }
+}
+
+/// The `tools` edit of a body (ctxd's definitions; with lazy tools, the selection the log
+/// gives now) and the tokens lazy tools leave out.
+fn tools_edit(
+    req: &ParsedRequest,
+    body: &[u8],
+    offer: &Offer,
+    lazy: Option<&crate::lazy::Lazy>,
+    log: &SessionLog,
+) -> (Option<Insert>, u64) {
+    let kept = lazy.map(|l| l.kept(log));
+    let ranges = kept.as_ref().map(|k| k.ranges.as_slice());
+    let insert = crate::served::inject(req, body, offer, ranges);
+    (insert, kept.map_or(0, |k| k.avoided))
 }
 
 pub(crate) async fn conversation(
@@ -479,18 +493,12 @@ async fn prepare(
         }
     };
     let attach = leaf_id(&loaded.log);
-    let kept = lazy.as_ref().map(|l| l.kept(&loaded.log));
-    let insert = crate::served::inject(
-        &req,
-        &decoded,
-        &offer,
-        kept.as_ref().map(|k| k.ranges.as_slice()),
-    );
+    let (insert, avoided) = tools_edit(&req, &decoded, &offer, lazy.as_ref(), &loaded.log);
     let measured = crate::stats::measure(
         loaded,
         parts.is_some(),
         insert.as_ref(),
-        kept.map_or(0, |k| k.avoided),
+        avoided,
         req.model.as_deref(),
     );
     tracing::debug!(

@@ -2,12 +2,14 @@
 //! more tools, `bash` the base set. Two tasks (user prompts). In the first the model calls
 //! `find_capability` alone (a hidden round), then the tool it found, then `bash` for a while;
 //! in the second it calls `find_capability` beside `bash` (a mixed response: ctxd answers its
-//! call at once, the client gets `bash`), then the tool found, then `bash`. Each API, JSON and
-//! SSE (thinking on Anthropic and Responses).
+//! call at once, the client gets `bash`), then the tool found, then a tool it was never offered
+//! (which reaches the client and is offered from then on), then `bash`. Each API, JSON and SSE
+//! (thinking on Anthropic and Responses).
 //!
-//! What must hold: nothing refused; the tools not activated never go upstream; a tool found is
-//! upstream from the next request (the hidden round's continuation, or the client's next
-//! request) to the next prompt, and the model's calls only name tools their request offered;
+//! What must hold: nothing refused; the tools not activated never go upstream; a tool found (or
+//! called unoffered) is upstream from the next request (the hidden round's continuation, or
+//! the client's next request) to the next prompt, and the model's other calls only name tools
+//! their request offered;
 //! consecutive upstream requests with the same set carry the same `tools` bytes; the client
 //! never sees `find_capability`; the tokens avoided are charged to `lazy-tools`; each
 //! activation is one record in the log.
@@ -24,7 +26,8 @@ use crate::support::Rig;
 const BASH_TURNS: usize = 8;
 
 const FIND: &str = "find_capability";
-/// The client's tools beyond `bash`, and the query that finds each (`None`: never searched).
+/// The client's tools beyond `bash`, and the query that finds each (`None`: never searched, the
+/// model calls it without being offered it).
 const EXTRA: [(&str, Option<&str>); 3] = [
     ("web_fetch", Some("fetch a web page")),
     ("cron_create", Some("cron schedule")),
@@ -78,13 +81,14 @@ fn script() -> Vec<Calls> {
     s.push(vec![bash(100)]);
     s.push(vec![find(1), bash(101)]);
     s.push(vec![use_tool(1)]);
+    s.push(vec![use_tool(2)]);
     s.extend((1..=BASH_TURNS).map(|i| vec![bash(101 + i)]));
     s.push(Vec::new());
     s
 }
 
 /// The tools each upstream request must carry beyond the base set: what `find_capability`
-/// found earlier in its task.
+/// found, and what the model called, earlier in its task.
 fn expected_active(script: &[Calls]) -> Vec<BTreeSet<&'static str>> {
     let mut active = BTreeSet::new();
     let mut out = Vec::new();
@@ -97,6 +101,8 @@ fn expected_active(script: &[Calls]) -> Vec<BTreeSet<&'static str>> {
             if *name == FIND {
                 let q = args["query"].as_str().unwrap();
                 active.extend(EXTRA.iter().filter(|(_, f)| *f == Some(q)).map(|(n, _)| *n));
+            } else if *name != "bash" {
+                active.insert(*name);
             }
         }
     }
@@ -198,9 +204,10 @@ async fn run(api: Api, stream: bool) {
                 has(tool)
             );
         }
-        // The model's calls name tools the request offered.
+        // The model's calls name tools the request offered, but the one it is never offered.
         for (name, _) in &script[i] {
-            assert!(has(name), "{api:?} request {i}: {name} not offered");
+            let never = EXTRA.iter().any(|(n, f)| n == name && f.is_none());
+            assert_eq!(has(name), !never, "{api:?} request {i}: {name}");
         }
         if let Some((prev_names, prev_raw)) = &previous {
             if *prev_names == names {
