@@ -3,7 +3,9 @@
 //!
 //! - [`Offer`]: which tools a request gets (the setting for its agent, minus names the client
 //!   already defines) and their definitions in the API's shape, the same bytes every request so
-//!   the provider's cached tools prefix keeps hitting; [`inject`] adds them to the body.
+//!   the provider's cached tools prefix keeps hitting; [`inject`] adds them to the body. With
+//!   lazy tools (`crate::lazy`) the offer has `find_capability` too, and [`inject`] rebuilds the
+//!   client's array from the definitions kept.
 //! - A response calling only ctxd's tools is a *hidden round*: ctxd runs the calls
 //!   ([`exchange`]), appends the response and the results to the log and continues upstream;
 //!   the client gets one coherent response ([`splice`] for streams, [`merge`] for JSON bodies).
