@@ -34,8 +34,8 @@ pub fn config_keys(serve: &clap::Command) -> Vec<String> {
         .get_arguments()
         .filter_map(|a| a.get_long())
         // The file says these as `reminders = false`, `resets = false`, `distill = false`,
-        // `digests = false`, `write-facts = false`, a `[model-windows]` table and a
-        // `[classifier]` table (see the help below).
+        // `digests = false`, `write-facts = false`, `amnesia = false`, `lazy-tools = false`, a
+        // `[model-windows]` table and a `[classifier]` table (see the help below).
         .filter(|l| {
             !matches!(
                 *l,
@@ -48,6 +48,7 @@ pub fn config_keys(serve: &clap::Command) -> Vec<String> {
                     | "no-digests"
                     | "no-write-facts"
                     | "no-amnesia"
+                    | "no-lazy-tools"
                     | "model-window"
             ) && !l.starts_with("classifier")
         })
