@@ -345,6 +345,32 @@ mod tests {
     }
 
     #[test]
+    fn lazy_tools_rebuild_the_array_from_the_kept_definitions_bytes() {
+        let offer = Offer::default().with_find_capability();
+        let body = br#"{"tools":[ {"name":"a", "input_schema":{}} , {"name":"b","input_schema":{}},{"name":"c","input_schema":{}}],"messages":[]}"#;
+        let req = ParsedRequest::parse(Api::Anthropic, body).unwrap();
+        let range = |def: &[u8]| {
+            let at = body.windows(def.len()).position(|w| w == def).unwrap();
+            at..at + def.len()
+        };
+        let a = range(br#"{"name":"a", "input_schema":{}}"#);
+        let c = range(br#"{"name":"c","input_schema":{}}"#);
+        let ins = inject(&req, body, &offer, Some(&[a, c])).unwrap();
+        let mut out = body.to_vec();
+        out.splice(ins.at, ins.bytes.clone());
+        let text = String::from_utf8(out).unwrap();
+        let kept = r#"{"tools":[{"name":"a", "input_schema":{}},{"name":"c","input_schema":{}},"#;
+        assert!(text.starts_with(kept), "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["tools"][2]["name"], "find_capability");
+        assert_eq!(v["tools"].as_array().unwrap().len(), 3);
+        assert_eq!(ins.served, offer.render(Api::Anthropic).len());
+        // Nothing kept: ctxd's alone.
+        let ins = inject(&req, body, &offer, Some(&[])).unwrap();
+        assert_eq!(ins.bytes, offer.render(Api::Anthropic));
+    }
+
+    #[test]
     fn a_clients_tool_is_never_shadowed() {
         let m = Management {
             tools: crate::config::ToolsSetting::All,
