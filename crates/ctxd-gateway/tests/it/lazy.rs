@@ -23,7 +23,7 @@ use crate::loops::{read_response, saved_by, scripted, tool_turn, Api};
 use crate::support::Rig;
 
 /// `bash` turns after the found tool's call, in each task.
-const BASH_TURNS: usize = 8;
+const BASH_TURNS: usize = 20;
 
 const FIND: &str = "find_capability";
 /// The client's tools beyond `bash`, and the query that finds each (`None`: never searched, the
