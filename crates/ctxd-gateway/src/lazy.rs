@@ -45,7 +45,8 @@ pub(crate) struct Kept {
 impl Lazy {
     /// Lazy tools for this request, when on for `agent` and the client's tools include a plain
     /// function outside the base set (otherwise there is nothing to leave out, and the request
-    /// keeps its tools as they are).
+    /// keeps its tools as they are). Never for a client with a `find_capability` of its own
+    /// (the seed's Pi extension manages its tools itself; two tools of one name are refused).
     pub fn new(
         management: &Management,
         agent: &str,
@@ -57,6 +58,9 @@ impl Lazy {
         }
         let (range, _) = req.tools_raw.as_ref()?;
         let tools = split(req.api, body, range.clone())?;
+        if tools.iter().any(|t| t.name == lazy::FIND_CAPABILITY) {
+            return None;
+        }
         let lazy = Lazy {
             base: management.lazy_base.row(Some(agent)).to_vec(),
             chosen: chosen_tool(req.api, body),
@@ -178,6 +182,28 @@ fn chosen_tool(api: Api, body: &[u8]) -> Option<String> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lazy_only_where_on_and_something_can_wait() {
+        let mut m = Management::default();
+        let body = br#"{"tools":[{"name":"bash","input_schema":{}},{"name":"web_fetch","input_schema":{}}],"messages":[]}"#;
+        let req = ParsedRequest::parse(Api::Anthropic, body).unwrap();
+        assert!(Lazy::new(&m, "sdk", &req, body).is_none(), "off by default");
+        m.mechanisms.lazy_tools = true;
+        assert!(Lazy::new(&m, "sdk", &req, body).is_some());
+        m.lazy_base.other = vec!["bash".into(), "web_fetch".into()];
+        assert!(
+            Lazy::new(&m, "sdk", &req, body).is_none(),
+            "nothing beyond the base set"
+        );
+        m.lazy_base.other = vec!["bash".into()];
+        let own = br#"{"tools":[{"name":"bash","input_schema":{}},{"name":"web_fetch","input_schema":{}},{"name":"find_capability","input_schema":{}}],"messages":[]}"#;
+        let req = ParsedRequest::parse(Api::Anthropic, own).unwrap();
+        assert!(
+            Lazy::new(&m, "sdk", &req, own).is_none(),
+            "a client with its own find_capability"
+        );
+    }
 
     #[test]
     fn the_tools_array_splits_into_definitions_with_their_bytes() {
