@@ -231,6 +231,25 @@ pub fn avoided_tokens(tools: &[ToolDef], kept: impl Fn(&str) -> bool) -> u64 {
         .sum()
 }
 
+/// What lazy tools leave out of the request at the end of `branch` of a recorded session (a
+/// replay, `ctxd eval`): the definitions in force that are plain functions (their schema an
+/// object's, as the wire parsers keep a function's parameters; a provider's or freeform tool
+/// keeps its whole definition) outside `base` and the tools active at that point.
+pub fn left_out(session: &Session, branch: &[usize], base: &[String]) -> u64 {
+    let defs = tools_in_force(session, branch);
+    if defs.is_empty() {
+        return 0;
+    }
+    let active = activated(session, branch);
+    let function = |t: &ToolDef| {
+        t.schema.is_null() || t.schema.get("type").and_then(|v| v.as_str()) == Some("object")
+    };
+    defs.iter()
+        .filter(|t| function(t) && !base.contains(&t.name) && !active.contains(&t.name))
+        .map(def_tokens)
+        .sum()
+}
+
 /// A tool [`search`] found.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Hit<'a> {

@@ -175,6 +175,29 @@ fn activations_last_until_the_next_prompt() {
 }
 
 #[test]
+fn a_replay_counts_what_would_be_left_out() {
+    let mut s = Session::default();
+    let mut tools = claude_tools();
+    tools.push(ToolDef {
+        name: "web_search".into(),
+        description: String::new(),
+        schema: json!({"type": "web_search_20250305", "name": "web_search"}),
+    });
+    s.push_linear(EntryKind::ToolDefs {
+        tools: tools.clone(),
+    });
+    s.push_linear(user("go"));
+    s.push_linear(assistant_calling("WebFetch"));
+    let branch: Vec<usize> = (0..s.entries.len()).collect();
+    let base = vec!["Bash".to_owned(), "Read".to_owned()];
+    let kept = ["Bash", "Read", "WebFetch", "web_search"];
+    let want = avoided_tokens(&tools, |n| kept.contains(&n));
+    assert_eq!(left_out(&s, &branch, &base), want);
+    assert!(want > 0);
+    assert_eq!(left_out(&Session::default(), &[], &base), 0);
+}
+
+#[test]
 fn what_is_kept_and_what_is_avoided() {
     let base = vec!["Bash".to_owned(), "Read".to_owned()];
     let active: BTreeSet<String> = ["WebFetch".to_owned()].into();
