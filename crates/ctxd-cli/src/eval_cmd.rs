@@ -2,6 +2,7 @@
 //! policies, measured against sending everything and against keep-the-last-N-outputs masking
 //! (see [`replay`] for what each figure means).
 
+mod mechanisms;
 mod replay;
 
 use std::io::{IsTerminal, Write};
@@ -61,6 +62,33 @@ pub struct EvalArgs {
     #[arg(long, value_name = "BYTES", default_value_t = ctxd_core::wm::writes::DEFAULT_MIN_BYTES,
           value_parser = parse_min_bytes)]
     pub write_facts_min_bytes: usize,
+    /// Measure each mechanism on and off instead: every mechanism alone, all of them together
+    /// (meta-amnesia included), and all but each one; a table of tokens saved, cost saved,
+    /// retention and estimated cache hit rate (the switches above set only the thresholds).
+    #[arg(long, conflicts_with_all = ["no_digests", "no_write_facts", "amnesia", "no_amnesia"])]
+    pub mechanisms: bool,
+}
+
+/// Which of ctxd's mechanisms a replay runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Switches {
+    pub distill: bool,
+    pub digests: bool,
+    pub write_facts: bool,
+    pub amnesia: bool,
+}
+
+impl Switches {
+    /// What the flags ask for: distillation, digests and write facts unless switched off,
+    /// meta-amnesia only when asked (as `ctxd serve`).
+    fn from_args(args: &EvalArgs) -> Switches {
+        Switches {
+            distill: true,
+            digests: !args.no_digests,
+            write_facts: !args.no_write_facts,
+            amnesia: args.amnesia && !args.no_amnesia,
+        }
+    }
 }
 
 fn parse_min_bytes(s: &str) -> Result<usize, String> {
@@ -166,28 +194,76 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
-/// The digests' settings (`None`: `--no-digests`), the threshold checked as `ctxd serve`
-/// checks it.
-fn digest_config(args: &EvalArgs) -> anyhow::Result<Option<ctxd_core::wm::digest::Config>> {
-    if args.no_digests {
-        return Ok(None);
-    }
+/// The digests' settings (`None`: off), the threshold checked as `ctxd serve` checks it.
+fn digest_config(
+    args: &EvalArgs,
+    on: bool,
+) -> anyhow::Result<Option<ctxd_core::wm::digest::Config>> {
     let mut cfg = ctxd_core::wm::digest::Config::default();
     if let Some(n) = args.digest_min_tokens {
         cfg.min_tokens = ctxd_gateway::config::parse_digest_min_tokens(n)
             .map_err(|e| anyhow::anyhow!("--digest-min-tokens {e}"))?;
     }
-    Ok(Some(cfg))
+    Ok(on.then_some(cfg))
 }
 
 /// Meta-amnesia's settings (`None`: off), the threshold checked as `ctxd serve` checks it.
-fn amnesia_config(args: &EvalArgs) -> anyhow::Result<Option<ctxd_core::wm::amnesia::Config>> {
+fn amnesia_config(
+    args: &EvalArgs,
+    on: bool,
+) -> anyhow::Result<Option<ctxd_core::wm::amnesia::Config>> {
     let mut cfg = ctxd_core::wm::amnesia::Config::default();
     if let Some(n) = args.amnesia_min_tokens {
         cfg.min_tokens = ctxd_gateway::config::parse_amnesia_min_tokens(n)
             .map_err(|e| anyhow::anyhow!("--amnesia-min-tokens {e}"))?;
     }
-    Ok((args.amnesia && !args.no_amnesia).then_some(cfg))
+    Ok(on.then_some(cfg))
+}
+
+/// The replay's options for one session with `switches` on.
+fn options<'a, C>(
+    args: &EvalArgs,
+    switches: Switches,
+    counter: &'a dyn ctxd_core::tokens::TokenCounter,
+    runtime: &'a tokio::runtime::Runtime,
+    classifier: &'a C,
+) -> anyhow::Result<replay::Options<'a, C>> {
+    Ok(replay::Options {
+        distill: switches.distill,
+        config: ctxd_core::distill::Config::default(),
+        last_n: args.baseline_last,
+        counter,
+        runtime,
+        classifier,
+        write_facts: ctxd_core::wm::writes::Settings {
+            enabled: switches.write_facts,
+            min_bytes: args.write_facts_min_bytes,
+        },
+        digest: digest_config(args, switches.digests)?,
+        amnesia: amnesia_config(args, switches.amnesia)?,
+        lazy: args
+            .lazy_tools
+            .then(ctxd_core::wm::lazy::BaseTools::default),
+    })
+}
+
+/// The runtime the classifier runs on (the logprob classifier's HTTP needs the I/O driver).
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// A progress bar over `len` files, on a terminal only.
+fn progress(len: usize) -> Option<indicatif::ProgressBar> {
+    std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(len as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    })
 }
 
 /// The classifier the flags name, checked (a flag of the other kind is an error).
@@ -198,24 +274,19 @@ fn classifier(args: &EvalArgs) -> anyhow::Result<Configured> {
 
 pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     let classifier = classifier(args)?;
-    digest_config(args)?;
-    amnesia_config(args)?;
+    // The thresholds are checked before any work.
+    digest_config(args, true)?;
+    amnesia_config(args, true)?;
     let files = collect(&args.files)?;
     if files.is_empty() {
         anyhow::bail!("no session files found");
     }
-    // The logprob classifier's HTTP needs the I/O driver.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = indicatif::ProgressBar::new(files.len() as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    });
+    if args.mechanisms {
+        return mechanisms::run(args, &files, &classifier);
+    }
+    let runtime = runtime()?;
+    let switches = Switches::from_args(args);
+    let bar = progress(files.len());
     let started = Instant::now();
     let mut rows = Vec::new();
     let mut total = Total::default();
@@ -227,22 +298,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         let t0 = Instant::now();
         let import = load::import(path)?;
         let counter = load::tokenizer(&import.session);
-        let opts = replay::Options {
-            config: ctxd_core::distill::Config::default(),
-            last_n: args.baseline_last,
-            counter: &counter,
-            runtime: &runtime,
-            classifier: &classifier,
-            write_facts: ctxd_core::wm::writes::Settings {
-                enabled: !args.no_write_facts,
-                min_bytes: args.write_facts_min_bytes,
-            },
-            digest: digest_config(args)?,
-            amnesia: amnesia_config(args)?,
-            lazy: args
-                .lazy_tools
-                .then(ctxd_core::wm::lazy::BaseTools::default),
-        };
+        let opts = options(args, switches, &counter, &runtime, &classifier)?;
         let outcome = replay::replay(&import.session, &opts);
         let ms = t0.elapsed().as_secs_f64() * 1_000.0;
         total.sessions += 1;

@@ -165,6 +165,92 @@ fn eval_replays_a_session_and_measures_savings_retention_and_the_baseline() {
     assert!(err.contains("unknown classifier \"gpt\""), "{err}");
 }
 
+/// `ctxd eval --json FLAGS FILE`'s total for ctxd's variant.
+fn ctxd_total(file: &std::path::Path, flags: &[&str]) -> Value {
+    let out = common::succeed(
+        common::ctxd()
+            .args(["eval", "--json"])
+            .args(flags)
+            .arg(file),
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["total"]["ctxd"].clone()
+}
+
+#[test]
+fn eval_mechanisms_measures_each_mechanism_alone_and_within_all() {
+    let dir = common::fresh_dir("eval-mechanisms");
+    let file = dir.join("session.jsonl");
+    std::fs::write(&file, session()).unwrap();
+
+    let out = common::succeed(
+        common::ctxd()
+            .args(["eval", "--mechanisms", "--json"])
+            .arg(&file),
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema"], "ctxd.eval.mechanisms/1");
+    assert_eq!(v["requests"], 4);
+    let rows = v["mechanisms"].as_array().unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["mechanism"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["distillation", "digests", "write-facts", "amnesia"]);
+    let row = |name: &str| rows.iter().find(|r| r["mechanism"] == name).unwrap();
+    // Each variant is exactly the replay `ctxd eval` runs with those switches.
+    assert_eq!(
+        row("distillation")["alone"]["sent"],
+        ctxd_total(&file, &["--no-digests", "--no-write-facts"])
+    );
+    assert_eq!(v["all"]["sent"], ctxd_total(&file, &["--amnesia"]));
+    assert_eq!(row("amnesia")["all_but"]["sent"], ctxd_total(&file, &[]));
+    // The grep is distilled, or digested: each alone sends less than everything; a mechanism
+    // with nothing to do in this session (its one edit is under write facts' threshold) sends
+    // everything.
+    let everything = v["everything"]["input_tokens"].as_f64().unwrap();
+    let alone = |name: &str| row(name)["alone"]["tokens"].as_f64().unwrap();
+    assert!(alone("distillation") < 0.8, "{v}");
+    assert!(alone("digests") < 0.8, "{v}");
+    assert_eq!(
+        row("write-facts")["alone"]["sent"]["input_tokens"]
+            .as_f64()
+            .unwrap(),
+        everything
+    );
+    // Estimated cache hits: shares, and sending everything only appends.
+    for r in rows {
+        let rate = r["alone"]["cache_hit_rate"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&rate), "{r}");
+    }
+    assert!(
+        v["everything_cache_hit_rate"].as_f64().unwrap() > 0.3,
+        "{v}"
+    );
+
+    // Text: one row per mechanism, all together, and the verdict against distillation alone.
+    let out = common::succeed(common::ctxd().args(["eval", "--mechanisms"]).arg(&file));
+    let text = String::from_utf8(out.stdout).unwrap();
+    for name in [
+        "distillation",
+        "digests",
+        "write-facts",
+        "amnesia",
+        "all together",
+    ] {
+        assert!(text.contains(name), "{text}");
+    }
+    assert!(text.contains("distillation alone"), "{text}");
+
+    // The mechanism switches conflict with the table's own: one line, exit code 2.
+    let out = common::ctxd()
+        .args(["eval", "--mechanisms", "--no-digests"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
 #[test]
 fn eval_with_the_openai_classifier_runs_against_a_model_server() {
     let dir = common::fresh_dir("eval-openai");

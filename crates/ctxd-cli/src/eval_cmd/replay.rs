@@ -39,6 +39,9 @@ const MAX_TERM_LINES: usize = 3;
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct Sent {
     pub input_tokens: u64,
+    /// The tokens of each request's prefix shared with the variant's previous request: what
+    /// a prompt cache would have read (the estimated cache hits).
+    pub cached_tokens: u64,
     /// Base-input token units.
     pub cost: f64,
 }
@@ -46,7 +49,16 @@ pub struct Sent {
 impl Sent {
     pub fn add(&mut self, o: &Sent) {
         self.input_tokens += o.input_tokens;
+        self.cached_tokens += o.cached_tokens;
         self.cost += o.cost;
+    }
+    /// The estimated cache hit rate: the share of input tokens read from the cache.
+    pub fn hit_rate(&self) -> f64 {
+        if self.input_tokens == 0 {
+            0.0
+        } else {
+            self.cached_tokens as f64 / self.input_tokens as f64
+        }
     }
 }
 
@@ -126,6 +138,8 @@ pub struct Outcome {
 }
 
 pub struct Options<'a, C> {
+    /// Distillation's passes (`false`: none, to measure the other mechanisms alone).
+    pub distill: bool,
     pub config: Config,
     pub last_n: usize,
     pub counter: &'a dyn TokenCounter,
@@ -203,6 +217,7 @@ fn price(keys: &[(Key, u64)], prev: &mut Vec<Key>) -> Sent {
     *prev = keys.iter().map(|k| k.0).collect();
     Sent {
         input_tokens: total,
+        cached_tokens: shared,
         cost: CACHE_READ * shared as f64 + CACHE_WRITE * (total - shared) as f64,
     }
 }
@@ -776,6 +791,9 @@ fn run_pass<C: Classifier>(
     out: &mut Outcome,
     drafts: &mut usize,
 ) {
+    if !opts.distill {
+        return;
+    }
     let started = Instant::now();
     let branch: Vec<usize> = (0..work.entries.len()).collect();
     let plan = distill::plan(work, &branch, &opts.config, phase);

@@ -223,6 +223,19 @@ pub(crate) async fn tool_turn(
     stream: bool,
     output: &str,
 ) -> (reqwest::header::HeaderMap, Assembled) {
+    client_turn(rig, api, conversation, body, stream, Some(output)).await
+}
+
+/// [`tool_turn`], or with `output` `None` a turn the model ends with its answer: only the
+/// response's elements are appended.
+pub(crate) async fn client_turn(
+    rig: &Rig,
+    api: Api,
+    conversation: &mut Vec<Value>,
+    body: &Value,
+    stream: bool,
+    output: Option<&str>,
+) -> (reqwest::header::HeaderMap, Assembled) {
     let resp = rig
         .post(
             api.path(),
@@ -245,9 +258,9 @@ pub(crate) async fn tool_turn(
         .iter()
         .map(|e| serde_json::from_slice(&e.wire).unwrap())
         .collect();
-    let results = api.results(&elements, output);
+    let results = output.map(|output| api.results(&elements, output));
     conversation.extend(elements);
-    conversation.extend(results);
+    conversation.extend(results.into_iter().flatten());
     (headers, assembled)
 }
 

@@ -14,6 +14,7 @@ mod lazy;
 mod limits;
 mod loops;
 mod passthrough;
+mod prefix;
 mod served;
 mod stats;
 mod support;
