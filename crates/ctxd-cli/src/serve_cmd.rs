@@ -96,6 +96,12 @@ pub struct ServeArgs {
     /// `amnesia = false`).
     #[arg(long, env = "CTXD_NO_AMNESIA")]
     pub no_amnesia: bool,
+    /// Leave Anthropic `cache_control` breakpoints as the client sent them (config:
+    /// `cache-plan = false`) [default: on a request whose conversation ctxd rewrites, the
+    /// breakpoints are planned: the client's last one, the previous question, and after an
+    /// edit a read point and a write anchor; at most 4].
+    #[arg(long, env = "CTXD_NO_CACHE_PLAN")]
+    pub no_cache_plan: bool,
     /// Read-like results under this many tokens are retained unjudged (0 to 10000000; config:
     /// `amnesia-min-tokens`) [default: 250].
     #[arg(long, env = "CTXD_AMNESIA_MIN_TOKENS", value_name = "TOKENS",
@@ -326,6 +332,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
         m.tools = t.clone();
     }
     m.model_windows.extend(args.model_windows.iter().cloned());
+    if args.no_cache_plan {
+        settings.cache_plan = false;
+    }
     settings.validate().map_err(anyhow::Error::msg)?;
     init_logging(args.log_json);
 

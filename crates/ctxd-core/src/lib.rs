@@ -21,6 +21,7 @@
 //! ```
 
 pub mod budget;
+pub mod cache;
 pub mod distill;
 pub mod history;
 pub mod model;

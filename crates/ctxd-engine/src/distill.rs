@@ -71,9 +71,24 @@ pub trait Classifier: Send + Sync {
 }
 
 /// The default: the core's local rules (citations, superseded and recency signals). No network,
-/// no model files; microseconds per batch.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LocalClassifier;
+/// no model files; microseconds per batch. It remembers the terms of the texts it read
+/// ([`local::TermMemo`], shared by its clones), so the passes of a long run read each output
+/// once, not at every turn end.
+#[derive(Clone, Debug, Default)]
+pub struct LocalClassifier {
+    memo: std::sync::Arc<std::sync::Mutex<local::TermMemo>>,
+}
+
+impl LocalClassifier {
+    /// The pass's index, read through the shared memo; a memo another pass holds (or one a
+    /// panic poisoned) is not waited for: this pass reads its texts afresh.
+    fn index(&self, plan: &Plan) -> local::Index {
+        match self.memo.try_lock() {
+            Ok(mut memo) => local::Index::with_memo(plan, &mut memo),
+            Err(_) => local::Index::new(plan),
+        }
+    }
+}
 
 impl Classifier for LocalClassifier {
     fn name(&self) -> &str {
@@ -84,7 +99,7 @@ impl Classifier for LocalClassifier {
         pass: &'a Pass<'a>,
         batch: &'a Batch,
     ) -> impl Future<Output = Result<Reply, ClassifierError>> + Send + 'a {
-        let index = pass.local.get_or_init(|| local::Index::new(pass.plan));
+        let index = pass.local.get_or_init(|| self.index(pass.plan));
         let answers = local::answer_batch(pass.plan, index, batch);
         std::future::ready(Ok(Reply {
             answers,
@@ -281,7 +296,7 @@ mod tests {
         let s = session();
         let p = plan(&s);
         assert_eq!(p.batches.len(), 3);
-        let a = ask(&LocalClassifier, &p, &Limits::default()).await;
+        let a = ask(&LocalClassifier::default(), &p, &Limits::default()).await;
         assert!(a.answers.iter().all(Result::is_ok));
         assert_eq!(a.usage.requests, 3);
         assert!(!a.timed_out);

@@ -75,6 +75,9 @@ pub struct Settings {
     pub amnesia: ctxd_core::wm::amnesia::Config,
     /// How long a request waits for its round's judgment at most (past it: retained).
     pub amnesia_budget: Duration,
+    /// Anthropic `cache_control` breakpoints planned on the requests ctxd rewrites, and
+    /// recorded on every request (`--no-cache-plan` leaves the client's as they are).
+    pub cache_plan: bool,
 }
 
 /// What ctxd changes in the requests it forwards, and with which budget.
@@ -376,6 +379,7 @@ impl Settings {
             digest: ctxd_core::wm::digest::Config::default(),
             amnesia: ctxd_core::wm::amnesia::Config::default(),
             amnesia_budget: ctxd_engine::amnesia::DEFAULT_BUDGET,
+            cache_plan: true,
         }
     }
 
@@ -502,6 +506,9 @@ impl Settings {
         m.model_windows.extend(file.model_windows);
         if let Some(b) = file.amnesia {
             self.management.mechanisms.amnesia = b;
+        }
+        if let Some(b) = file.cache_plan {
+            self.cache_plan = b;
         }
         if let Some(n) = file.amnesia_min_tokens {
             self.amnesia.min_tokens = parse_amnesia_min_tokens(n)
@@ -633,6 +640,8 @@ struct FileSettings {
     #[serde(default)]
     digest_shell_tools: BTreeMap<String, Vec<String>>,
     amnesia: Option<bool>,
+    /// `cache-plan = false` as `--no-cache-plan`.
+    cache_plan: Option<bool>,
     /// Tokens, as `--amnesia-min-tokens`.
     amnesia_min_tokens: Option<u64>,
     /// `[amnesia-read-tools.AGENT]` tables: `tools = [...]` (every result a read) and

@@ -119,6 +119,8 @@ pub struct Snapshot {
     phase: Phase,
     leaf: (usize, EntryId),
     store_session: i64,
+    /// Whose prompt cache the session's requests go to (the break-even rule's factor).
+    provider: ctxd_core::cache::Provider,
 }
 
 impl Snapshot {
@@ -139,6 +141,10 @@ impl Snapshot {
             phase,
             leaf: (leaf, leaf_id),
             store_session: loaded.record.id,
+            provider: ctxd_core::cache::Provider::of(
+                &log.session.meta.format,
+                log.session.meta.model.as_deref(),
+            ),
         })
     }
 }
@@ -303,6 +309,7 @@ async fn pass(snapshot: Snapshot, classifier: &Configured) -> (Option<Ready>, Mi
         phase,
         leaf,
         store_session,
+        provider,
     } = snapshot;
     let session = Session {
         meta: SessionMeta::default(),
@@ -311,6 +318,7 @@ async fn pass(snapshot: Snapshot, classifier: &Configured) -> (Option<Ready>, Mi
     };
     let config = Config {
         store_session: Some(store_session),
+        provider,
         ..Config::default()
     };
     let branch: Vec<usize> = (0..session.entries.len()).collect();

@@ -13,7 +13,9 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use ctxd_core::model::{Role, SessionMeta};
 use ctxd_core::view::ProjectionError;
-use ctxd_engine::turn::{completes_batch, hash, plan_request, upstream_parts, SessionLog};
+use ctxd_engine::turn::{
+    completes_batch, hash, plan_request, upstream, upstream_parts, SessionLog,
+};
 use ctxd_engine::windows::{TurnEnd, WindowPolicy};
 use ctxd_engine::{now_ms, Caller};
 use futures_util::{Stream, StreamExt};
@@ -481,11 +483,11 @@ async fn prepare(
             ack: None,
         });
     }
-    let parts = if management.record_only {
+    let upstream = if management.record_only {
         None
     } else {
-        match upstream_parts(&loaded.log, &plan.element_entries) {
-            Ok(parts) => parts,
+        match upstream(&loaded.log, &plan.element_entries) {
+            Ok(upstream) => upstream,
             Err(ProjectionError::MissingBoot { .. }) => {
                 drop(state);
                 return Err(repair_and_retry_hint(app, api, &slot, &caller, policy.tools).await);
@@ -496,7 +498,7 @@ async fn prepare(
     let (insert, avoided) = tools_edit(&req, &decoded, &offer, lazy.as_ref(), &loaded.log);
     let measured = crate::stats::measure(
         loaded,
-        parts.is_some(),
+        upstream.is_some(),
         insert.as_ref(),
         avoided,
         req.model.as_deref(),
@@ -505,22 +507,48 @@ async fn prepare(
         session = loaded.record.id,
         matched = plan.matched,
         appended = appended_count,
-        rewritten = parts.is_some(),
+        rewritten = upstream.is_some(),
         read_us,
         settled_us,
         locked_us,
         planned_us = started.elapsed().as_micros() as u64,
         "planned"
     );
+    // Anthropic breakpoints: planned on a conversation ctxd rewrites, recorded on every
+    // request that has any (the client's own where its messages go as they are).
+    let cache = (api == Api::Anthropic)
+        .then(|| {
+            crate::cache::prepare(
+                loaded,
+                &decoded,
+                upstream.as_ref(),
+                &plan.element_entries,
+                req.model.as_deref(),
+                app.settings.cache_plan,
+            )
+        })
+        .flatten();
     drop(state);
 
-    let (upstream_body, encoded, rewritten) = match (parts, &insert) {
+    let (upstream_body, encoded, rewritten) = match (upstream.as_ref(), &insert) {
         (None, None) => (raw, true, false),
-        (parts, insert) => (
-            Bytes::from(splice(&req, &decoded, parts.as_deref(), insert.as_ref())),
+        (upstream, insert) => (
+            Bytes::from(splice(
+                &req,
+                &decoded,
+                upstream.map(|u| u.parts.as_slice()),
+                insert.as_ref(),
+            )),
             false,
             true,
         ),
+    };
+    let (upstream_body, encoded, rewritten, cache_record) = match cache {
+        Some(prepared) => match prepared.finish(&upstream_body) {
+            (Some(body), record) => (Bytes::from(body), false, true, record),
+            (None, record) => (upstream_body, encoded, rewritten, record),
+        },
+        None => (upstream_body, encoded, rewritten, None),
     };
     if rewritten {
         metrics::counter!("ctxd_rewritten_total", "route" => api.route()).increment(1);
@@ -550,6 +578,7 @@ async fn prepare(
         started.elapsed(),
     );
     completion.measured(measured);
+    completion.cached(cache_record);
     Ok(Planned {
         upstream_body,
         encoded,
@@ -616,6 +645,9 @@ async fn recover_overflow(
         Ok(None) | Err(_) => return None,
     };
     completion.reattach(leaf_id(&loaded.log));
+    // The new window's body keeps the client's breakpoints that survive it; nothing before the
+    // window is read again, so there is nothing to record.
+    completion.cached(None);
     let model = replan.req.model.as_deref();
     let (insert, avoided) = replan.tools_edit(&loaded.log);
     completion.measured(crate::stats::measure(

@@ -11,6 +11,7 @@
 mod amnesia;
 pub mod api;
 mod budget;
+mod cache;
 mod checkpoints;
 pub mod config;
 mod digest;

@@ -63,6 +63,8 @@ pub struct Completion {
     relaying: Duration,
     /// The request's accounting, recorded with a complete response (`crate::stats`).
     request: Option<ctxd_core::savings::Record>,
+    /// Where the request's Anthropic breakpoints were (`crate::cache`), recorded likewise.
+    cache: Option<ctxd_core::cache::Record>,
     done: bool,
 }
 
@@ -94,6 +96,7 @@ impl Completion {
             before_upstream,
             relaying: Duration::ZERO,
             request: None,
+            cache: None,
             done: false,
         }
     }
@@ -101,6 +104,11 @@ impl Completion {
     /// The request as measured for what goes upstream (its headers, and its record).
     pub fn measured(&mut self, record: ctxd_core::savings::Record) {
         self.request = Some(record);
+    }
+
+    /// Where the request's breakpoints went upstream.
+    pub fn cached(&mut self, record: Option<ctxd_core::cache::Record>) {
+        self.cache = record;
     }
 
     pub fn request_record(&self) -> Option<&ctxd_core::savings::Record> {
@@ -193,6 +201,7 @@ impl Completion {
             attach,
             hidden,
             request: self.request.take(),
+            cache: self.cache.take(),
             outcome,
         })
     }
@@ -212,6 +221,7 @@ struct TurnRecord {
     hidden: Option<Hidden>,
     /// The request's accounting, recorded after a complete response.
     request: Option<ctxd_core::savings::Record>,
+    cache: Option<ctxd_core::cache::Record>,
     outcome: Outcome,
 }
 
@@ -256,6 +266,7 @@ impl TurnRecord {
             attach,
             hidden,
             request,
+            cache,
             outcome,
         } = self;
         let distill = distill && matches!(outcome, Outcome::Response(_));
@@ -317,6 +328,9 @@ impl TurnRecord {
             };
             if let Some(r) = request.filter(|_| matches!(end, TurnEnd::Completed)) {
                 batch.push(crate::stats::append(loaded, &r));
+            }
+            if let Some(r) = cache.filter(|_| matches!(end, TurnEnd::Completed)) {
+                batch.push(crate::cache::append(loaded, &r));
             }
             // An answer that called tools ends no turn: the boundary comes with their results.
             let (_, entries) = crate::turn::end_turn(&app, loaded, &caller, &policy, end).await;

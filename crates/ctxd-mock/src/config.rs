@@ -33,6 +33,11 @@ pub struct Config {
     pub windows: Vec<(String, u64)>,
     /// The window of a model neither [`Config::windows`] nor the built-in table knows.
     pub default_window: u64,
+    /// The simulated Anthropic prompt cache (`cache.rs`): how long an entry lives after
+    /// its last write or read (Anthropic's default is 5 minutes)...
+    pub cache_ttl: std::time::Duration,
+    /// ...and the shortest prefix written, in the mock's tokens (1,024 for Sonnet and Opus).
+    pub cache_min_tokens: u64,
 }
 
 impl Default for Config {
@@ -50,6 +55,8 @@ impl Default for Config {
             strict: true,
             windows: Vec::new(),
             default_window: 200_000,
+            cache_ttl: std::time::Duration::from_secs(300),
+            cache_min_tokens: 1_024,
         }
     }
 }

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use serde_json::json;
 
 use crate::body;
+use crate::cache;
 use crate::config::Reasoning;
 use crate::reply::{self, PlanInput, Rendered};
 use crate::request::Head;
@@ -72,6 +73,18 @@ async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Res
             return refused(api, &refusal, s);
         }
     }
+    // Anthropic's prompt cache, for a request that marks breakpoints (any other reads and
+    // writes nothing, as on the real API).
+    let prompt = (api == Api::Anthropic
+        && memchr::memmem::find(&decoded, b"\"cache_control\"").is_some())
+    .then(|| cache::Prompt::read(&decoded, head.model(), &s.config))
+    .flatten();
+    if let Some(p) = &prompt {
+        if s.config.strict && p.markers > cache::MAX_BREAKPOINTS {
+            let refusal = Refusal::new("anthropic.cache_control_limit", cache::too_many(p.markers));
+            return refused(api, &refusal, s);
+        }
+    }
     let (action, shape) = match take_reply(s).await {
         Ok(reply) => reply,
         Err(waited) => {
@@ -110,7 +123,14 @@ async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Res
         reasoning,
         body_len: decoded.len(),
     };
-    let plan = reply::plan(input, &s.ids);
+    let mut plan = reply::plan(input, &s.ids);
+    if let Some(p) = &prompt {
+        plan.cache = s.cache.serve(p, &s.config, std::time::Instant::now());
+        plan.input_tokens = plan
+            .input_tokens
+            .saturating_sub(plan.cache.read + plan.cache.creation)
+            .max(1);
+    }
     let stream = head.stream();
     let request_id = s.ids.next("req_");
     if let Some(message) = failure {

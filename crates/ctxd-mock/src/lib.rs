@@ -42,6 +42,8 @@
 //!   carry the text it was signed for. The mock's signatures encode a hash of the text
 //!   (`Reasoning::WhenAsked`/`Always` replies carry them, JSON and `signature_delta`);
 //!   signatures it did not issue (captured from the real provider) are accepted unchecked.
+//!   At most 4 `cache_control` blocks (tools, system, messages, nested ones, a top-level
+//!   one): `A maximum of 4 blocks with cache_control may be provided. Found N.`
 //! - OpenAI Chat (`invalid_request_error`, `param` `messages.[N].role`): `messages` present
 //!   and non-empty; an assistant message with `tool_calls` followed by a `tool` message per
 //!   call id before any other user/assistant message; a `tool` message answering a call of
@@ -57,6 +59,11 @@
 //!   gpt-4o/gpt-4-turbo 128k; gpt-4 8,192; gpt-3.5 16,385; o1/o3/o4 200k), else
 //!   [`Config::default_window`]; over it, each API's overflow error
 //!   (`prompt is too long: N tokens > M maximum`; `context_length_exceeded`).
+//!
+//! An Anthropic request that marks breakpoints goes through a simulated prompt cache
+//! (`cache.rs`: entries at breakpoints, reads within 20 blocks before one, 5-minute TTL,
+//! [`Config::cache_min_tokens`]); its usage reports `cache_read_input_tokens` and
+//! `cache_creation_input_tokens`, and `input_tokens` the rest, JSON and SSE.
 //!
 //! Messages whose shape the rules cannot read (a field of an unexpected type) are left alone:
 //! the rules judge conversation structure, not the schema. [`Config::strict`] `= false` (the
@@ -79,6 +86,7 @@
 //! ```
 
 mod body;
+mod cache;
 mod config;
 mod error;
 mod handlers;

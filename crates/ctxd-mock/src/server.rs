@@ -25,6 +25,8 @@ pub(crate) struct Shared {
     pub script: Script,
     pub recorder: Recorder,
     pub ids: Ids,
+    /// Anthropic's prompt cache, simulated.
+    pub cache: crate::cache::Cache,
 }
 
 /// A running mock server on 127.0.0.1. Stops on [`MockServer::stop`] or when dropped.
@@ -170,6 +172,7 @@ fn shared(config: Config) -> Result<Arc<Shared>, MockError> {
         script,
         recorder,
         ids: Ids::new(),
+        cache: crate::cache::Cache::default(),
     }))
 }
 

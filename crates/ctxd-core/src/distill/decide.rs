@@ -218,6 +218,30 @@ pub fn decide(
         d.results.push(result);
     }
 
+    // Items from before the run's prompt rewrite the cache from further back than the run's
+    // own edits: that extra rewrite must pay off, or they wait for a later run end.
+    let old_wait = old_items_wait(plan, &blocks, &exchange_omits, &d.results);
+    if old_wait {
+        for item in plan.items.iter().filter(|it| it.kind == ItemKind::Image) {
+            if !is_old(plan, item.entry) {
+                continue;
+            }
+            if let Some(b) = blocks.get_mut(&item.entry) {
+                b.remove(&item.block);
+            }
+            if let Some(r) = d
+                .results
+                .iter_mut()
+                .find(|r| r.kind == ItemKind::Image && r.entry_id == item.entry_id.0)
+            {
+                r.outcome = RecordOutcome::Kept;
+                r.reason = "deferred".to_owned();
+                r.after_chars = r.before_chars;
+            }
+        }
+        blocks.retain(|_, b| !b.is_empty());
+    }
+
     // Exchanges: together they must save enough, or they wait for a later run end.
     let saving: usize = exchange_omits
         .iter()
@@ -225,7 +249,7 @@ pub fn decide(
         .sum();
     for (i, mut result) in exchange_omits {
         let item = &plan.items[i];
-        if saving < cfg.exchange_min_saving {
+        if saving < cfg.exchange_min_saving || old_wait {
             result.outcome = RecordOutcome::Kept;
             result.reason = "deferred".to_owned();
             d.results.push(result);
@@ -275,6 +299,62 @@ pub fn decide(
         .map(|r| r.before_chars.saturating_sub(r.after_chars))
         .sum();
     d
+}
+
+/// The entry at `pos` comes before the run's prompt.
+fn is_old(plan: &Plan, pos: usize) -> bool {
+    match (plan.run.prompt, plan.costs.item_of(pos)) {
+        (Some(prompt), Some(at)) => at < prompt,
+        _ => false,
+    }
+}
+
+/// The edits of items from before the run's prompt (omitted exchanges, old images) must wait:
+/// the rewrite they add to the run's own edits' (`cache::Costs::rewrite_from`) does not pass
+/// the break-even rule for what they save, over the session's turns so far.
+fn old_items_wait(
+    plan: &Plan,
+    blocks: &BTreeMap<usize, BTreeMap<usize, Vec<ContentBlock>>>,
+    exchanges: &[(usize, ItemResult)],
+    results: &[ItemResult],
+) -> bool {
+    let costs = &plan.costs;
+    let (mut old_first, mut new_first) = (usize::MAX, usize::MAX);
+    for &pos in blocks.keys() {
+        if let Some(at) = costs.item_of(pos) {
+            if is_old(plan, pos) {
+                old_first = old_first.min(at);
+            } else {
+                new_first = new_first.min(at);
+            }
+        }
+    }
+    let mut saving = 0usize;
+    for (i, _) in exchanges {
+        let item = &plan.items[*i];
+        if let Some(at) = costs.item_of(item.entry) {
+            old_first = old_first.min(at);
+        }
+        saving += item.before_chars;
+    }
+    for item in plan.items.iter().filter(|it| it.kind == ItemKind::Image) {
+        if is_old(plan, item.entry) && blocks.contains_key(&item.entry) {
+            saving += results
+                .iter()
+                .find(|r| r.kind == ItemKind::Image && r.entry_id == item.entry_id.0)
+                .map_or(0, |r| r.before_chars.saturating_sub(r.after_chars));
+        }
+    }
+    if old_first == usize::MAX {
+        return false;
+    }
+    let others = if new_first == usize::MAX {
+        0
+    } else {
+        costs.rewrite_from(new_first)
+    };
+    let extra = costs.rewrite_from(old_first).saturating_sub(others);
+    extra > 0 && !crate::cache::pays_off(saving, costs.turns, extra, costs.provider)
 }
 
 fn yes(a: &Answer) -> f32 {

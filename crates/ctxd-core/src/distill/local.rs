@@ -11,6 +11,8 @@
 //! little recency; an output the question asks for (`read theme.md in full`) is needed whole,
 //! unless a later call rewrote the file or ran the command again.
 
+use std::sync::Arc;
+
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::{Answer, Ask, Batch, Item, ItemKind, Missing, Plan, Target};
@@ -92,9 +94,13 @@ const STOP: &[&str] = &[
 /// it stands for would: outputs that are JSON-encoded text (Codex's shell outputs) would
 /// otherwise glue an `n` to the first word of every line. (Elsewhere a backslash is only a
 /// separator, so a Windows path `src\tests` keeps its `tests`.)
-pub fn terms(text: &str, mut f: impl FnMut(&str, f32)) {
+pub fn terms(text: &str, f: impl FnMut(&str, f32)) {
+    terms_as(text, reads_as_json(text), f);
+}
+
+/// [`terms`], reading `text` as JSON or not as `json` says.
+fn terms_as(text: &str, json: bool, mut f: impl FnMut(&str, f32)) {
     let bytes = text.as_bytes();
-    let json = text.trim_start().starts_with(['{', '[', '"']);
     let mut i = 0;
     while i < bytes.len() {
         let is_tok = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'/' | b'-');
@@ -156,24 +162,104 @@ fn classify(tok: &str, f: &mut impl FnMut(&str, f32)) {
         }
         return;
     }
-    if tok.len() >= MIN_WORD {
-        let lower = tok.to_ascii_lowercase();
-        if !STOP.contains(&lower.as_str()) {
-            f(tok, WORD);
+    if tok.len() >= MIN_WORD && !is_stop_word(tok) {
+        f(tok, WORD);
+    }
+}
+
+/// The longest word in [`STOP`].
+const STOP_MAX: usize = 14;
+
+/// `tok` is one of [`STOP`], in any case: lowercased on the stack and looked up in a set. This
+/// runs for every long word of every text a pass reads (a scan of the list with an allocated
+/// lowercase copy was a tenth of a pass).
+fn is_stop_word(tok: &str) -> bool {
+    static SET: std::sync::LazyLock<HashSet<&'static str>> =
+        std::sync::LazyLock::new(|| STOP.iter().copied().collect());
+    if tok.len() > STOP_MAX {
+        return false;
+    }
+    let mut buf = [0u8; STOP_MAX];
+    let lower = &mut buf[..tok.len()];
+    lower.copy_from_slice(tok.as_bytes());
+    lower.make_ascii_lowercase();
+    std::str::from_utf8(lower).is_ok_and(|w| SET.contains(w))
+}
+
+/// A text's distinct terms, each as (hash of the term, weight), in order of first appearance.
+pub type TermList = Arc<[(u64, f32)]>;
+
+/// Term lists of the texts a pass has read, by the text's hash: the passes of a long run read
+/// the same outputs, steps and steering messages again at every turn end (a pass of a
+/// 230-step run over 1 MB re-read all of it, ~80 instructions a byte), so a classifier that
+/// keeps one across passes reads each text once. Bounded: cleared past [`MEMO_BYTES`] of text.
+#[derive(Debug, Default)]
+pub struct TermMemo {
+    lists: HashMap<(u64, usize, bool), TermList>,
+    bytes: usize,
+}
+
+/// Text remembered by a [`TermMemo`] before it starts again.
+const MEMO_BYTES: usize = 64 << 20;
+
+fn hash_of(bytes: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(bytes)
+}
+
+/// Does [`terms`] read `text` as JSON (its escapes separate terms)?
+fn reads_as_json(text: &str) -> bool {
+    text.trim_start().starts_with(['{', '[', '"'])
+}
+
+impl TermMemo {
+    /// The distinct terms of `text` ([`terms`] with its JSON reading given by `json`).
+    pub fn terms(&mut self, text: &str, json: bool) -> TermList {
+        let key = (hash_of(text.as_bytes()), text.len(), json);
+        if let Some(list) = self.lists.get(&key) {
+            return list.clone();
+        }
+        if self.bytes > MEMO_BYTES {
+            self.lists.clear();
+            self.bytes = 0;
+        }
+        let mut seen: HashSet<u64> = HashSet::default();
+        let mut list = Vec::new();
+        terms_as(text, json, |t, w| {
+            let h = hash_of(t.as_bytes());
+            if seen.insert(h) {
+                list.push((h, w));
+            }
+        });
+        let list: TermList = list.into();
+        self.bytes += text.len();
+        self.lists.insert(key, list.clone());
+        list
+    }
+
+    /// [`TermMemo::terms`] of a text read line by line (a question or conversation built anew
+    /// at every pass from the same messages): each line is remembered, so only new lines are
+    /// read. The same terms as the whole text (no term spans a line break).
+    fn each_line(&mut self, text: &str, mut f: impl FnMut(&[(u64, f32)])) {
+        let json = reads_as_json(text);
+        for line in text.split('\n').filter(|l| l.len() >= 3) {
+            f(&self.terms(line, json));
         }
     }
 }
 
 /// What the work cites, and from which step on.
 pub struct Index {
-    /// Term → the last step (index into the run's steps) that cites it; `usize::MAX` for the
-    /// question and the earlier conversation. Its keys are the terms of the current work
-    /// (question, steps, the last exchanges before the run), which old exchanges are weighed
-    /// against.
-    cited: HashMap<String, usize>,
+    /// Term (hash) → the last step (index into the run's steps) that cites it; `usize::MAX`
+    /// for the question and the earlier conversation. Its keys are the terms of the current
+    /// work (question, steps, the last exchanges before the run), which old exchanges are
+    /// weighed against.
+    cited: HashMap<u64, usize>,
     /// Terms in more than [`COMMON_SHARE`] of the plan's exchanges: the project's
     /// everyday names, which say nothing about one exchange.
-    common: HashSet<String>,
+    common: HashSet<u64>,
+    /// Each item's terms: one list per chunk of a large output, else one of its text.
+    items: Vec<Vec<TermList>>,
 }
 
 /// See [`Index::common`]; applies from [`COMMON_MIN_EXCHANGES`] exchanges on.
@@ -181,36 +267,49 @@ const COMMON_SHARE: f32 = 0.5;
 const COMMON_MIN_EXCHANGES: usize = 4;
 
 impl Index {
+    /// The index of `plan`, reading every text afresh.
     pub fn new(plan: &Plan) -> Self {
-        let mut cited: HashMap<String, usize> = HashMap::default();
-        // A term is looked up before it is copied: most occurrences repeat a known term.
-        let mut add = |text: &str, step: usize| {
-            terms(text, |t, _| match cited.get_mut(t) {
-                Some(e) => *e = (*e).max(step),
-                None => {
-                    cited.insert(t.to_owned(), step);
-                }
-            });
+        Self::with_memo(plan, &mut TermMemo::default())
+    }
+
+    /// The index of `plan`, reading only the texts `memo` has not seen.
+    pub fn with_memo(plan: &Plan, memo: &mut TermMemo) -> Self {
+        let mut cited: HashMap<u64, usize> = HashMap::default();
+        let mut add = |list: &[(u64, f32)], step: usize| {
+            for &(t, _) in list {
+                let e = cited.entry(t).or_insert(step);
+                *e = (*e).max(step);
+            }
         };
-        add(&plan.run.question, usize::MAX);
-        add(&plan.run.earlier, usize::MAX);
+        memo.each_line(&plan.run.question, |l| add(l, usize::MAX));
+        memo.each_line(&plan.run.earlier, |l| add(l, usize::MAX));
         for (i, s) in plan.run.steps.iter().enumerate() {
-            add(&s.text, i);
+            let json = reads_as_json(&s.text);
+            add(&memo.terms(&s.text, json), i);
         }
-        let strong = |text: &str, into: &mut HashSet<String>| {
-            terms(text, |t, _| {
-                if !into.contains(t) {
-                    into.insert(t.to_owned());
+        let items: Vec<Vec<TermList>> = plan
+            .items
+            .iter()
+            .map(|item| {
+                let json = reads_as_json(&item.text);
+                if item.kind == ItemKind::Large {
+                    item.chunks
+                        .iter()
+                        .map(|c| memo.terms(c.text(&item.text), json))
+                        .collect()
+                } else {
+                    vec![memo.terms(&item.text, json)]
                 }
-            });
-        };
-        let mut df: HashMap<String, usize> = HashMap::default();
+            })
+            .collect();
+        let mut df: HashMap<u64, usize> = HashMap::default();
         let mut n = 0usize;
-        for item in plan.items.iter().filter(|i| i.kind == ItemKind::Exchange) {
+        for (item, lists) in plan.items.iter().zip(&items) {
+            if item.kind != ItemKind::Exchange {
+                continue;
+            }
             n += 1;
-            let mut own = HashSet::default();
-            strong(&item.text, &mut own);
-            for t in own {
+            for &(t, _) in lists[0].iter() {
                 *df.entry(t).or_default() += 1;
             }
         }
@@ -222,38 +321,39 @@ impl Index {
         } else {
             HashSet::default()
         };
-        Index { cited, common }
+        Index {
+            cited,
+            common,
+            items,
+        }
+    }
+
+    /// The terms of item `item` of the plan: its chunk `chunk`, or (`None`) its whole text.
+    fn terms_of(&self, item: usize, chunk: Option<usize>) -> &[(u64, f32)] {
+        self.items
+            .get(item)
+            .and_then(|lists| lists.get(chunk.unwrap_or(0)))
+            .map_or(&[], |l| l)
     }
 
     /// The weight of an old exchange's distinct terms the current run also names (the
     /// project's common names aside).
-    pub fn exchange_overlap(&self, text: &str) -> f32 {
-        let mut seen: HashSet<&str> = HashSet::default();
-        let mut s = 0.0;
-        terms(text, |t, w| {
-            if !self.common.contains(t) {
-                if let Some((k, _)) = self.cited.get_key_value(t) {
-                    if seen.insert(k.as_str()) {
-                        s += w;
-                    }
-                }
-            }
-        });
-        s
+    fn exchange_overlap(&self, item: usize) -> f32 {
+        self.terms_of(item, None)
+            .iter()
+            .filter(|(t, _)| !self.common.contains(t) && self.cited.contains_key(t))
+            .map(|(_, w)| w)
+            .sum()
     }
 
-    /// The weight of the distinct terms of `text` cited from step `from` on.
-    pub fn score(&self, text: &str, from: usize) -> f32 {
-        let mut seen: HashSet<&str> = HashSet::default();
-        let mut s = 0.0;
-        terms(text, |t, w| {
-            if let Some((k, &step)) = self.cited.get_key_value(t) {
-                if step >= from && seen.insert(k.as_str()) {
-                    s += w;
-                }
-            }
-        });
-        s
+    /// The weight of the distinct terms of item `item` (its chunk `chunk`) cited from step
+    /// `from` on.
+    fn score(&self, item: usize, chunk: Option<usize>, from: usize) -> f32 {
+        self.terms_of(item, chunk)
+            .iter()
+            .filter(|(t, _)| self.cited.get(t).is_some_and(|&step| step >= from))
+            .map(|(_, w)| w)
+            .sum()
     }
 }
 
@@ -287,10 +387,9 @@ fn adjust(p: f32, item: &Item) -> f32 {
 pub fn answer_batch(plan: &Plan, index: &Index, batch: &Batch) -> Vec<Answer> {
     let mut chunk_scores: HashMap<(usize, usize), f32> = HashMap::default();
     let mut chunk_score = |item: usize, k: usize| -> f32 {
-        *chunk_scores.entry((item, k)).or_insert_with(|| {
-            let it = &plan.items[item];
-            index.score(it.chunks[k].text(&it.text), it.later_from)
-        })
+        *chunk_scores
+            .entry((item, k))
+            .or_insert_with(|| index.score(item, Some(k), plan.items[item].later_from))
     };
     let mut out = Vec::with_capacity(batch.questions.len());
     for &q in &batch.questions {
@@ -338,7 +437,7 @@ pub fn answer_batch(plan: &Plan, index: &Index, batch: &Batch) -> Vec<Answer> {
                 Answer::Choice(ps)
             }
             (ItemKind::Small, _, _) => {
-                let s = index.score(&item.text, item.later_from);
+                let s = index.score(question.item, None, item.later_from);
                 let mut p = p_from(s, 0.8, 0.6, 0.4, 0.15);
                 if item.signals.age_turns == 0 && plan.phase == super::Phase::RunEnd {
                     p += 0.1;
@@ -349,7 +448,7 @@ pub fn answer_batch(plan: &Plan, index: &Index, batch: &Batch) -> Vec<Answer> {
                 Answer::Yes(adjust(p, item).min(1.0))
             }
             (ItemKind::Exchange, _, _) => {
-                let s = index.exchange_overlap(&item.text);
+                let s = index.exchange_overlap(question.item);
                 Answer::Yes(p_from(s, 0.8, 0.5, 0.3, 0.08))
             }
             _ => Answer::Yes(1.0),
@@ -399,6 +498,45 @@ mod tests {
         assert!(names.contains(&"structure"));
         assert!(!names.contains(&"42"));
         assert!(!names.contains(&"the"));
+    }
+
+    #[test]
+    fn the_memo_gives_each_texts_distinct_terms_and_reads_a_text_once() {
+        let text =
+            "src/view.rs:12: fn project_checked(x)\nproject_checked again in src/view.rs 12345";
+        let mut memo = TermMemo::default();
+        let list = memo.terms(text, false);
+        let mut distinct: Vec<(u64, f32)> = Vec::new();
+        for (t, w) in all(text) {
+            let h = hash_of(t.as_bytes());
+            if !distinct.iter().any(|d| d.0 == h) {
+                distinct.push((h, w));
+            }
+        }
+        assert_eq!(&list[..], &distinct[..]);
+        // The same text again is the same list, not a new reading.
+        assert!(Arc::ptr_eq(&list, &memo.terms(text, false)));
+        assert_eq!(memo.bytes, text.len());
+        // Line by line: the same terms as the whole text.
+        let mut by_line: Vec<u64> = Vec::new();
+        memo.each_line(text, |l| by_line.extend(l.iter().map(|t| t.0)));
+        by_line.sort_unstable();
+        by_line.dedup();
+        let mut whole: Vec<u64> = list.iter().map(|t| t.0).collect();
+        whole.sort_unstable();
+        assert_eq!(by_line, whole);
+    }
+
+    #[test]
+    fn stop_words_match_in_any_case_and_no_longer_word_does() {
+        assert!(STOP.iter().all(|w| w.len() <= STOP_MAX && is_stop_word(w)));
+        assert!(is_stop_word("Because") && is_stop_word("IMPLEMENTATION"));
+        assert!(!is_stop_word("becausee") && !is_stop_word("structure"));
+        let names: Vec<String> = all("Because the Structure")
+            .into_iter()
+            .map(|t| t.0)
+            .collect();
+        assert_eq!(names, ["Structure"]);
     }
 
     #[test]

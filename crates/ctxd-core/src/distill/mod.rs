@@ -73,8 +73,9 @@ pub struct Config {
     pub mid_run_min_age_turns: usize,
     /// Mid-run: a checkpoint needs at least this many characters of eligible outputs.
     pub mid_run_batch_chars: usize,
-    /// Mid-run break-even: pending chars × turns so far ≥ factor × rewritten chars.
-    pub break_even_factor: usize,
+    /// Whose prompt cache the session's requests go to: the break-even rule's factor and what
+    /// an edit rewrites ([`crate::cache`]).
+    pub provider: crate::cache::Provider,
     /// Tools whose outputs are never pruned (a user's exclusions).
     pub exclude_tools: Vec<String>,
     /// With a store session id, `recall` notes name history item ids (`i_…`); without one (an
@@ -100,7 +101,7 @@ impl Default for Config {
             max_chunks_per_segment: 40,
             mid_run_min_age_turns: 4,
             mid_run_batch_chars: 60_000,
-            break_even_factor: 16,
+            provider: crate::cache::Provider::Anthropic,
             exclude_tools: Vec::new(),
             store_session: None,
         }
@@ -267,6 +268,9 @@ pub struct Plan {
     /// Items the plan judged without a classifier (pinned), as (item label, entry, reason):
     /// recorded as kept.
     pub pinned: Vec<record::ItemResult>,
+    /// What edits of the projection cost in the provider's cache (run end: the old items'
+    /// break-even in [`decide`]).
+    pub costs: crate::cache::Costs,
 }
 
 impl Plan {

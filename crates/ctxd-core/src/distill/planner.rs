@@ -7,6 +7,7 @@ use super::record::{blocks_chars, ItemResult, Outcome, Record};
 use super::run::{self, Call, Run};
 use super::signals;
 use super::{Ask, Batch, Config, Item, ItemKind, Phase, Plan, Question, Signals, Target};
+use crate::cache;
 use crate::model::{ContentBlock, Message, Role, Session};
 use crate::view::{self, Item as ViewItem, ItemKind as ViewKind};
 
@@ -24,6 +25,7 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
         questions: Vec::new(),
         batches: Vec::new(),
         pinned: Vec::new(),
+        costs: cache::Costs::default(),
     };
     let Ok(projection) = view::project_checked(session, branch) else {
         return empty(Run::default());
@@ -189,20 +191,25 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
         }
     }
 
+    out.costs = cache::Costs::new(
+        cfg.provider,
+        session,
+        branch,
+        items.iter().map(|it| {
+            let assistant = matches!(&it.kind,
+                ViewKind::Message { message, .. } if message.role == Role::Assistant);
+            (it.entry, item_chars(it), assistant)
+        }),
+    );
     if phase == Phase::MidRun {
+        // The break-even rule over the run's turns: the next request rewrites the cache from
+        // the read point before the first eligible output (`cache::rewrite_chars`).
         let pending: usize = out.items.iter().map(|i| i.before_chars).sum();
-        let first = out.items.first().map(|i| i.entry);
-        let rewrite: usize = match first {
-            Some(first) => items
-                .iter()
-                .skip_while(|it| it.entry != first)
-                .map(item_chars)
-                .sum(),
-            None => 0,
-        };
         let pays = pending >= cfg.mid_run_batch_chars
-            && pending.saturating_mul(out.run.turns.max(1))
-                >= cfg.break_even_factor.saturating_mul(rewrite);
+            && output_at.first().is_some_and(|&first| {
+                let rewrite = out.costs.rewrite_from(first);
+                cache::pays_off(pending, out.run.turns, rewrite, cfg.provider)
+            });
         if !pays {
             out.items.clear();
             out.pinned.clear();

@@ -101,6 +101,15 @@ impl Log {
     }
 }
 
+/// `n` short exchanges, too small to judge: a session long enough for edits of old items to
+/// pay for their cache rewrite (the break-even rule counts the turns so far).
+fn history(log: &mut Log, n: usize) {
+    for i in 0..n {
+        log.user(&format!("earlier question {i}"));
+        log.say("earlier answer");
+    }
+}
+
 /// A source file with numbered lines, as a read tool prints it.
 fn source(name: &str, lines: usize) -> String {
     (1..=lines)
@@ -257,6 +266,7 @@ fn a_grep_whose_answer_cites_some_files_keeps_those_files() {
 #[test]
 fn an_image_only_prompt_is_its_own_question_and_old_images_become_stubs() {
     let mut log = Log::default();
+    history(&mut log, 20);
     log.user("take a screenshot of the page");
     log.call("", "c1", "screenshot", json!({"url": "http://localhost"}));
     let shot = log.result_blocks(
@@ -456,9 +466,12 @@ fn the_text_a_later_edit_quotes_stays_verbatim() {
     assert!(!shown.contains("let util_value_2 = "));
 }
 
-#[test]
-fn unrelated_old_exchanges_are_omitted_with_a_stub_and_corrections_are_pinned() {
+/// `earlier` short exchanges, then an old exchange about a staging proxy (its prompt, and its
+/// call's entry), a correction of it, two recent exchanges and a run about something else,
+/// judged at its end. The old prompt, its call, the correction, and the pass's decisions.
+fn staging_then_other_work(earlier: usize) -> (Log, String, String, String, Decisions) {
     let mut log = Log::default();
+    history(&mut log, earlier);
     let old = log.user("configure the nginx reverse proxy for staging");
     let old_call = log.tool(
         "o1",
@@ -488,6 +501,12 @@ fn unrelated_old_exchanges_are_omitted_with_a_stub_and_corrections_are_pinned() 
     );
     log.say("Added the test for parse_duration.");
     let (_, d) = log.pass(Phase::RunEnd);
+    (log, old, old_call, fix, d)
+}
+
+#[test]
+fn unrelated_old_exchanges_are_omitted_with_a_stub_and_corrections_are_pinned() {
+    let (log, old, old_call, fix, d) = staging_then_other_work(30);
     let r = Log::result_of(&d, &old);
     assert_eq!(r.outcome, Outcome::Omitted, "{r:?}");
     assert!(r.omitted.contains(&old_call));
@@ -602,6 +621,7 @@ fn missing_answers_keep_everything() {
 #[test]
 fn a_read_the_question_asks_for_is_kept_whole_and_pins_its_exchange() {
     let mut log = Log::default();
+    history(&mut log, 30);
     let asked = log.user("read docs/theme.md in full, then port the selector to the theme");
     let doc = log.tool(
         "d1",
@@ -685,4 +705,21 @@ fn a_requested_read_an_edit_changed_in_part_stays_whole_but_a_rewrite_supersedes
     assert_eq!(run(partly), Outcome::Kept);
     let rewrite = json!({"path": "src/theme.rs", "content": "fn main() {}"});
     assert_eq!(run(rewrite), Outcome::Removed);
+}
+
+/// Old items rewrite the cache from further back than the run's own edits: in a short session
+/// that extra rewrite does not pay off, and they wait (`deferred`) for a later run end.
+#[test]
+fn old_items_wait_until_their_rewrite_pays_off() {
+    let build = |earlier: usize| {
+        let (_, old, _, _, d) = staging_then_other_work(earlier);
+        (Log::result_of(&d, &old).clone(), d.edits.len())
+    };
+    let (r, edits) = build(0);
+    assert_eq!((r.outcome, r.reason.as_str()), (Outcome::Kept, "deferred"));
+    assert_eq!(edits, 0);
+    // ~11,000 characters saved × 38 turns ≥ 11.5 × the ~19,000 rewritten from it on.
+    let (r, edits) = build(30);
+    assert_eq!(r.outcome, Outcome::Omitted, "{r:?}");
+    assert!(edits > 0);
 }

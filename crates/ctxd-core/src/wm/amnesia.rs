@@ -481,6 +481,7 @@ pub fn prepare(
         questions: Vec::new(),
         batches: Vec::new(),
         pinned: Vec::new(),
+        costs: crate::cache::Costs::default(),
     };
     let mut batch = Batch::default();
     let mut asked = Vec::new();

@@ -206,7 +206,7 @@ pub enum Configured {
 
 impl Default for Configured {
     fn default() -> Self {
-        Self::Local(LocalClassifier)
+        Self::Local(LocalClassifier::default())
     }
 }
 
@@ -222,7 +222,7 @@ impl Configured {
                         "applies to the openai classifier only (this one is local)",
                     ));
                 }
-                Ok(Self::Local(LocalClassifier))
+                Ok(Self::Local(LocalClassifier::default()))
             }
             ClassifierKind::OpenAi => {
                 let s = settings.logprob()?;

@@ -33,7 +33,7 @@ use ctxd_store::SessionRecord;
 pub use end::{completes_batch, end_turn};
 pub use log::SessionLog;
 pub use plan::{plan_request, ClientRequest, RequestPlan};
-pub use project::{upstream_parts, Part};
+pub use project::{breakpoints, upstream, upstream_parts, Part, Upstream};
 pub use record::{
     branch_ids_after, record_events, record_response, record_results, record_view, ResponseElement,
 };

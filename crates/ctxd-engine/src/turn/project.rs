@@ -22,6 +22,23 @@ pub fn upstream_parts(
     log: &SessionLog,
     element_entries: &[usize],
 ) -> Result<Option<Vec<Part>>, ProjectionError> {
+    Ok(upstream(log, element_entries)?.map(|u| u.parts))
+}
+
+/// A rewritten conversation array: its parts, and the log entry each shows (what cache
+/// planning reads).
+#[derive(Debug, PartialEq)]
+pub struct Upstream {
+    pub parts: Vec<Part>,
+    /// The entry position of each part.
+    pub entries: Vec<usize>,
+}
+
+/// [`upstream_parts`] with each part's entry.
+pub fn upstream(
+    log: &SessionLog,
+    element_entries: &[usize],
+) -> Result<Option<Upstream>, ProjectionError> {
     let branch = log.branch();
     let projection = project_checked(&log.session, &branch)?;
     // Entry position → the request's element showing it.
@@ -46,5 +63,37 @@ pub fn upstream_parts(
             .iter()
             .enumerate()
             .all(|(n, p)| matches!(p, Part::Client(i) if *i == n));
-    Ok(if unchanged { None } else { Some(parts) })
+    let entries = projection.items.iter().map(|item| item.entry).collect();
+    Ok((!unchanged).then_some(Upstream { parts, entries }))
+}
+
+/// The breakpoints of a rewritten Anthropic request ([`ctxd_core::cache::plan`]) over `log`'s
+/// branch: `entries` are the upstream messages' entries ([`Upstream::entries`]).
+pub fn breakpoints(
+    log: &SessionLog,
+    entries: &[usize],
+    client: ctxd_core::cache::ClientMarks,
+    model: &str,
+    head: u64,
+    now_ms: u64,
+) -> ctxd_core::cache::Plan {
+    let branch = log.branch();
+    let mut at = vec![usize::MAX; log.len()];
+    for (i, &p) in branch.iter().enumerate() {
+        if let Some(slot) = at.get_mut(p) {
+            *slot = i;
+        }
+    }
+    let messages: Vec<usize> = entries
+        .iter()
+        .map(|&p| at.get(p).copied().unwrap_or(usize::MAX))
+        .collect();
+    let req = ctxd_core::cache::Request {
+        messages: &messages,
+        client,
+        model,
+        head,
+        now_ms,
+    };
+    ctxd_core::cache::plan(&log.session, &branch, &req)
 }

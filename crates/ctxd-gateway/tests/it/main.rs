@@ -5,6 +5,7 @@
 //! API's shape, tenants kept apart.
 
 mod amnesia;
+mod cache;
 mod conversation;
 mod digest;
 mod distill;

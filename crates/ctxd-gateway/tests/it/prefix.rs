@@ -9,15 +9,18 @@
 //! request, as a share of that request. What must hold: nothing refused; a request whose
 //! conversation does not start with the previous one's bytes is one where ctxd's edits of
 //! earlier outputs landed (a distillation pass's `ContextEdit`s, each pass recorded in the
-//! store, mid-run ones only where the planner's break-even rule let them through); everywhere
-//! else the previous request is a byte prefix of the next (the prompt cache reads it whole).
+//! store, mid-run ones only where the provider's break-even rule let them through, checked
+//! against the planner's own costs); everywhere else the previous request is a byte prefix of
+//! the next (the prompt cache reads it whole).
 
 use std::fmt::Write as _;
 
+use ctxd_core::cache::Provider;
 use ctxd_core::distill::{record::Record, Phase};
 use ctxd_mock::Reply;
 use serde_json::{json, Value};
 
+use crate::cache::check_the_rule;
 use crate::digest::array_span;
 use crate::loops::{client_turn, scripted, Api};
 use crate::served::user_text;
@@ -315,6 +318,18 @@ async fn session(api: Api, stream: bool) {
     assert!(
         !passes.is_empty(),
         "{api:?} stream={stream}: no pass edited anything"
+    );
+    // Every checkpoint that edited passed the provider's break-even rule, and the turn ends
+    // it refused edited nothing (most of the long run's).
+    let provider = match api {
+        Api::Anthropic => Provider::Anthropic,
+        Api::Chat | Api::Responses => Provider::OpenAi,
+    };
+    let (checked, refused) = check_the_rule(&s, provider);
+    assert_eq!(checked, mid_run, "{api:?} stream={stream}");
+    assert!(
+        refused > 0,
+        "{api:?} stream={stream}: the rule refused no turn end"
     );
 }
 

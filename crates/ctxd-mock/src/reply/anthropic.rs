@@ -9,8 +9,8 @@ use super::{deltas, halves, sse, Piece, Plan};
 fn usage(plan: &Plan, output_tokens: u64) -> Value {
     json!({
         "input_tokens": plan.input_tokens,
-        "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": plan.cache.creation,
+        "cache_read_input_tokens": plan.cache.read,
         "output_tokens": output_tokens,
     })
 }

@@ -35,7 +35,10 @@ pub(crate) struct Plan {
     pub model: String,
     pub reasoning: Option<Reasoned>,
     pub pieces: Vec<Piece>,
+    /// Input tokens outside the cache (Anthropic's `input_tokens`).
     pub input_tokens: u64,
+    /// Anthropic: what the simulated cache read and wrote ([`crate::cache`]).
+    pub cache: crate::cache::Usage,
     /// Chat: a usage chunk before `[DONE]`.
     pub include_usage: bool,
     /// Responses: echoed request fields.
@@ -186,6 +189,7 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
         reasoning,
         pieces,
         input_tokens: crate::validate::estimate_tokens(body_len),
+        cache: crate::cache::Usage::default(),
         include_usage: head.include_usage(),
         tool_choice: head
             .tool_choice

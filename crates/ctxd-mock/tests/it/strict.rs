@@ -449,3 +449,72 @@ async fn lax_mode_accepts_what_strict_refuses() {
         assert_eq!(post(&strict, path, body).await.status, 400, "{path} {body}");
     }
 }
+
+/// More than 4 `cache_control` blocks (nested and system ones count) are refused with
+/// Anthropic's message; up to 4 are served, and the simulated cache reports what it wrote and
+/// read in the usage, JSON and SSE.
+#[tokio::test]
+async fn anthropic_breakpoints_are_capped_and_the_cache_is_simulated() {
+    let mock = start().await;
+    let mark = json!({"type": "ephemeral"});
+    let big = "x".repeat(8_000);
+    let text = |t: &str, marked: bool| {
+        let mut b = json!({"type": "text", "text": t});
+        if marked {
+            b["cache_control"] = mark.clone();
+        }
+        b
+    };
+    let body = |n: usize, stream: bool| {
+        let messages: Vec<Value> = (0..n)
+            .map(|i| {
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                json!({"role": role, "content": [text(&format!("{i} {big}"), i == n - 1)]})
+            })
+            .collect();
+        let mut b = claude(json!(messages));
+        b["system"] = json!([text("one", true), text("two", true)]);
+        b["stream"] = json!(stream);
+        b
+    };
+    let mut five = body(3, false);
+    five["messages"][0]["content"][0]["cache_control"] = mark.clone();
+    five["messages"][1]["content"][0]["cache_control"] = mark.clone();
+    let m = anthropic_refusal(
+        &post(&mock, MESSAGES, &five).await,
+        "anthropic.cache_control_limit",
+    );
+    assert_eq!(
+        m,
+        "A maximum of 4 blocks with cache_control may be provided. Found 5."
+    );
+
+    let first = post(&mock, MESSAGES, &body(3, false)).await;
+    ok(&first);
+    let u = &first.json()["usage"];
+    assert_eq!(u["cache_read_input_tokens"], 0);
+    let written = u["cache_creation_input_tokens"].as_u64().unwrap();
+    assert!(written > 5_000, "{u}");
+    // The same prefix and two more messages: read back, the rest written (SSE).
+    let second = post(&mock, MESSAGES, &body(5, true)).await;
+    ok(&second);
+    let events = second.events();
+    let start = &events[0].data["message"]["usage"];
+    assert_eq!(start["cache_read_input_tokens"].as_u64(), Some(written));
+    let end = &events
+        .iter()
+        .rev()
+        .find(|e| e.data["type"] == "message_delta")
+        .unwrap()
+        .data;
+    assert_eq!(
+        end["usage"]["cache_read_input_tokens"].as_u64(),
+        Some(written)
+    );
+    assert!(
+        end["usage"]["cache_creation_input_tokens"]
+            .as_u64()
+            .unwrap()
+            > 3_000
+    );
+}
