@@ -9,8 +9,8 @@
 //! priority, held to a share of one core (`distill-cpu-percent`, [`crate::pace`]), and never
 //! take the session's lock, so they cost a request nothing but the copy. The copy is
 //! incremental: each session keeps the branch its last pass read ([`Mirror`]), and a turn end
-//! that extends that branch clones only the entries after it (log entries never change once
-//! appended); a branch that left it is copied whole. A full copy of a 1 MB branch at every turn
+//! clones only the entries after the part of it the branch shares from the root (log entries
+//! never change once appended), whether the branch extends it or forks from it. A full copy of a 1 MB branch at every turn
 //! end was the gateway's largest cost per request at 1 MB of history (docs/benchmarks.md). At
 //! most one pass per session is queued or running; a turn end meanwhile is noted, and the
 //! branch is handed over for it at the session's next request (once the pass is over).
@@ -78,15 +78,23 @@ pub struct Mirror {
 }
 
 impl Mirror {
-    /// `log`'s `branch`, reusing `prior` where the branch extends it: only the entries after
-    /// it are cloned. Returns the mirror and how many entries were cloned.
+    /// `log`'s `branch`, reusing what it shares with `prior` from the root: only the entries
+    /// after the shared part are cloned, whether the branch extends `prior` or forks from it
+    /// (a client that resends an older conversation with a new question forks at every turn:
+    /// copying the whole branch each time was the request path's largest cost with
+    /// distillation on). Returns the mirror and how many entries were cloned.
     fn of(log: &SessionLog, branch: Vec<usize>, prior: Option<Mirror>) -> (Self, usize) {
-        let reusable = prior.filter(|m| branch.starts_with(&m.positions));
-        let mut mirror = reusable.unwrap_or(Mirror {
+        let mut mirror = prior.unwrap_or(Mirror {
             positions: Vec::new(),
             entries: Vec::new(),
         });
-        let kept = mirror.positions.len();
+        let kept = mirror
+            .positions
+            .iter()
+            .zip(&branch)
+            .take_while(|(a, b)| a == b)
+            .count();
+        mirror.entries.truncate(kept);
         mirror
             .entries
             .extend(branch[kept..].iter().filter_map(|&p| log.entry(p).cloned()));
@@ -402,7 +410,7 @@ mod tests {
     }
 
     #[test]
-    fn a_mirror_extends_along_its_branch_and_is_copied_whole_when_the_branch_leaves_it() {
+    fn a_mirror_keeps_what_the_branch_shares_with_it_and_clones_the_rest() {
         let mut log = SessionLog::new(Session::default());
         log.push(entry("a", None));
         log.push(entry("b", Some("a")));
@@ -416,13 +424,19 @@ mod tests {
         assert_eq!((ids(&grown), cloned), (vec!["a", "b", "c", "d"], 2));
         assert_eq!(grown.positions, log.branch());
 
-        // The client went back to "b" and on from there: the mirror no longer fits.
+        // The client went back to "b" and on from there: "a" and "b" are kept, "e" cloned.
         log.push(entry("e", Some("b")));
         let (forked, cloned) = Mirror::of(&log, log.branch(), Some(grown));
-        assert_eq!((ids(&forked), cloned), (vec!["a", "b", "e"], 3));
+        assert_eq!((ids(&forked), cloned), (vec!["a", "b", "e"], 1));
+        assert_eq!(forked.positions, log.branch());
+
+        // A branch from another root shares nothing: copied whole.
+        log.push(entry("x", None));
+        let (other, cloned) = Mirror::of(&log, log.branch(), Some(forked));
+        assert_eq!((ids(&other), cloned), (vec!["x"], 1));
 
         // Nothing new: nothing cloned, the same copy handed on.
-        let (same, cloned) = Mirror::of(&log, log.branch(), Some(forked));
-        assert_eq!((ids(&same), cloned), (vec!["a", "b", "e"], 0));
+        let (same, cloned) = Mirror::of(&log, log.branch(), Some(other));
+        assert_eq!((ids(&same), cloned), (vec!["x"], 0));
     }
 }

@@ -192,15 +192,34 @@ pub type TermList = Arc<[(u64, f32)]>;
 /// Term lists of the texts a pass has read, by the text's hash: the passes of a long run read
 /// the same outputs, steps and steering messages again at every turn end (a pass of a
 /// 230-step run over 1 MB re-read all of it, ~80 instructions a byte), so a classifier that
-/// keeps one across passes reads each text once. Bounded: cleared past [`MEMO_BYTES`] of text.
-#[derive(Debug, Default)]
+/// keeps one across passes reads each text once. Bounded by two generations: when the current
+/// one holds [`MEMO_BYTES`] / 2, it becomes the old one and the old one is dropped; a list
+/// found in the old generation moves to the current one. What every pass reads stays; what
+/// no pass read for a generation goes (a whole-memo reset made every session's next pass cold
+/// at once).
+#[derive(Debug)]
 pub struct TermMemo {
-    lists: HashMap<(u64, usize, bool), TermList>,
+    current: HashMap<(u64, usize, bool), TermList>,
+    old: HashMap<(u64, usize, bool), TermList>,
+    /// The current generation's size, by [`list_bytes`].
     bytes: usize,
+    /// The memory both generations hold at the most, about.
+    cap: usize,
 }
 
-/// Text remembered by a [`TermMemo`] before it starts again.
+impl Default for TermMemo {
+    fn default() -> Self {
+        Self::with_cap(MEMO_BYTES)
+    }
+}
+
+/// The memory a [`TermMemo`] holds at the most, about.
 const MEMO_BYTES: usize = 64 << 20;
+
+/// A remembered list's memory: its key, its `Arc`'s header and its terms.
+fn list_bytes(list: &[(u64, f32)]) -> usize {
+    64 + std::mem::size_of_val(list)
+}
 
 fn hash_of(bytes: &[u8]) -> u64 {
     use std::hash::BuildHasher;
@@ -213,27 +232,42 @@ fn reads_as_json(text: &str) -> bool {
 }
 
 impl TermMemo {
+    /// A memo of about `cap` bytes at the most.
+    pub fn with_cap(cap: usize) -> Self {
+        TermMemo {
+            current: HashMap::default(),
+            old: HashMap::default(),
+            bytes: 0,
+            cap,
+        }
+    }
+
     /// The distinct terms of `text` ([`terms`] with its JSON reading given by `json`).
     pub fn terms(&mut self, text: &str, json: bool) -> TermList {
         let key = (hash_of(text.as_bytes()), text.len(), json);
-        if let Some(list) = self.lists.get(&key) {
+        if let Some(list) = self.current.get(&key) {
             return list.clone();
         }
-        if self.bytes > MEMO_BYTES {
-            self.lists.clear();
+        let list = match self.old.remove(&key) {
+            Some(list) => list,
+            None => {
+                let mut seen: HashSet<u64> = HashSet::default();
+                let mut list = Vec::new();
+                terms_as(text, json, |t, w| {
+                    let h = hash_of(t.as_bytes());
+                    if seen.insert(h) {
+                        list.push((h, w));
+                    }
+                });
+                list.into()
+            }
+        };
+        if self.bytes >= self.cap / 2 {
+            self.old = std::mem::take(&mut self.current);
             self.bytes = 0;
         }
-        let mut seen: HashSet<u64> = HashSet::default();
-        let mut list = Vec::new();
-        terms_as(text, json, |t, w| {
-            let h = hash_of(t.as_bytes());
-            if seen.insert(h) {
-                list.push((h, w));
-            }
-        });
-        let list: TermList = list.into();
-        self.bytes += text.len();
-        self.lists.insert(key, list.clone());
+        self.bytes += list_bytes(&list);
+        self.current.insert(key, list.clone());
         list
     }
 
@@ -516,7 +550,7 @@ mod tests {
         assert_eq!(&list[..], &distinct[..]);
         // The same text again is the same list, not a new reading.
         assert!(Arc::ptr_eq(&list, &memo.terms(text, false)));
-        assert_eq!(memo.bytes, text.len());
+        assert_eq!(memo.bytes, list_bytes(&list));
         // Line by line: the same terms as the whole text.
         let mut by_line: Vec<u64> = Vec::new();
         memo.each_line(text, |l| by_line.extend(l.iter().map(|t| t.0)));
@@ -525,6 +559,33 @@ mod tests {
         let mut whole: Vec<u64> = list.iter().map(|t| t.0).collect();
         whole.sort_unstable();
         assert_eq!(by_line, whole);
+    }
+
+    #[test]
+    fn the_memo_keeps_what_passes_read_and_drops_what_they_stopped_reading() {
+        let cap = 64 * 1024;
+        let mut memo = TermMemo::with_cap(cap);
+        let kept_text = "kept_term in every pass";
+        let kept = memo.terms(kept_text, false);
+        let first_text = "other_text_0 with number_0";
+        let first = (hash_of(first_text.as_bytes()), first_text.len(), false);
+        let mut n = 0;
+        // Other texts until the first of them is forgotten, `kept` read again now and then.
+        while memo.current.contains_key(&first) || memo.old.contains_key(&first) || n == 0 {
+            memo.terms(&format!("other_text_{n} with number_{n}"), false);
+            if n % 100 == 0 {
+                assert!(Arc::ptr_eq(&kept, &memo.terms(kept_text, false)));
+            }
+            n += 1;
+            assert!(n < 100_000, "never forgotten");
+        }
+        assert!(n > 100, "forgotten after {n} texts");
+        // Bounded, and what the passes kept reading is still the same list.
+        let held = |m: &HashMap<(u64, usize, bool), TermList>| -> usize {
+            m.values().map(|l| list_bytes(l)).sum()
+        };
+        assert!(held(&memo.current) + held(&memo.old) <= cap + 256);
+        assert!(Arc::ptr_eq(&kept, &memo.terms(kept_text, false)));
     }
 
     #[test]
