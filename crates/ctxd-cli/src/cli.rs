@@ -34,8 +34,8 @@ pub fn config_keys(serve: &clap::Command) -> Vec<String> {
         .get_arguments()
         .filter_map(|a| a.get_long())
         // The file says these as `reminders = false`, `resets = false`, `distill = false`,
-        // `digests = false`, `write-facts = false`, a `[model-windows]` table and a
-        // `[classifier]` table (see the help below).
+        // `digests = false`, `write-facts = false`, `amnesia = false`, `lazy-tools = false`, a
+        // `[model-windows]` table and a `[classifier]` table (see the help below).
         .filter(|l| {
             !matches!(
                 *l,
@@ -48,6 +48,7 @@ pub fn config_keys(serve: &clap::Command) -> Vec<String> {
                     | "no-digests"
                     | "no-write-facts"
                     | "no-amnesia"
+                    | "no-lazy-tools"
                     | "no-cache-plan"
                     | "model-window"
             ) && !l.starts_with("classifier")
@@ -69,7 +70,7 @@ pub fn with_config_help(cli: clap::Command) -> clap::Command {
              ({flags}; e.g. `read-timeout = 60`), and `cached-sessions` (sessions kept indexed in \
              memory, default 256; no flag). `reminders = false`, `resets = false` and \
              `distill = false` do what --no-reminders, --no-resets and --no-distill do, \
-             `cache-plan = false` does what --no-cache-plan does, `[agents.NAME]` tables set `reminders`, `resets`, `distill`, `digests`, `amnesia` and `tools` for one agent (claude-code, codex, pi, sdk); `[amnesia-read-tools.AGENT]` tables (`tools`, `shell`) name the read-like tools meta-amnesia judges; a `[model-windows]` table maps model \
+             `cache-plan = false` does what --no-cache-plan does, `[agents.NAME]` tables set `reminders`, `resets`, `distill`, `digests`, `amnesia`, `lazy-tools` and `tools` for one agent (claude-code, codex, pi, sdk); `[amnesia-read-tools.AGENT]` tables (`tools`, `shell`) name the read-like tools meta-amnesia judges; a `[lazy-base-tools]` table (`AGENT = [\"tool\", ...]`) names each agent's base tools for lazy tools; a `[model-windows]` table maps model \
              names to windows (\"claude-sonnet-4-5\" = 1000000) as --model-window does; a \
              `[classifier]` table (kind, base_url, model, api_key_env, timeout_ms, concurrency, \
              price_per_mtok) does what the --classifier flags do. Flags and \

@@ -47,6 +47,11 @@ pub struct EvalArgs {
     /// Read-like results under this many tokens are retained unjudged [default: 250].
     #[arg(long, value_name = "TOKENS")]
     pub amnesia_min_tokens: Option<u64>,
+    /// Count what lazy tools would leave out of each request: the recorded tool definitions
+    /// beyond the agent's base set (`ctxd serve`'s defaults) and the tools used since the last
+    /// prompt. Only gateway captures record definitions; agents' session files do not.
+    #[arg(long)]
+    pub lazy_tools: bool,
     /// The baseline: keep the last N tool outputs, mask older ones (SWE-agent's rule).
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub baseline_last: usize,
@@ -128,6 +133,7 @@ struct Total {
     amnesia_dropped: usize,
     amnesia_rounds: usize,
     amnesia_saved_tokens: u64,
+    lazy_tools_tokens: u64,
     /// The classifier's requests, input tokens, cost and time over every pass.
     classifier: Usage,
     classifier_ms: f64,
@@ -235,6 +241,9 @@ fn options<'a, C>(
         },
         digest: digest_config(args, switches.digests)?,
         amnesia: amnesia_config(args, switches.amnesia)?,
+        lazy: args
+            .lazy_tools
+            .then(ctxd_core::wm::lazy::BaseTools::default),
     })
 }
 
@@ -310,6 +319,7 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         total.amnesia_dropped += outcome.amnesia_dropped;
         total.amnesia_rounds += outcome.amnesia_rounds;
         total.amnesia_saved_tokens += outcome.amnesia_saved_tokens;
+        total.lazy_tools_tokens += outcome.lazy_tools_tokens;
         total.classifier.add(&outcome.classifier);
         total.classifier_ms += outcome.classifier_us as f64 / 1_000.0;
         total.policy_ms += outcome.policy_us as f64 / 1_000.0;
@@ -487,6 +497,15 @@ fn write_text(
         )?;
     } else {
         writeln!(out, "amnesia: off")?;
+    }
+    if args.lazy_tools {
+        writeln!(
+            out,
+            "lazy tools: {} tokens of tool definitions left out over all requests (4 bytes a token; only sessions that record definitions count)",
+            total.lazy_tools_tokens
+        )?;
+    } else {
+        writeln!(out, "lazy tools: off")?;
     }
     if total.classifier.input_tokens > 0 {
         writeln!(

@@ -107,6 +107,17 @@ pub struct ServeArgs {
     #[arg(long, env = "CTXD_AMNESIA_MIN_TOKENS", value_name = "TOKENS",
           value_parser = parse_amnesia_min_tokens)]
     pub amnesia_min_tokens: Option<u64>,
+    /// Lazy tools for every agent (config: `lazy-tools = true`, or per agent in
+    /// `[agents.NAME]`) [default: off]. On, only the agent's base set of the client's tools (a
+    /// `[lazy-base-tools]` table: `AGENT = ["tool", ...]`) and `find_capability` go upstream;
+    /// what the model finds is added until the user's next message. Each change of the set
+    /// rewrites the provider's whole cached prompt.
+    #[arg(long, env = "CTXD_LAZY_TOOLS", conflicts_with = "no_lazy_tools")]
+    pub lazy_tools: bool,
+    /// No lazy tools for any agent, whatever the settings file says (config:
+    /// `lazy-tools = false`).
+    #[arg(long, env = "CTXD_NO_LAZY_TOOLS")]
+    pub no_lazy_tools: bool,
     /// ctxd's tools the gateway offers the model beside the client's own and answers itself:
     /// `all`, `none`, or a list of tools and groups (`reset`, `remaining`, `notes`, `history`,
     /// `recall`), e.g. `notes,recall` (config: `tools = ...`, or per agent in `[agents.NAME]`)
@@ -311,6 +322,12 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if args.no_amnesia {
         m.mechanisms.amnesia = false;
     }
+    if args.lazy_tools {
+        m.mechanisms.lazy_tools = true;
+    }
+    if args.no_lazy_tools {
+        m.mechanisms.lazy_tools = false;
+    }
     if let Some(t) = &args.tools {
         m.tools = t.clone();
     }
@@ -341,6 +358,7 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
             distill = settings.management.mechanisms.distill,
             digests = settings.management.mechanisms.digests,
             amnesia = settings.management.mechanisms.amnesia,
+            lazy_tools = settings.management.mechanisms.lazy_tools,
             tools = ?settings.management.tools,
             "ctxd gateway listening"
         );

@@ -14,6 +14,7 @@ pub mod distill;
 mod error;
 pub mod history;
 pub mod import;
+pub mod lazy;
 pub mod notes;
 pub mod recall;
 pub mod tools;

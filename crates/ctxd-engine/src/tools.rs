@@ -24,6 +24,10 @@ pub struct ToolOutput {
     pub text: String,
     /// A failure the model should see (bad arguments, unknown note...), not an engine failure.
     pub is_error: bool,
+    /// A record the caller appends to the log after the result (`find_capability`'s
+    /// activation): the tool reads the store, the gateway owns the session's writes.
+    #[serde(skip)]
+    pub record: Option<ctxd_core::model::EntryKind>,
 }
 
 impl ToolOutput {
@@ -31,6 +35,7 @@ impl ToolOutput {
         Self {
             text: text.into(),
             is_error: false,
+            record: None,
         }
     }
 
@@ -38,6 +43,7 @@ impl ToolOutput {
         Self {
             text: text.into(),
             is_error: true,
+            record: None,
         }
     }
 }
@@ -49,6 +55,7 @@ pub fn specs() -> Vec<ToolSpec> {
     all.extend(crate::notes::specs());
     all.extend(crate::history::specs());
     all.extend(crate::recall::specs());
+    all.extend(crate::lazy::specs());
     all
 }
 
@@ -78,6 +85,8 @@ where
         } else if let Some(r) = crate::history::call(self, caller, name, args) {
             r
         } else if let Some(r) = crate::recall::call(self, caller, name, args) {
+            r
+        } else if let Some(r) = crate::lazy::call(self, caller, name, args) {
             r
         } else {
             return Err(EngineError::UnknownTool(name.to_owned()));

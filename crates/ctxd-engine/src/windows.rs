@@ -252,7 +252,7 @@ pub enum RepairOutcome {
 
 impl<S: Store> Engine<S> {
     /// The caller's session, checked against its tenant.
-    fn caller_session(
+    pub(crate) fn caller_session(
         &self,
         caller: &Caller,
         what: &'static str,

@@ -101,6 +101,9 @@ pub struct Management {
     /// Write facts: a write's content stripped at the tail, a fact in its place
     /// (`--no-write-facts`, `--write-facts-min-bytes`; `write-facts`, `write-facts-min-bytes`).
     pub write_facts: ctxd_core::wm::writes::Settings,
+    /// Lazy tools' base set per agent (on or off per agent in [`Mechanisms::lazy_tools`];
+    /// `[lazy-base-tools]`: `AGENT = ["tool", ...]`, `other` for agents without a row).
+    pub lazy_base: ctxd_core::wm::lazy::BaseTools,
 }
 
 /// Which of ctxd's tools the gateway adds to a request's tool list (`--tools`, `tools = ...`).
@@ -125,7 +128,7 @@ impl ToolsSetting {
             "none" | "" => return Ok(ToolsSetting::None),
             _ => {}
         }
-        let known = ctxd_engine::tools::names();
+        let known = offerable();
         let names: Vec<String> = spec
             .split(',')
             .map(|n| n.trim().to_owned())
@@ -144,7 +147,7 @@ impl ToolsSetting {
 
     /// The tool names this setting offers, in the registry's order.
     pub fn names(&self) -> Vec<&'static str> {
-        let all = ctxd_engine::tools::names();
+        let all = offerable();
         match self {
             ToolsSetting::All => all.to_vec(),
             ToolsSetting::None => Vec::new(),
@@ -158,6 +161,16 @@ impl ToolsSetting {
             }
         }
     }
+}
+
+/// The registry's tools this setting chooses among: all but `find_capability`, which lazy tools
+/// offer (and only then).
+fn offerable() -> Vec<&'static str> {
+    ctxd_engine::tools::names()
+        .iter()
+        .copied()
+        .filter(|n| *n != ctxd_core::wm::lazy::FIND_CAPABILITY)
+        .collect()
 }
 
 /// The tools of a group name.
@@ -210,6 +223,10 @@ pub struct Mechanisms {
     /// request while it is the tail. Off by default: measured on the shared sessions it costs
     /// retention (`ctxd eval`, README).
     pub amnesia: bool,
+    /// Lazy tools: only the agent's base set of the client's tools and `find_capability` go
+    /// upstream. Off by default: each change of the set rewrites the provider's whole cached
+    /// prompt (README).
+    pub lazy_tools: bool,
 }
 
 impl Default for Mechanisms {
@@ -220,6 +237,7 @@ impl Default for Mechanisms {
             distill: true,
             digests: true,
             amnesia: false,
+            lazy_tools: false,
         }
     }
 }
@@ -233,6 +251,7 @@ pub struct MechanismOverrides {
     pub distill: Option<bool>,
     pub digests: Option<bool>,
     pub amnesia: Option<bool>,
+    pub lazy_tools: Option<bool>,
     pub tools: Option<ToolsSetting>,
 }
 
@@ -246,6 +265,7 @@ impl Management {
             m.distill = o.distill.unwrap_or(m.distill);
             m.digests = o.digests.unwrap_or(m.digests);
             m.amnesia = o.amnesia.unwrap_or(m.amnesia);
+            m.lazy_tools = o.lazy_tools.unwrap_or(m.lazy_tools);
         }
         m
     }
@@ -494,6 +514,17 @@ impl Settings {
             self.amnesia.min_tokens = parse_amnesia_min_tokens(n)
                 .map_err(|e| format!("config {}: amnesia-min-tokens: {e}", path.display()))?;
         }
+        if let Some(b) = file.lazy_tools {
+            self.management.mechanisms.lazy_tools = b;
+        }
+        for (agent, tools) in file.lazy_base_tools {
+            let base = &mut self.management.lazy_base;
+            if agent == "other" {
+                base.other = tools;
+            } else {
+                base.agents.insert(agent, tools);
+            }
+        }
         for (agent, reads) in file.amnesia_read_tools {
             if agent == "other" {
                 self.amnesia.read_tools.other = reads;
@@ -618,9 +649,15 @@ struct FileSettings {
     #[serde(default)]
     amnesia_read_tools: BTreeMap<String, ctxd_core::wm::amnesia::AgentReads>,
     tools: Option<ToolsSetting>,
+    lazy_tools: Option<bool>,
+    /// `[lazy-base-tools]` table: `AGENT = ["tool", ...]`, the client's tools that always go
+    /// upstream with lazy tools (over the defaults per agent; `other` for agents without a row).
+    #[serde(default)]
+    lazy_base_tools: BTreeMap<String, Vec<String>>,
     write_facts: Option<bool>,
     write_facts_min_bytes: Option<usize>,
-    /// `[agents.NAME]` tables: `reminders`, `resets`, `distill`, `digests`, `tools`.
+    /// `[agents.NAME]` tables: `reminders`, `resets`, `distill`, `digests`, `amnesia`,
+    /// `lazy-tools`, `tools`.
     #[serde(default)]
     agents: BTreeMap<String, MechanismOverrides>,
     /// `[model-windows]` table: `"MODEL_PREFIX" = TOKENS`.
@@ -707,6 +744,7 @@ mod tests {
                 distill: false,
                 digests: true,
                 amnesia: false,
+                lazy_tools: false,
             }
         );
         assert!(m.mechanisms_for("codex").resets);
@@ -757,6 +795,42 @@ mod tests {
         );
         assert!(parse_model_window("gpt-4").is_err());
         assert!(parse_model_window("=5").is_err());
+    }
+
+    #[test]
+    fn lazy_tools_settings_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctxd.toml");
+        let mut d = Settings::new("x.db".into());
+        assert!(!d.management.mechanisms_for("claude-code").lazy_tools);
+        assert!(!d
+            .management
+            .tools_for("pi")
+            .names()
+            .contains(&"find_capability"));
+        std::fs::write(
+            &path,
+            "lazy-tools = true
+[agents.pi]
+lazy-tools = false
+             [lazy-base-tools]
+claude-code = [\"Bash\", \"Read\"]
+other = [\"run\"]
+",
+        )
+        .unwrap();
+        d.apply_file(&path).unwrap();
+        let m = &d.management;
+        assert!(m.mechanisms_for("claude-code").lazy_tools);
+        assert!(!m.mechanisms_for("pi").lazy_tools);
+        assert_eq!(m.lazy_base.row(Some("claude-code")), ["Bash", "Read"]);
+        assert_eq!(m.lazy_base.row(Some("sdk")), ["run"]);
+        assert!(m
+            .lazy_base
+            .row(Some("codex"))
+            .contains(&"apply_patch".to_owned()));
+        // `find_capability` comes with lazy tools, never through `tools`.
+        assert!(ToolsSetting::parse("find_capability").is_err());
     }
 
     #[test]

@@ -247,8 +247,44 @@ pub(crate) struct Replan {
     /// The log entry of each of the request's elements.
     pub element_entries: Vec<usize>,
     pub policy: WindowPolicy,
-    /// ctxd's tool definitions, added to every body sent for this request.
+    /// The `tools` edit of the first body (ctxd's tool definitions, lazy tools' selection).
     pub insert: Option<Insert>,
+    /// ctxd's tools on this request.
+    pub offer: Offer,
+    /// Lazy tools on this request: every later body reads the selection from the log again.
+    pub lazy: Option<crate::lazy::Lazy>,
+}
+
+impl Replan {
+    /// The `tools` edit of a body built now, and the tokens lazy tools leave out of it: a
+    /// hidden round's `find_capability` shows in its continuation.
+    pub fn tools_edit(&self, log: &SessionLog) -> (Option<Insert>, u64) {
+        if self.lazy.is_none() {
+            return (self.insert.clone(), 0);
+        }
+        tools_edit(
+            &self.req,
+            &self.decoded,
+            &self.offer,
+            self.lazy.as_ref(),
+            log,
+        )
+    }
+}
+
+/// The `tools` edit of a body (ctxd's definitions; with lazy tools, the selection the log
+/// gives now) and the tokens lazy tools leave out.
+fn tools_edit(
+    req: &ParsedRequest,
+    body: &[u8],
+    offer: &Offer,
+    lazy: Option<&crate::lazy::Lazy>,
+    log: &SessionLog,
+) -> (Option<Insert>, u64) {
+    let kept = lazy.map(|l| l.kept(log));
+    let ranges = kept.as_ref().map(|k| k.ranges.as_slice());
+    let insert = crate::served::inject(req, body, offer, ranges);
+    (insert, kept.map_or(0, |k| k.avoided))
 }
 
 pub(crate) async fn conversation(
@@ -386,6 +422,13 @@ async fn prepare(
         let client = crate::served::client_tool_names(&req, &decoded);
         Offer::new(management, agent_name, client.iter().map(String::as_str))
     };
+    // Lazy tools: the client's tools beyond the base set wait for `find_capability`.
+    let lazy = crate::lazy::Lazy::new(management, agent_name, &req, &decoded);
+    let offer = if lazy.is_some() {
+        offer.with_find_capability()
+    } else {
+        offer
+    };
     let policy = policy::window_policy(
         management,
         agent_name,
@@ -452,11 +495,12 @@ async fn prepare(
         }
     };
     let attach = leaf_id(&loaded.log);
-    let insert = crate::served::inject(&req, &decoded, &offer);
+    let (insert, avoided) = tools_edit(&req, &decoded, &offer, lazy.as_ref(), &loaded.log);
     let measured = crate::stats::measure(
         loaded,
         upstream.is_some(),
         insert.as_ref(),
+        avoided,
         req.model.as_deref(),
     );
     tracing::debug!(
@@ -515,6 +559,8 @@ async fn prepare(
         element_entries: std::mem::take(&mut plan.element_entries),
         policy,
         insert,
+        offer: offer.clone(),
+        lazy,
     });
     // Distillation's replacement texts name `recall`: only where the model has it.
     let distill = !management.record_only
@@ -603,10 +649,12 @@ async fn recover_overflow(
     // window is read again, so there is nothing to record.
     completion.cached(None);
     let model = replan.req.model.as_deref();
+    let (insert, avoided) = replan.tools_edit(&loaded.log);
     completion.measured(crate::stats::measure(
         loaded,
         true,
-        replan.insert.as_ref(),
+        insert.as_ref(),
+        avoided,
         model,
     ));
     metrics::counter!("ctxd_rewritten_total", "route" => api.route()).increment(1);
@@ -614,7 +662,7 @@ async fn recover_overflow(
         &replan.req,
         &replan.decoded,
         Some(&parts),
-        replan.insert.as_ref(),
+        insert.as_ref(),
     )))
 }
 

@@ -18,6 +18,7 @@ mod digest;
 mod distill;
 mod handler;
 pub mod identity;
+mod lazy;
 mod mcp;
 mod pace;
 pub mod policy;

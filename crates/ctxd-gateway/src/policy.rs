@@ -141,6 +141,7 @@ mod tests {
                 distill: None,
                 digests: None,
                 amnesia: None,
+                lazy_tools: None,
                 tools: None,
             },
         );

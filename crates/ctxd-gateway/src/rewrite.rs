@@ -9,8 +9,8 @@ use crate::request::ParsedRequest;
 use crate::served::Insert;
 use ctxd_engine::turn::Part;
 
-/// `body` with its conversation array rebuilt from `parts` (`None`: kept) and `insert` (ctxd's
-/// tool definitions) added.
+/// `body` with its conversation array rebuilt from `parts` (`None`: kept) and `insert` (the
+/// `tools` edit: ctxd's definitions, lazy tools' selection) applied.
 pub fn splice(
     req: &ParsedRequest,
     body: &[u8],
@@ -22,7 +22,7 @@ pub fn splice(
         edits.push((array, array_bytes(req, body, parts)));
     }
     if let Some(ins) = insert {
-        edits.push((ins.at..ins.at, ins.bytes.clone()));
+        edits.push((ins.at.clone(), ins.bytes.clone()));
     }
     edits.sort_by_key(|(r, _)| r.start);
     let extra: usize = edits.iter().map(|(_, b)| b.len()).sum();

@@ -35,18 +35,19 @@ pub const ESTIMATE: &str = "4 bytes of text a token, per item";
 pub const COST: &str = "the model's list price of uncached input: an upper bound";
 
 /// Measure the request planned on `loaded` (its branch is what goes upstream when
-/// `rewritten`; else the client's conversation went as it was), with ctxd's tool definitions
-/// `insert`.
+/// `rewritten`; else the client's conversation went as it was), with the `tools` edit `insert`
+/// (ctxd's definitions a cost) and `lazy_avoided` tokens of the client's definitions left out.
 pub(crate) fn measure(
     loaded: &mut Loaded,
     rewritten: bool,
     insert: Option<&Insert>,
+    lazy_avoided: u64,
     model: Option<&str>,
 ) -> Record {
-    let served = insert.map_or(0, |i| savings::tokens_of_bytes(i.bytes.len()));
+    let served = insert.map_or(0, |i| savings::tokens_of_bytes(i.served));
     let branch = loaded.log.branch();
     let m = savings::measure(&loaded.log.session, &branch, &mut loaded.savings, served);
-    let m = if rewritten { m } else { m.unchanged() };
+    let m = if rewritten { m } else { m.unchanged() }.with_lazy(lazy_avoided);
     Record::new(&m, model)
 }
 

@@ -87,11 +87,15 @@ where
 /// The tools served: the registry without `new_context` / `wipe_memory`. A reset happens at a
 /// turn end the gateway sees, and the gateway sees an MCP call only under the client's name for
 /// it (`mcp__ctxd__new_context`, ...), not as its own tool: served here, it would answer
-/// "requested" and never take effect.
+/// "requested" and never take effect. Nor `find_capability`: only the gateway, which rebuilds a
+/// request's tools, can make what it finds available.
 fn served() -> Vec<ToolSpec> {
     specs()
         .into_iter()
-        .filter(|s| !ctxd_core::windows::RESET_TOOLS.contains(&s.name))
+        .filter(|s| {
+            !ctxd_core::windows::RESET_TOOLS.contains(&s.name)
+                && s.name != ctxd_core::wm::lazy::FIND_CAPABILITY
+        })
         .collect()
 }
 
@@ -191,7 +195,7 @@ mod tests {
     #[test]
     fn registry_tools_are_listed_with_their_schema_but_resets() {
         let tools: Vec<Tool> = served().iter().map(tool_of).collect();
-        assert_eq!(tools.len(), specs().len() - 2);
+        assert_eq!(tools.len(), specs().len() - 3);
         assert!(!tools
             .iter()
             .any(|t| t.name == "new_context" || t.name == "wipe_memory"));

@@ -132,6 +132,9 @@ pub struct Outcome {
     pub amnesia_dropped: usize,
     pub amnesia_rounds: usize,
     pub amnesia_saved_tokens: u64,
+    /// Tool definitions lazy tools would leave out, summed over every request (the
+    /// accounting's `lazy-tools`).
+    pub lazy_tools_tokens: u64,
 }
 
 pub struct Options<'a, C> {
@@ -149,6 +152,8 @@ pub struct Options<'a, C> {
     pub digest: Option<ctxd_core::wm::digest::Config>,
     /// Meta-amnesia (`None`: off), judged by `classifier`.
     pub amnesia: Option<ctxd_core::wm::amnesia::Config>,
+    /// Lazy tools' base sets (`None`: off).
+    pub lazy: Option<ctxd_core::wm::lazy::BaseTools>,
 }
 
 /// Token counts by content address (contents never move once appended) and variant.
@@ -488,6 +493,9 @@ pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcom
                 let saved = ctxd_core::savings::measure(&work, &wb, &mut memo, 0).saved;
                 out.digest_saved_tokens += saved.digests.max(0) as u64;
                 out.amnesia_saved_tokens += saved.amnesia.max(0) as u64;
+            }
+            if let Some(base) = &opts.lazy {
+                out.lazy_tools_tokens += ctxd_core::wm::lazy::left_out(&work, &wb, base.row(agent));
             }
             out.last_n.add(&price(
                 &request_keys(&pr, &mut tokens, Some(&mask_set), None),

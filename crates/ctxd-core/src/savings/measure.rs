@@ -38,6 +38,15 @@ impl Measure {
             },
         }
     }
+
+    /// This measure with `avoided` tokens of the client's tool definitions left out of the
+    /// request (lazy tools): sent less, the difference charged to `lazy-tools`.
+    pub fn with_lazy(mut self, avoided: u64) -> Measure {
+        let avoided = avoided.min(self.sent);
+        self.sent -= avoided;
+        self.saved.lazy_tools += avoided as i64;
+        self
+    }
 }
 
 /// Tokens of each entry's content by position, filled as the walk meets them: entries are
@@ -87,17 +96,7 @@ fn entry_tokens(kind: &EntryKind) -> u64 {
         EntryKind::BranchSummary { summary, .. } => tokens_of_bytes(summary.len()),
         EntryKind::Compaction(c) => tokens_of_bytes(c.summary.len()),
         EntryKind::SystemPrompt { text } => tokens_of_bytes(text.len()),
-        EntryKind::ToolDefs { tools } => tools
-            .iter()
-            .map(|t| {
-                let schema = if t.schema.is_null() {
-                    0
-                } else {
-                    t.schema.to_string().len()
-                };
-                tokens_of_bytes(t.name.len() + t.description.len() + schema)
-            })
-            .sum(),
+        EntryKind::ToolDefs { tools } => tools.iter().map(crate::wm::lazy::def_tokens).sum(),
         _ => 0,
     }
 }

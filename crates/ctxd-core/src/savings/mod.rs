@@ -21,8 +21,9 @@
 //! comparing mechanisms, not for billing.
 //!
 //! `amnesia` is what meta-amnesia's pruning removed ([`crate::wm::amnesia`]: the omissions
-//! its records name). The mechanism the product plans but ctxd does not have yet
-//! (`lazy-tools`) has its place in [`ByMechanism`], always zero today.
+//! its records name). `lazy-tools` is the client's tool definitions a request left out
+//! ([`crate::wm::lazy`], [`Measure::with_lazy`]); `find_capability`'s own definition is among
+//! `served-tools`.
 
 mod measure;
 pub mod record;
@@ -63,7 +64,7 @@ impl Mechanism {
     ];
 
     /// The mechanisms ctxd has today (the others are always zero).
-    pub const EXISTING: [Mechanism; 8] = [
+    pub const EXISTING: [Mechanism; 9] = [
         Mechanism::Windows,
         Mechanism::Distillation,
         Mechanism::Reminders,
@@ -72,6 +73,7 @@ impl Mechanism {
         Mechanism::Digests,
         Mechanism::Amnesia,
         Mechanism::WriteFacts,
+        Mechanism::LazyTools,
     ];
 
     /// The name in headers, JSON and metrics.

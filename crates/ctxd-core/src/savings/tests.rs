@@ -181,7 +181,7 @@ fn records_round_trip_and_totals_read_them_back() {
     assert!((t.cost_saved_usd - 2000.0 * 3.0 / 1e6).abs() < 1e-12);
     assert_eq!(
         t.saved_by.header_value(),
-        "windows=2400,distillation=0,reminders=0,served-tools=-200,pairing=0,digests=0,amnesia=0,write-facts=0"
+        "windows=2400,distillation=0,reminders=0,served-tools=-200,pairing=0,digests=0,amnesia=0,write-facts=0,lazy-tools=0"
     );
 }
 
@@ -218,4 +218,26 @@ fn a_stripped_write_is_saved_by_write_facts_net_of_its_fact() {
     assert!(after.saved.write_facts > 500, "{after:?}");
     assert_eq!(after.saved.write_facts, after.saved_total());
     assert_eq!(after.saved.distillation, 0);
+}
+
+#[test]
+fn tools_left_out_are_lazy_tools_and_the_sum_stays_exact() {
+    let tool = |name: &str, n: usize| crate::model::ToolDef {
+        name: name.into(),
+        description: "d".repeat(n),
+        schema: serde_json::Value::Null,
+    };
+    let tools = vec![tool("Bash", 396), tool("Workflow", 3992)];
+    let left_out = crate::wm::lazy::avoided_tokens(&tools, |n| n == "Bash");
+    assert_eq!(left_out, 1000);
+    let s = session(vec![EntryKind::ToolDefs { tools }, msg(Role::User, 400)]);
+    let m = measured(&s, 40).with_lazy(left_out);
+    assert_eq!(m.saved.lazy_tools, 1000);
+    assert_eq!(m.whole, 100 + 1000 + 100);
+    assert_eq!(m.sent, 100 + 40 + 100);
+    assert_eq!(m.saved.total(), m.saved_total());
+    // Unchanged conversations keep the saving of the tools (the body was still rewritten).
+    let u = measured(&s, 40).unchanged().with_lazy(left_out);
+    assert_eq!(u.saved.total(), u.saved_total());
+    assert_eq!(u.saved.lazy_tools, 1000);
 }

@@ -6,7 +6,10 @@
 //! - [`digest`]: shell outputs above a threshold replaced by a digest (head and tail, error and
 //!   warning lines, or a model's summary) with a `recall` pointer to the raw output.
 //! - [`writes`]: a write's content stripped at the tail, a "what I've done" fact in its place.
+//! - [`lazy`]: only a base set of the client's tools goes upstream, the others when
+//!   `find_capability` finds them, until the next user prompt.
 
 pub mod amnesia;
 pub mod digest;
+pub mod lazy;
 pub mod writes;

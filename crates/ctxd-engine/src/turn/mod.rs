@@ -34,7 +34,9 @@ pub use end::{completes_batch, end_turn};
 pub use log::SessionLog;
 pub use plan::{plan_request, ClientRequest, RequestPlan};
 pub use project::{breakpoints, upstream, upstream_parts, Part, Upstream};
-pub use record::{branch_ids_after, record_response, record_results, record_view, ResponseElement};
+pub use record::{
+    branch_ids_after, record_events, record_response, record_results, record_view, ResponseElement,
+};
 pub use writes::strip_writes;
 
 /// One session as a turn sees it: its record in the store and its indexed log.

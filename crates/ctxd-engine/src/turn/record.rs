@@ -85,6 +85,20 @@ pub fn record_results(log: &mut SessionLog, results: Vec<Message>, now: &str) ->
         .collect()
 }
 
+/// Records a tool asked for (`find_capability`'s activation, [`crate::tools::ToolOutput::record`])
+/// after the leaf, in order: the entries appended, for the store.
+pub fn record_events(log: &mut SessionLog, kinds: Vec<EntryKind>, now: &str) -> Vec<Entry> {
+    kinds
+        .into_iter()
+        .map(|kind| {
+            let h = hash::text(&serde_json::to_string(&kind).unwrap_or_default());
+            let parent = log.leaf();
+            let (_, entry) = log.append_under(parent, "event", &h, kind, Some(now.to_owned()));
+            entry
+        })
+        .collect()
+}
+
 /// After ctxd's hidden rounds: the last upstream response (`last`, when it is not in the log
 /// yet) under `attach`, then one view event per element the client was shown (`shown`), the
 /// first covering the hidden entries (`covered`, and `last`'s), so the client's echo finds the

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use axum::http::{HeaderMap, Method, StatusCode};
 use bytes::Bytes;
 use ctxd_core::model::{ContentBlock, EntryId, Message, Role};
-use ctxd_engine::turn::{branch_ids_after, record_response, record_results, upstream_parts, Part};
+use ctxd_engine::turn::{
+    branch_ids_after, record_events, record_response, record_results, upstream_parts, Part,
+};
 use ctxd_engine::windows::TurnEnd;
 use ctxd_engine::Caller;
 use ctxd_formats::wire::stream::{Assembled, Assembler, SseEvent, SseParser};
@@ -126,8 +128,8 @@ impl Context {
             run.iter()
                 .map(
                     |(_, name, args)| match engine.call_tool(&caller, name, args) {
-                        Ok(out) => (out.text, out.is_error),
-                        Err(e) => (format!("ctxd: {name} failed: {e}"), true),
+                        Ok(out) => (out.text, out.is_error, out.record),
+                        Err(e) => (format!("ctxd: {name} failed: {e}"), true, None),
                     },
                 )
                 .collect::<Vec<_>>()
@@ -137,10 +139,16 @@ impl Context {
         for (_, name, _) in &calls {
             metrics::counter!("ctxd_tool_calls_total", "tool" => name.clone()).increment(1);
         }
+        let records: Vec<_> = outputs.iter().filter_map(|o| o.2.clone()).collect();
+        let outputs = outputs.into_iter().map(|(t, e, _)| (t, e)).collect();
         let results = result_messages(self.api, &calls, outputs);
         let now = ctxd_core::windows::iso8601(ctxd_engine::now_ms());
         let mut batch = Vec::new();
-        for entry in record_results(&mut loaded.log, results, &now) {
+        // The results, then what the tools asked to record (lazy tools' activations), which
+        // the continuation's `tools` already reads.
+        let mut entries = record_results(&mut loaded.log, results, &now);
+        entries.extend(record_events(&mut loaded.log, records, &now));
+        for entry in entries {
             covered.push(entry.id.as_str().to_owned());
             batch.push(NewEntry::new(entry));
         }
@@ -176,11 +184,12 @@ impl Context {
                         .map(Part::Client)
                         .collect()
                 });
+            let (insert, _) = self.replan.tools_edit(&loaded.log);
             body = Some(Bytes::from(crate::rewrite::splice(
                 &self.replan.req,
                 &self.replan.decoded,
                 Some(&parts),
-                self.replan.insert.as_ref(),
+                insert.as_ref(),
             )));
         }
         let mut tail = lock(&self.tail);

@@ -3,7 +3,9 @@
 //!
 //! - [`Offer`]: which tools a request gets (the setting for its agent, minus names the client
 //!   already defines) and their definitions in the API's shape, the same bytes every request so
-//!   the provider's cached tools prefix keeps hitting; [`inject`] adds them to the body.
+//!   the provider's cached tools prefix keeps hitting; [`inject`] adds them to the body. With
+//!   lazy tools (`crate::lazy`) the offer has `find_capability` too, and [`inject`] rebuilds the
+//!   client's array from the definitions kept.
 //! - A response calling only ctxd's tools is a *hidden round*: ctxd runs the calls
 //!   ([`exchange`]), appends the response and the results to the log and continues upstream;
 //!   the client gets one coherent response ([`splice`] for streams, [`merge`] for JSON bodies).
@@ -21,6 +23,7 @@ pub mod splice;
 use ctxd_core::model::{ContentBlock, Message};
 use ctxd_core::offered::ModelTools;
 use serde_json::{json, Value};
+use std::ops::Range;
 
 use crate::api::Api;
 use crate::config::Management;
@@ -53,6 +56,15 @@ impl Offer {
             .filter(|n| !client.contains(n))
             .collect();
         Offer { names }
+    }
+
+    /// This offer with `find_capability` (lazy tools leave some of the client's tools out).
+    pub fn with_find_capability(mut self) -> Offer {
+        let name = ctxd_core::wm::lazy::FIND_CAPABILITY;
+        if !self.has(name) {
+            self.names.push(name);
+        }
+        self
     }
 
     /// An offer of exactly these tools (tests).
@@ -216,39 +228,78 @@ impl Calls {
     }
 }
 
-/// Where ctxd's tool definitions go in the body: inside the client's `tools` array, after its
-/// own, or a `tools` field added at the end of the object.
-pub fn inject(req: &ParsedRequest, body: &[u8], offer: &Offer) -> Option<Insert> {
-    if offer.is_empty() {
+/// The body's `tools` edit: ctxd's definitions after the client's own, in the client's array
+/// or a `tools` field added at the end of the object. With `kept` (lazy tools), the array's
+/// content is rebuilt: the kept definitions as the client's bytes, in its order, then ctxd's.
+/// `None`: nothing to change.
+pub fn inject(
+    req: &ParsedRequest,
+    body: &[u8],
+    offer: &Offer,
+    kept: Option<&[Range<usize>]>,
+) -> Option<Insert> {
+    if offer.is_empty() && kept.is_none() {
         return None;
     }
     let defs = offer.render(req.api);
+    let served = defs.len();
     if let Some((range, _)) = &req.tools_raw {
-        let inner = body.get(range.start + 1..range.end.saturating_sub(1))?;
         let close = range.end.checked_sub(1)?;
         if body.get(close) != Some(&b']') {
             return None;
         }
+        if let Some(kept) = kept {
+            let mut bytes = Vec::with_capacity(range.len() + defs.len());
+            for r in kept {
+                if !bytes.is_empty() {
+                    bytes.push(b',');
+                }
+                bytes.extend_from_slice(body.get(r.clone())?);
+            }
+            if !bytes.is_empty() && !defs.is_empty() {
+                bytes.push(b',');
+            }
+            bytes.extend_from_slice(&defs);
+            return Some(Insert {
+                at: range.start + 1..close,
+                bytes,
+                served,
+            });
+        }
+        let inner = body.get(range.start + 1..close)?;
         let empty = inner.iter().all(u8::is_ascii_whitespace);
         let mut bytes = Vec::with_capacity(defs.len() + 1);
         if !empty {
             bytes.push(b',');
         }
         bytes.extend_from_slice(&defs);
-        return Some(Insert { at: close, bytes });
+        return Some(Insert {
+            at: close..close,
+            bytes,
+            served,
+        });
+    }
+    if offer.is_empty() {
+        return None;
     }
     let close = body.iter().rposition(|&b| b == b'}')?;
     let mut bytes = b",\"tools\":[".to_vec();
     bytes.extend_from_slice(&defs);
     bytes.push(b']');
-    Some(Insert { at: close, bytes })
+    Some(Insert {
+        at: close..close,
+        bytes,
+        served,
+    })
 }
 
-/// Bytes inserted into the body at a position (before the byte at `at`).
+/// Bytes that replace a range of the body (empty: inserted before the byte at its start).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Insert {
-    pub at: usize,
+    pub at: Range<usize>,
     pub bytes: Vec<u8>,
+    /// How many of `bytes` are ctxd's definitions (their cost in the accounting).
+    pub served: usize,
 }
 
 #[cfg(test)]
@@ -261,9 +312,9 @@ mod tests {
         let offer = Offer::of(&["notes_write", "recall"]);
         let body = br#"{"model":"m","tools":[{"name":"Bash","input_schema":{}}],"messages":[]}"#;
         let req = ParsedRequest::parse(Api::Anthropic, body).unwrap();
-        let ins = inject(&req, body, &offer).unwrap();
+        let ins = inject(&req, body, &offer, None).unwrap();
         let mut out = body.to_vec();
-        out.splice(ins.at..ins.at, ins.bytes);
+        out.splice(ins.at, ins.bytes);
         let v: Value = serde_json::from_slice(&out).unwrap();
         let names: Vec<&str> = v["tools"]
             .as_array()
@@ -275,22 +326,48 @@ mod tests {
 
         let body = br#"{"model":"m","input":"hi"} "#;
         let req = ParsedRequest::parse(Api::Responses, body).unwrap();
-        let ins = inject(&req, body, &offer).unwrap();
+        let ins = inject(&req, body, &offer, None).unwrap();
         let mut out = body.to_vec();
-        out.splice(ins.at..ins.at, ins.bytes);
+        out.splice(ins.at, ins.bytes);
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["tools"][1]["name"], "recall");
         assert_eq!(v["tools"][1]["type"], "function");
 
         let body = br#"{"model":"m","tools":[ ],"messages":[]}"#;
         let req = ParsedRequest::parse(Api::Chat, body).unwrap();
-        let ins = inject(&req, body, &offer).unwrap();
+        let ins = inject(&req, body, &offer, None).unwrap();
         let mut out = body.to_vec();
-        out.splice(ins.at..ins.at, ins.bytes);
+        out.splice(ins.at, ins.bytes);
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["tools"][0]["function"]["name"], "notes_write");
         // The same bytes every time: the provider's tools prefix stays cached.
         assert_eq!(offer.render(Api::Chat), offer.render(Api::Chat));
+    }
+
+    #[test]
+    fn lazy_tools_rebuild_the_array_from_the_kept_definitions_bytes() {
+        let offer = Offer::default().with_find_capability();
+        let body = br#"{"tools":[ {"name":"a", "input_schema":{}} , {"name":"b","input_schema":{}},{"name":"c","input_schema":{}}],"messages":[]}"#;
+        let req = ParsedRequest::parse(Api::Anthropic, body).unwrap();
+        let range = |def: &[u8]| {
+            let at = body.windows(def.len()).position(|w| w == def).unwrap();
+            at..at + def.len()
+        };
+        let a = range(br#"{"name":"a", "input_schema":{}}"#);
+        let c = range(br#"{"name":"c","input_schema":{}}"#);
+        let ins = inject(&req, body, &offer, Some(&[a, c])).unwrap();
+        let mut out = body.to_vec();
+        out.splice(ins.at, ins.bytes.clone());
+        let text = String::from_utf8(out).unwrap();
+        let kept = r#"{"tools":[{"name":"a", "input_schema":{}},{"name":"c","input_schema":{}},"#;
+        assert!(text.starts_with(kept), "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["tools"][2]["name"], "find_capability");
+        assert_eq!(v["tools"].as_array().unwrap().len(), 3);
+        assert_eq!(ins.served, offer.render(Api::Anthropic).len());
+        // Nothing kept: ctxd's alone.
+        let ins = inject(&req, body, &offer, Some(&[])).unwrap();
+        assert_eq!(ins.bytes, offer.render(Api::Anthropic));
     }
 
     #[test]

@@ -120,6 +120,28 @@ impl Api {
         }
     }
 
+    /// A user message (a prompt) in this API's conversation.
+    pub(crate) fn user_message(self, text: &str) -> Value {
+        match self {
+            Api::Responses => json!({"type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": text}]}),
+            _ => json!({"role": "user", "content": text}),
+        }
+    }
+
+    /// A client tool's definition in this API's shape.
+    pub(crate) fn tool(self, name: &str, description: &str, schema: Value) -> Value {
+        match self {
+            Api::Anthropic => {
+                json!({"name": name, "description": description, "input_schema": schema})
+            }
+            Api::Chat => json!({"type": "function", "function": {"name": name,
+                "description": description, "parameters": schema}}),
+            Api::Responses => json!({"type": "function", "name": name,
+                "description": description, "parameters": schema}),
+        }
+    }
+
     /// The client's answer to each call of the response's elements.
     pub(crate) fn results(self, elements: &[Value], output: &str) -> Vec<Value> {
         let mut calls = Vec::new();

@@ -18,10 +18,10 @@ fn shared() -> PathBuf {
 }
 
 /// (file, path, headers, body bytes) of a captured POST.
-type Captured = (String, String, Vec<(String, String)>, Vec<u8>);
+pub(crate) type Captured = (String, String, Vec<(String, String)>, Vec<u8>);
 
 /// Every captured POST.
-fn captured() -> Vec<Captured> {
+pub(crate) fn captured() -> Vec<Captured> {
     let mut out = Vec::new();
     let mut files: Vec<PathBuf> = std::fs::read_dir(shared().join("clients/captured"))
         .unwrap()
@@ -54,7 +54,7 @@ fn captured() -> Vec<Captured> {
 
 /// Send one captured request through the gateway (its answer must be a success) and return
 /// what reached the mock: exactly one request.
-async fn send_captured(
+pub(crate) async fn send_captured(
     rig: &Rig,
     file: &str,
     path: &str,

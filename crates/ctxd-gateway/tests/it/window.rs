@@ -227,6 +227,7 @@ async fn record_only_and_switched_off_resets_leave_the_request_alone() {
                         distill: None,
                         digests: None,
                         amnesia: None,
+                        lazy_tools: None,
                         tools: None,
                     },
                 );

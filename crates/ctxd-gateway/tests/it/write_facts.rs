@@ -44,15 +44,7 @@ fn conversation(api: Api, body: &[u8]) -> (usize, usize) {
 fn with_write_tool(api: Api, body: &mut Value) {
     let schema = json!({"type": "object", "properties": {
         "path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]});
-    let tool = match api {
-        Api::Anthropic => {
-            json!({"name": "write", "description": "Write a file", "input_schema": schema})
-        }
-        Api::Chat => json!({"type": "function", "function": {"name": "write",
-            "description": "Write a file", "parameters": schema}}),
-        Api::Responses => json!({"type": "function", "name": "write",
-            "description": "Write a file", "parameters": schema}),
-    };
+    let tool = api.tool("write", "Write a file", schema);
     body["tools"].as_array_mut().unwrap().push(tool);
 }
 

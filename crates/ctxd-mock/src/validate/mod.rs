@@ -12,6 +12,7 @@
 mod anthropic;
 mod chat;
 mod responses;
+mod tools;
 
 use axum::http::HeaderMap;
 
@@ -69,6 +70,7 @@ pub(crate) fn check(
     headers: &HeaderMap,
     config: &Config,
 ) -> Result<(), Refusal> {
+    tools::check(api, head)?;
     match api {
         Api::Anthropic => anthropic::check(head, headers, config.reasoning != Reasoning::Off)?,
         Api::OpenAiChat => chat::check(head)?,
