@@ -46,6 +46,13 @@ impl Log {
         )));
         (call, result)
     }
+    /// A tool round, then the record of a request (at `at_ms`) whose breakpoint was on its
+    /// result: the result's position.
+    fn cached_tool(&mut self, n: usize, at_ms: u64) -> usize {
+        let (_, result) = self.tool(n);
+        self.record(at_ms, &[result]);
+        result
+    }
     fn record(&mut self, at_ms: u64, marks: &[usize]) -> usize {
         let marks = marks
             .iter()
@@ -133,12 +140,9 @@ fn records_round_trip_and_only_version_1_reads() {
 fn the_ledger_keeps_entries_until_an_edit_at_or_before_them() {
     let mut log = Log::default();
     log.user("fix the build");
-    let (_, r1) = log.tool(1);
-    log.record(1_000, &[r1]);
-    let (_, r2) = log.tool(2);
-    log.record(2_000, &[r2]);
-    let (_, r3) = log.tool(3);
-    log.record(3_000, &[r3]);
+    let r1 = log.cached_tool(1, 1_000);
+    let r2 = log.cached_tool(2, 2_000);
+    let r3 = log.cached_tool(3, 3_000);
     let l = Ledger::read(&log.s, &log.branch());
     assert_eq!(l.written.len(), 3);
     assert_eq!(l.first_edit, None);
@@ -172,8 +176,7 @@ fn the_ledger_keeps_entries_until_an_edit_at_or_before_them() {
 fn an_edit_after_every_cached_prefix_breaks_nothing() {
     let mut log = Log::default();
     log.user("fix the build");
-    let (_, r1) = log.tool(1);
-    log.record(1_000, &[r1]);
+    let r1 = log.cached_tool(1, 1_000);
     let (_, r2) = log.tool(2);
     log.edit(r2);
     let l = Ledger::read(&log.s, &log.branch());
@@ -186,8 +189,7 @@ fn without_edits_the_plan_is_the_tail_the_question_and_the_clients_head() {
     let mut log = Log::default();
     log.user("fix the build");
     for n in 0..3 {
-        let (_, r) = log.tool(n);
-        log.record(1_000, &[r]);
+        let r = log.cached_tool(n, 1_000);
     }
     let messages = log.messages();
     let req = Request {
@@ -228,8 +230,7 @@ fn after_an_edit_the_read_point_and_the_write_anchor_come_before_the_clients_hea
     log.user("fix the build");
     let mut results = Vec::new();
     for n in 0..6 {
-        let (_, r) = log.tool(n);
-        log.record(1_000 + n as u64, &[r]);
+        let r = log.cached_tool(n, 1_000 + n as u64);
         results.push(r);
     }
     log.edit(results[3]);
@@ -270,10 +271,8 @@ fn after_an_edit_the_read_point_and_the_write_anchor_come_before_the_clients_hea
 fn a_stale_entry_is_no_read_point() {
     let mut log = Log::default();
     log.user("fix the build");
-    let (_, r1) = log.tool(1);
-    log.record(1_000, &[r1]);
-    let (_, r2) = log.tool(2);
-    log.record(1_000, &[r2]);
+    let r1 = log.cached_tool(1, 1_000);
+    let r2 = log.cached_tool(2, 1_000);
     log.edit(r2);
     log.tool(3);
     let messages = log.messages();
