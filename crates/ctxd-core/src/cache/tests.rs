@@ -176,7 +176,7 @@ fn the_ledger_keeps_entries_until_an_edit_at_or_before_them() {
 fn an_edit_after_every_cached_prefix_breaks_nothing() {
     let mut log = Log::default();
     log.user("fix the build");
-    let r1 = log.cached_tool(1, 1_000);
+    log.cached_tool(1, 1_000);
     let (_, r2) = log.tool(2);
     log.edit(r2);
     let l = Ledger::read(&log.s, &log.branch());
@@ -189,7 +189,7 @@ fn without_edits_the_plan_is_the_tail_the_question_and_the_clients_head() {
     let mut log = Log::default();
     log.user("fix the build");
     for n in 0..3 {
-        let r = log.cached_tool(n, 1_000);
+        log.cached_tool(n, 1_000);
     }
     let messages = log.messages();
     let req = Request {
@@ -271,7 +271,7 @@ fn after_an_edit_the_read_point_and_the_write_anchor_come_before_the_clients_hea
 fn a_stale_entry_is_no_read_point() {
     let mut log = Log::default();
     log.user("fix the build");
-    let r1 = log.cached_tool(1, 1_000);
+    log.cached_tool(1, 1_000);
     let r2 = log.cached_tool(2, 1_000);
     log.edit(r2);
     log.tool(3);
