@@ -229,7 +229,7 @@ fn item_text(entry: &Entry) -> String {
         .unwrap_or_default()
 }
 
-impl<S: Store> Engine<S> {
+impl<S: Store + ?Sized> Engine<S> {
     /// The caller's session, checked against its tenant, with its history index up to date.
     fn history_session(&self, caller: &Caller) -> Result<Owned, EngineError> {
         let id: SessionId = caller.session.ok_or(EngineError::NoSession("history"))?;
@@ -713,7 +713,7 @@ fn to_output<T: Serialize>(value: &T) -> Result<ToolOutput, EngineError> {
         .map_err(|e| EngineError::invalid(e.to_string()))
 }
 
-fn run<S: Store>(
+fn run<S: Store + ?Sized>(
     engine: &Engine<S>,
     caller: &Caller,
     name: &str,
@@ -784,7 +784,7 @@ fn run<S: Store>(
 }
 
 /// Run `name` if it is one of this module's tools.
-pub(crate) fn call<S: ctxd_store::Store>(
+pub(crate) fn call<S: ctxd_store::Store + ?Sized>(
     engine: &Engine<S>,
     caller: &Caller,
     name: &str,

@@ -17,7 +17,7 @@ pub struct Imported {
     pub already_present: usize,
 }
 
-impl<S: Store> Engine<S> {
+impl<S: Store + ?Sized> Engine<S> {
     /// Store `session` under `key` for `tenant`: entries not yet stored are appended in one
     /// atomic batch, in file order, and the leaf follows the file's.
     pub fn import_session(

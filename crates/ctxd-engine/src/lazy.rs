@@ -49,7 +49,7 @@ pub fn specs() -> Vec<ToolSpec> {
 }
 
 /// Run `name` if it is this module's tool.
-pub(crate) fn call<S: Store>(
+pub(crate) fn call<S: Store + ?Sized>(
     engine: &Engine<S>,
     caller: &Caller,
     name: &str,
@@ -65,7 +65,7 @@ pub(crate) fn call<S: Store>(
     )
 }
 
-impl<S: Store> Engine<S> {
+impl<S: Store + ?Sized> Engine<S> {
     /// Search the caller's session's tool list for `query`; the activation, if any, as the
     /// output's record.
     pub fn find_capability(&self, caller: &Caller, query: &str) -> Result<ToolOutput, EngineError> {

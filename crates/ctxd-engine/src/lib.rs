@@ -32,13 +32,23 @@ pub fn now_ms() -> i64 {
 
 use ctxd_store::SessionId;
 
-/// The engine over a store `S` (SQLite today; PostgreSQL implements the same traits later).
-pub struct Engine<S> {
-    store: S,
+/// The engine over a store `S`: a concrete store in tests and one-shot commands, or
+/// `dyn ctxd_store::Backend` where the store is chosen at run time (the gateway, the CLI).
+pub struct Engine<S: ?Sized> {
+    store: Box<S>,
 }
 
 impl<S> Engine<S> {
     pub fn new(store: S) -> Self {
+        Self {
+            store: Box::new(store),
+        }
+    }
+}
+
+impl<S: ?Sized> Engine<S> {
+    /// The engine over a store already boxed (such as a `Box<dyn Backend>`).
+    pub fn from_boxed(store: Box<S>) -> Self {
         Self { store }
     }
 

@@ -170,7 +170,7 @@ fn homes_for(
     }
 }
 
-impl<S: Store> Engine<S> {
+impl<S: Store + ?Sized> Engine<S> {
     fn names(&self, caller: &Caller) -> Result<Names, EngineError> {
         let session = match (&caller.session_key, caller.session) {
             (Some(key), _) => Some(key.clone()),
@@ -632,7 +632,7 @@ fn arg_max(tool: &str, args: &Value) -> Result<usize, EngineError> {
 }
 
 /// Run `name` if it is one of this module's tools.
-pub(crate) fn call<S: ctxd_store::Store>(
+pub(crate) fn call<S: ctxd_store::Store + ?Sized>(
     engine: &Engine<S>,
     caller: &Caller,
     name: &str,
@@ -646,7 +646,7 @@ pub(crate) fn call<S: ctxd_store::Store>(
     }
 }
 
-fn run<S: Store>(
+fn run<S: Store + ?Sized>(
     engine: &Engine<S>,
     caller: &Caller,
     name: &str,

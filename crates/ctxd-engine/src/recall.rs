@@ -31,7 +31,7 @@ pub fn specs() -> Vec<ToolSpec> {
     }]
 }
 
-impl<S: Store> Engine<S> {
+impl<S: Store + ?Sized> Engine<S> {
     /// The text `recall` returns for `entry_id` in the caller's session.
     pub fn recall(
         &self,
@@ -85,7 +85,7 @@ impl<S: Store> Engine<S> {
     }
 }
 
-fn run<S: Store>(
+fn run<S: Store + ?Sized>(
     engine: &Engine<S>,
     caller: &Caller,
     args: &Value,
@@ -128,7 +128,7 @@ fn run<S: Store>(
 }
 
 /// Run `name` if it is one of this module's tools.
-pub(crate) fn call<S: ctxd_store::Store>(
+pub(crate) fn call<S: ctxd_store::Store + ?Sized>(
     engine: &Engine<S>,
     caller: &Caller,
     name: &str,

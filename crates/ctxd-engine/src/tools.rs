@@ -68,7 +68,7 @@ pub fn names() -> &'static [&'static str] {
 
 impl<S> Engine<S>
 where
-    S: ctxd_store::Store,
+    S: ctxd_store::Store + ?Sized,
 {
     /// Run tool `name` with `args` for `caller`. Invalid arguments come back as an error output
     /// (the model can correct itself); store failures as `Err`.

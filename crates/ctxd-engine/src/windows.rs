@@ -48,7 +48,7 @@ pub fn specs() -> Vec<ToolSpec> {
 }
 
 /// Run `name` if it is one of this module's tools.
-pub(crate) fn call<S: Store>(
+pub(crate) fn call<S: Store + ?Sized>(
     engine: &Engine<S>,
     caller: &Caller,
     name: &str,
@@ -67,7 +67,10 @@ pub(crate) fn call<S: Store>(
     Some(run(engine, caller))
 }
 
-fn request_reset<S: Store>(engine: &Engine<S>, caller: &Caller) -> Result<ToolOutput, EngineError> {
+fn request_reset<S: Store + ?Sized>(
+    engine: &Engine<S>,
+    caller: &Caller,
+) -> Result<ToolOutput, EngineError> {
     let (_, session) = engine.caller_session(caller, "new_context")?;
     let branch = active_branch(&session);
     // The gateway appends the assistant message before running its calls: this call is
@@ -87,7 +90,7 @@ fn request_reset<S: Store>(engine: &Engine<S>, caller: &Caller) -> Result<ToolOu
     ))
 }
 
-fn context_remaining_tool<S: Store>(
+fn context_remaining_tool<S: Store + ?Sized>(
     engine: &Engine<S>,
     caller: &Caller,
 ) -> Result<ToolOutput, EngineError> {
@@ -250,7 +253,7 @@ pub enum RepairOutcome {
     Refused { window_id: String, reason: String },
 }
 
-impl<S: Store> Engine<S> {
+impl<S: Store + ?Sized> Engine<S> {
     /// The caller's session, checked against its tenant.
     pub(crate) fn caller_session(
         &self,

@@ -17,6 +17,7 @@
 //! assert_eq!(store.load(s.id).unwrap().entries.len(), 1);
 //! ```
 
+mod backend;
 mod error;
 mod notes;
 mod schema;
@@ -25,6 +26,7 @@ mod sqlite;
 use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
 use serde::Serialize;
 
+pub use backend::{open, redact, Backend, GroupStore, Location};
 pub use error::StoreError;
 pub use notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
 pub use schema::SCHEMA_VERSION;

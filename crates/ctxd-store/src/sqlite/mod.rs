@@ -6,7 +6,7 @@ pub use group::{GroupResult, GroupWrite};
 mod notes;
 mod sessions;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::Connection;
@@ -27,6 +27,8 @@ pub enum Durability {
 /// The embedded store. Cheap to share behind an `Arc`; every call takes the one connection.
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    /// The file, `None` in memory.
+    path: Option<PathBuf>,
 }
 
 impl SqliteStore {
@@ -42,15 +44,19 @@ impl SqliteStore {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
-        Self::setup(conn, durability)
+        Self::setup(conn, durability, Some(path.to_path_buf()))
     }
 
     /// A private in-memory store, for tests and one-shot commands.
     pub fn open_in_memory() -> Result<Self, StoreError> {
-        Self::setup(Connection::open_in_memory()?, Durability::Full)
+        Self::setup(Connection::open_in_memory()?, Durability::Full, None)
     }
 
-    fn setup(mut conn: Connection, durability: Durability) -> Result<Self, StoreError> {
+    fn setup(
+        mut conn: Connection,
+        durability: Durability,
+        path: Option<PathBuf>,
+    ) -> Result<Self, StoreError> {
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
         // Refuse a newer store before touching it (not even its journal mode).
         schema::refuse_newer(&conn)?;
@@ -68,7 +74,13 @@ impl SqliteStore {
         schema::migrate(&mut conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
+            path,
         })
+    }
+
+    /// The store's file, `None` for an in-memory store.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 
     /// The connection. A panic while holding it cannot leave a half-written batch (every write

@@ -1,0 +1,161 @@
+//! What a long-running gateway needs from a store beyond [`Store`], and opening a store by its
+//! location. The gateway, the dashboard and the CLI hold a `dyn Backend`, so they run on any
+//! store that implements these traits (SQLite, and PostgreSQL for several gateways).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::{Durability, GroupResult, GroupWrite, SessionId, SqliteStore, Store, StoreError};
+
+/// Group commit and deferred indexing: the gateway's writer commits many requests' batches in
+/// one transaction holding the log alone, and catches the derived indexes up afterwards.
+pub trait GroupStore: Store {
+    /// Apply `writes` in order. The outer error is a transaction's own (a commit that failed);
+    /// otherwise each write's result, in order.
+    fn write_group(&self, writes: &[GroupWrite<'_>]) -> GroupResult;
+
+    /// [`GroupStore::write_group`] when that can start now without waiting for another call;
+    /// `None`, having written nothing, when it cannot (a caller that must not block, such as an
+    /// async worker, hands the group to a thread instead).
+    fn try_write_group(&self, writes: &[GroupWrite<'_>]) -> Option<GroupResult>;
+
+    /// Index at most `limit` of `session`'s entries the derived indexes lack, in one
+    /// transaction. Returns how many were indexed, and whether the session is now current.
+    fn index_pending(&self, session: SessionId, limit: u64) -> Result<(u64, bool), StoreError>;
+}
+
+/// A store a gateway can run on.
+pub trait Backend: GroupStore + Send + Sync {
+    /// `sqlite` or `postgres`, for logs and metrics.
+    fn kind(&self) -> &'static str;
+
+    /// The location a person would pass to `--store` again, without any password.
+    fn location(&self) -> String;
+
+    /// A handle for long reads (the dashboard) that does not queue behind the gateway's
+    /// commits: SQLite opens a second connection on its file; a pooled backend shares itself.
+    fn reader(&self) -> Result<Arc<dyn Backend>, StoreError>;
+
+    /// The SQLite file behind this store, when it is one (the gateway's checkpointer and its
+    /// one-writer lock are SQLite's alone).
+    fn sqlite_path(&self) -> Option<&Path> {
+        None
+    }
+
+    /// The backend's own consistency check: `ok`, or what is wrong.
+    fn integrity_check(&self) -> Result<String, StoreError>;
+}
+
+/// Where a store lives, parsed from `--store`: a file path, or a `postgres://` URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl Location {
+    pub fn parse(text: &str) -> Self {
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            Self::Postgres(text.to_owned())
+        } else {
+            Self::Sqlite(PathBuf::from(text))
+        }
+    }
+}
+
+/// Open the store at `location`, creating and migrating it as needed. `durability` applies to
+/// SQLite (PostgreSQL's is the server's own `synchronous_commit`).
+pub fn open(location: &Location, durability: Durability) -> Result<Arc<dyn Backend>, StoreError> {
+    match location {
+        Location::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path, durability)?)),
+        Location::Postgres(url) => Err(StoreError::Open {
+            path: redact(url),
+            message: "this build has no PostgreSQL backend".into(),
+        }),
+    }
+}
+
+/// A connection URL with its password replaced, for messages and logs.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (auth, host) = match rest.rsplit_once('@') {
+        Some((auth, host)) => (auth, host),
+        None => return url.to_owned(),
+    };
+    let user = auth.split_once(':').map_or(auth, |(user, _)| user);
+    if user.len() == auth.len() {
+        return url.to_owned();
+    }
+    format!("{scheme}://{user}:***@{host}")
+}
+
+impl GroupStore for SqliteStore {
+    fn write_group(&self, writes: &[GroupWrite<'_>]) -> GroupResult {
+        SqliteStore::write_group(self, writes)
+    }
+
+    fn try_write_group(&self, writes: &[GroupWrite<'_>]) -> Option<GroupResult> {
+        SqliteStore::try_write_group(self, writes)
+    }
+
+    fn index_pending(&self, session: SessionId, limit: u64) -> Result<(u64, bool), StoreError> {
+        SqliteStore::index_pending(self, session, limit)
+    }
+}
+
+impl Backend for SqliteStore {
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn location(&self) -> String {
+        self.path()
+            .map_or_else(|| ":memory:".to_owned(), |p| p.display().to_string())
+    }
+
+    fn reader(&self) -> Result<Arc<dyn Backend>, StoreError> {
+        let Some(path) = self.path() else {
+            return Err(StoreError::Open {
+                path: ":memory:".into(),
+                message: "an in-memory store has no second connection".into(),
+            });
+        };
+        let reader = SqliteStore::open(path, Durability::Normal)?;
+        // The reader never commits a checkpoint of its own: the gateway's checkpointer does.
+        reader.checkpoint_elsewhere()?;
+        Ok(Arc::new(reader))
+    }
+
+    fn sqlite_path(&self) -> Option<&Path> {
+        self.path()
+    }
+
+    fn integrity_check(&self) -> Result<String, StoreError> {
+        SqliteStore::integrity_check(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_and_redaction() {
+        assert_eq!(
+            Location::parse("/tmp/x.db"),
+            Location::Sqlite("/tmp/x.db".into())
+        );
+        assert!(matches!(
+            Location::parse("postgresql://u@h/db"),
+            Location::Postgres(_)
+        ));
+        assert_eq!(
+            redact("postgres://ctxd:secret@db:5432/ctxd"),
+            "postgres://ctxd:***@db:5432/ctxd"
+        );
+        assert_eq!(redact("postgres://ctxd@db/ctxd"), "postgres://ctxd@db/ctxd");
+        assert_eq!(redact("postgres://db/ctxd"), "postgres://db/ctxd");
+    }
+}
