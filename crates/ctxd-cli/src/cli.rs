@@ -10,13 +10,14 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "ctxd", version)]
 pub struct Cli {
-    /// The store (SQLite file): PATH, or `CTXD_STORE`, else `ctxd/ctxd.db` in the user's data
-    /// directory. `--store` alone (no PATH) means that store, e.g. `ctxd sessions --store`.
+    /// The store: a SQLite file's PATH or a PostgreSQL URL (`postgres://user@host/db`), or
+    /// `CTXD_STORE`, else `ctxd/ctxd.db` in the user's data directory. `--store` alone (no
+    /// value) means that store, e.g. `ctxd sessions --store`.
     #[arg(
         long,
         global = true,
         env = "CTXD_STORE",
-        value_name = "PATH",
+        value_name = "PATH|URL",
         num_args = 0..=1,
         default_missing_value = "",
         value_parser = clap::value_parser!(OsString)
@@ -130,6 +131,10 @@ pub enum Command {
     /// A stored session's history: windows, items, read, search.
     #[command(subcommand)]
     History(crate::history_cmd::HistoryCommand),
+    /// The store itself: `copy` every session, note and setting from one store to another
+    /// (SQLite to PostgreSQL and back).
+    #[command(subcommand)]
+    Store(crate::store_cmd::StoreCommand),
     /// An entry's raw content by id, whole, by --pattern or by lines (what `recall` returns).
     Recall(crate::recall_cmd::RecallArgs),
     /// Serve ctxd's tools (notes, history, recall, windows) over MCP on stdin/stdout.
@@ -231,7 +236,7 @@ mod tests {
                 _ => "7",
             };
             std::fs::write(&path, format!("{key} = {value}\n")).unwrap();
-            let mut settings = Settings::new("x.db".into());
+            let mut settings = Settings::new("x.db");
             let before = format!("{settings:?}");
             settings
                 .apply_file(&path)

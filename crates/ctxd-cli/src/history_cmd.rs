@@ -7,8 +7,7 @@ use std::io::Write;
 
 use clap::{Args, Subcommand};
 use ctxd_engine::history::{ItemsQuery, ReadQuery, Scope, SearchMode, SearchQuery, WindowsQuery};
-use ctxd_engine::{Caller, Engine};
-use ctxd_store::SqliteStore;
+use ctxd_engine::Caller;
 
 use crate::store::StoreChoice;
 
@@ -138,7 +137,7 @@ fn items_query(f: &FilterArgs, max_chars: Option<usize>) -> ItemsQuery {
 
 /// The caller for a session named by id or key, in whichever tenant holds it (imports are the
 /// local tenant; the gateway's sessions are under their clients' tenants).
-pub(crate) fn caller(engine: &Engine<SqliteStore>, session: &str) -> anyhow::Result<Caller> {
+pub(crate) fn caller(engine: &crate::store::StoreEngine, session: &str) -> anyhow::Result<Caller> {
     let record = crate::store::find_record(engine, session)?;
     Ok(Caller {
         tenant: record.tenant,

@@ -12,8 +12,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use ctxd_core::notes::list::{self, Direction, ListOrder, OrderBy};
 use ctxd_core::notes::render;
-use ctxd_engine::{Caller, Engine};
-use ctxd_store::{SqliteStore, Store};
+use ctxd_engine::Caller;
 use serde::Serialize;
 
 use crate::store::StoreChoice;
@@ -204,7 +203,7 @@ fn needs_flag(address: &str, who: &CallerArgs, prefix: bool) -> anyhow::Result<(
     bail!("{address}: this address needs {flag}{sep}{example}")
 }
 
-fn caller(engine: &Engine<SqliteStore>, who: &CallerArgs) -> anyhow::Result<Caller> {
+fn caller(engine: &crate::store::StoreEngine, who: &CallerArgs) -> anyhow::Result<Caller> {
     let tenant = match &who.key_env {
         None => String::new(),
         Some(name) => {

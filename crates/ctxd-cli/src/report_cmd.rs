@@ -26,7 +26,7 @@ fn load_source(
     arg: &std::path::Path,
     store: &StoreChoice,
 ) -> anyhow::Result<(String, Session, Vec<String>)> {
-    if arg.exists() || store_path(store).is_none() {
+    if arg.exists() || !(store.given() || store.exists()) {
         let import = load::import(arg)?;
         let warnings = import.warnings.iter().map(ToString::to_string).collect();
         return Ok((arg.display().to_string(), import.session, warnings));
@@ -36,12 +36,6 @@ fn load_source(
     let session = crate::store::find_stored(&engine, &name)
         .with_context(|| format!("{name}: no such file"))?;
     Ok((format!("{name} (store)"), session, Vec::new()))
-}
-
-/// The store to look sessions up in: given, or the default one when it exists.
-fn store_path(store: &StoreChoice) -> Option<std::path::PathBuf> {
-    let path = store.path().ok()?;
-    (store.given() || path.exists()).then_some(path)
 }
 
 pub fn run(args: &ReportArgs, store: &StoreChoice) -> anyhow::Result<()> {

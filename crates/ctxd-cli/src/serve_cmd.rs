@@ -219,12 +219,12 @@ fn parse_model_window(spec: &str) -> Result<(String, u64), String> {
 }
 
 pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
-    let mut settings = Settings::new(store.path()?);
+    let mut settings = Settings::new(store.location()?);
     if let Some(file) = &args.config {
         settings.apply_file(file).map_err(anyhow::Error::msg)?;
         // A store given on the command line or in CTXD_STORE wins over the file's.
         if store.given() {
-            settings.store = store.path()?;
+            settings.store = store.location()?;
         }
     }
     if let Some(listen) = args.listen {
@@ -349,7 +349,7 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
         let addr = server.local_addr()?;
         tracing::info!(
             %addr,
-            store = %settings.store.display(),
+            store = %settings.store,
             anthropic = %settings.upstream_anthropic,
             openai = %settings.upstream_openai,
             record_only = settings.management.record_only,

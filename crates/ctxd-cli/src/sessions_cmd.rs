@@ -201,7 +201,6 @@ fn tenant_label(tenant: &str) -> &str {
 /// operator sees every tenant (imports are the local tenant; the gateway's are keyed hashes of
 /// client credentials, shown shortened).
 fn run_store(args: &SessionsArgs, store: &StoreChoice) -> anyhow::Result<()> {
-    use ctxd_store::Store;
     let engine = store.open()?;
     let mut records = Vec::new();
     for tenant in engine.store().tenants()? {

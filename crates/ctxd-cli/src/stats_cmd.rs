@@ -7,7 +7,6 @@ use std::io::Write;
 
 use clap::Args;
 use ctxd_core::savings::{ByMechanism, Mechanism, Totals};
-use ctxd_store::Store;
 
 use crate::store::StoreChoice;
 

@@ -6,11 +6,14 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::parser::ValueSource;
 use ctxd_engine::Engine;
-use ctxd_store::{Durability, SqliteStore};
+use ctxd_store::{Backend, Durability, Location};
 
-/// The `--store` choice: a path, or the default location.
+/// The engine every command runs, on whichever store `--store` names.
+pub type StoreEngine = Engine<dyn Backend>;
+
+/// The `--store` choice: a path or a `postgres://` URL, or the default location.
 pub struct StoreChoice {
-    path: Option<PathBuf>,
+    given: Option<Location>,
     /// `--store` was given on the command line (not only through `CTXD_STORE`).
     pub explicit: bool,
 }
@@ -20,53 +23,58 @@ impl StoreChoice {
     /// `CTXD_STORE` without the flag.
     pub fn new(value: Option<OsString>, matches: &clap::ArgMatches) -> Self {
         let explicit = matches.value_source("store") == Some(ValueSource::CommandLine);
-        let path = value
+        let given = value
             .filter(|p| !p.is_empty())
             .or_else(|| std::env::var_os("CTXD_STORE").filter(|p| !p.is_empty()))
-            .map(PathBuf::from);
-        Self { path, explicit }
+            .map(|v| match v.to_str() {
+                Some(text) => Location::parse(text),
+                None => Location::Sqlite(PathBuf::from(v)),
+            });
+        Self { given, explicit }
     }
 
-    /// A store path was given (flag or `CTXD_STORE`).
+    /// A store was given (flag or `CTXD_STORE`).
     pub fn given(&self) -> bool {
-        self.path.is_some()
+        self.given.is_some()
     }
 
-    /// The store file: the given path, or `ctxd/ctxd.db` in the user's data directory.
-    pub fn path(&self) -> anyhow::Result<PathBuf> {
-        match &self.path {
-            Some(p) => Ok(p.clone()),
-            None => Ok(dirs::data_dir()
-                .context("no data directory for the default store: give --store PATH")?
-                .join("ctxd")
-                .join("ctxd.db")),
+    /// The store: the given one, or `ctxd/ctxd.db` in the user's data directory.
+    pub fn location(&self) -> anyhow::Result<Location> {
+        match &self.given {
+            Some(l) => Ok(l.clone()),
+            None => Ok(Location::Sqlite(
+                dirs::data_dir()
+                    .context("no data directory for the default store: give --store PATH")?
+                    .join("ctxd")
+                    .join("ctxd.db"),
+            )),
         }
     }
 
-    pub fn open(&self) -> anyhow::Result<Engine<SqliteStore>> {
-        let path = self.path()?;
-        let store = SqliteStore::open(&path, Durability::Full)?;
-        Ok(Engine::new(store))
+    /// The store exists already: a server is always there to ask; a file must exist.
+    pub fn exists(&self) -> bool {
+        match self.location() {
+            Ok(Location::Sqlite(path)) => path.exists(),
+            Ok(Location::Postgres(_)) => true,
+            Err(_) => false,
+        }
+    }
+
+    pub fn open(&self) -> anyhow::Result<StoreEngine> {
+        let store = ctxd_store::open(&self.location()?, Durability::Full)?;
+        Ok(Engine::from_boxed(store))
     }
 }
 
 /// A stored session named by its key or its numeric id, in any tenant (the operator's view).
-pub fn find_stored(
-    engine: &Engine<SqliteStore>,
-    name: &str,
-) -> anyhow::Result<ctxd_core::model::Session> {
-    use ctxd_store::Store;
+pub fn find_stored(engine: &StoreEngine, name: &str) -> anyhow::Result<ctxd_core::model::Session> {
     let record = find_record(engine, name)?;
     Ok(engine.store().load(record.id)?)
 }
 
 /// The record of a stored session named by its key or numeric id, in any tenant: the CLI is
 /// the operator's tool on the store file (the gateway's tenants are hashes of credentials).
-pub fn find_record(
-    engine: &Engine<SqliteStore>,
-    name: &str,
-) -> anyhow::Result<ctxd_store::SessionRecord> {
-    use ctxd_store::Store;
+pub fn find_record(engine: &StoreEngine, name: &str) -> anyhow::Result<ctxd_store::SessionRecord> {
     let store = engine.store();
     let mut found: Vec<ctxd_store::SessionRecord> = Vec::new();
     for tenant in store.tenants()? {

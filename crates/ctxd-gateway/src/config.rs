@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use ctxd_core::budget::Thresholds;
@@ -17,7 +17,7 @@ pub struct Settings {
     pub upstream_anthropic: String,
     /// Origin (and optional path prefix) of the OpenAI API.
     pub upstream_openai: String,
-    pub store: PathBuf,
+    pub store: ctxd_store::Location,
     /// Largest request body accepted (after decompression too).
     pub max_body_bytes: usize,
     pub connect_timeout: Duration,
@@ -352,12 +352,12 @@ pub fn parse_cpu_percent(n: u64) -> Result<u8, String> {
 }
 
 impl Settings {
-    pub fn new(store: PathBuf) -> Self {
+    pub fn new(store: impl Into<ctxd_store::Location>) -> Self {
         Settings {
             listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
             upstream_anthropic: "https://api.anthropic.com".into(),
             upstream_openai: "https://api.openai.com".into(),
-            store,
+            store: store.into(),
             max_body_bytes: 64 * 1024 * 1024,
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(600),
@@ -401,7 +401,7 @@ impl Settings {
             self.upstream_openai = u;
         }
         if let Some(s) = file.store {
-            self.store = s;
+            self.store = ctxd_store::Location::parse(&s);
         }
         if let Some(n) = file.max_body_bytes {
             self.max_body_bytes = n;
@@ -591,7 +591,8 @@ struct FileSettings {
     listen: Option<String>,
     upstream_anthropic: Option<String>,
     upstream_openai: Option<String>,
-    store: Option<PathBuf>,
+    /// A file path, or a `postgres://` URL.
+    store: Option<String>,
     max_body_bytes: Option<usize>,
     /// Seconds, as `--connect-timeout` (`connect-timeout-secs` is the older name).
     #[serde(alias = "connect-timeout-secs")]
@@ -679,7 +680,7 @@ mod tests {
             "listen = \"127.0.0.1:9999\"\nupstream-openai = \"http://127.0.0.1:1/\"\nread-timeout-secs = 5\nworkers = 3\n",
         )
         .unwrap();
-        let mut s = Settings::new("x.db".into());
+        let mut s = Settings::new("x.db");
         s.apply_file(&path).unwrap();
         s.validate().unwrap();
         assert_eq!(s.listen.port(), 9999);
@@ -723,7 +724,7 @@ mod tests {
              [model-windows]\n\"claude-sonnet-4-5\" = 1000000\n",
         )
         .unwrap();
-        let mut s = Settings::new("x.db".into());
+        let mut s = Settings::new("x.db");
         s.apply_file(&path).unwrap();
         let m = &s.management;
         assert!(m.record_only);
@@ -754,7 +755,7 @@ mod tests {
              [digest-shell-tools]\npi = [\"sh\"]\nother = [\"run\"]\n",
         )
         .unwrap();
-        let mut d = Settings::new("x.db".into());
+        let mut d = Settings::new("x.db");
         d.apply_file(&path).unwrap();
         assert!(!d.management.mechanisms_for("codex").digests);
         assert!(d.management.mechanisms_for("pi").digests);
@@ -801,7 +802,7 @@ mod tests {
     fn lazy_tools_settings_are_read() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ctxd.toml");
-        let mut d = Settings::new("x.db".into());
+        let mut d = Settings::new("x.db");
         assert!(!d.management.mechanisms_for("claude-code").lazy_tools);
         assert!(!d
             .management
@@ -843,7 +844,7 @@ other = [\"run\"]
              [amnesia-read-tools.pi]\ntools = [\"view\"]\nshell = []\n",
         )
         .unwrap();
-        let mut d = Settings::new("x.db".into());
+        let mut d = Settings::new("x.db");
         d.apply_file(&path).unwrap();
         assert!(d.management.mechanisms_for("pi").amnesia);
         assert!(!d.management.mechanisms_for("codex").amnesia);
@@ -853,9 +854,9 @@ other = [\"run\"]
         assert!(!t.is_read(Some("pi"), "bash", &serde_json::json!({"command": "cat a"})));
         assert!(t.is_read(Some("claude-code"), "Read", &serde_json::json!({})));
         std::fs::write(&path, "[amnesia-read-tools.pi]\nreads = [\"x\"]\n").unwrap();
-        assert!(Settings::new("x.db".into()).apply_file(&path).is_err());
+        assert!(Settings::new("x.db").apply_file(&path).is_err());
         std::fs::write(&path, "amnesia-min-tokens = 99999999999\n").unwrap();
-        let e = Settings::new("x.db".into()).apply_file(&path).unwrap_err();
+        let e = Settings::new("x.db").apply_file(&path).unwrap_err();
         assert!(e.contains("amnesia-min-tokens"), "{e}");
     }
 }

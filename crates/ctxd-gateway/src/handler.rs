@@ -716,7 +716,6 @@ async fn load(
     let engine = app.engine.clone();
     let (tenant, key) = (tenant.to_owned(), key.to_owned());
     let loaded = tokio::task::spawn_blocking(move || {
-        use ctxd_store::Store;
         let store = engine.store();
         let record = store.open_session(&tenant, &key, &meta)?;
         let session = store.load(record.id)?;

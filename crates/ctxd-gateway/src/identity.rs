@@ -30,8 +30,7 @@ pub fn tenant_of(key: &[u8; 32], credential: &[u8]) -> String {
 pub const TENANT_KEY_SETTING: &str = "gateway.tenant_key";
 
 /// The store's tenant key, created when the store has none yet.
-pub fn store_tenant_key(store: &ctxd_store::SqliteStore) -> Result<[u8; 32], String> {
-    use ctxd_store::Store;
+pub fn store_tenant_key<S: ctxd_store::Store + ?Sized>(store: &S) -> Result<[u8; 32], String> {
     let mut key = [0u8; 32];
     getrandom::fill(&mut key).map_err(|e| e.to_string())?;
     let stored = store

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::http::request::Parts;
 use ctxd_engine::{Caller, Engine};
-use ctxd_store::{SqliteStore, Store};
+use ctxd_store::Backend;
 
 use crate::identity;
 
@@ -55,10 +55,10 @@ fn is_mcp_ctxd_tool(name: &str) -> bool {
 
 /// The `/mcp` service for `engine`, with tenants keyed by `tenant_key`.
 pub fn service(
-    engine: Arc<Engine<SqliteStore>>,
+    engine: Arc<Engine<dyn Backend>>,
     tenant_key: [u8; 32],
     seen: Seen,
-) -> ctxd_mcp::HttpService<SqliteStore> {
+) -> ctxd_mcp::HttpService<dyn Backend> {
     let store_engine = engine.clone();
     let resolve = move |parts: &Parts| caller(&store_engine, &tenant_key, &seen, parts);
     ctxd_mcp::http_service(engine, Arc::new(resolve))
@@ -66,7 +66,7 @@ pub fn service(
 
 /// The caller of one MCP request.
 fn caller(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<dyn Backend>,
     tenant_key: &[u8; 32],
     seen: &Seen,
     parts: &Parts,

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, MethodRouter};
 use axum::Router;
 use ctxd_engine::Engine;
-use ctxd_store::{SqliteStore, Store};
+use ctxd_store::{Backend, Location, SqliteStore};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::api::Api;
@@ -98,7 +98,7 @@ impl ServeLock {
 /// State shared by every request.
 pub struct Gateway {
     pub settings: Settings,
-    pub engine: Arc<Engine<SqliteStore>>,
+    pub engine: Arc<Engine<dyn Backend>>,
     pub upstream: Upstream,
     pub sessions: Sessions,
     pub writer: WriterHandle,
@@ -291,25 +291,34 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     app: Arc<Gateway>,
     writer: Writer,
-    checkpoints: Checkpoints,
+    checkpoints: Option<Checkpoints>,
     distill_thread: crate::distill::DistillThread,
-    lock: ServeLock,
+    lock: Option<ServeLock>,
 }
 
 impl Server {
     /// Open the store, bind the listener, start the writer.
     pub async fn bind(settings: Settings) -> Result<Self, StartError> {
-        let lock = ServeLock::acquire(&settings.store)?;
-        let store = SqliteStore::open(&settings.store, settings.store_sync)?;
-        let key = crate::identity::store_tenant_key(&store).map_err(StartError::Random)?;
+        let (store, lock, checkpoints): (Box<dyn Backend>, _, _) = match &settings.store {
+            // One gateway per SQLite file, which checkpoints its WAL off the commit path.
+            Location::Sqlite(path) => {
+                let lock = ServeLock::acquire(path)?;
+                let store = SqliteStore::open(path, settings.store_sync)?;
+                let checkpoints = Checkpoints::start(&store, path)?;
+                (Box::new(store), Some(lock), Some(checkpoints))
+            }
+            // Any number of gateways share a server, which orders their writes.
+            other => (ctxd_store::open(other, settings.store_sync)?, None, None),
+        };
+        let key = crate::identity::store_tenant_key(&*store).map_err(StartError::Random)?;
         let mut nonce = [0u8; 4];
         getrandom::fill(&mut nonce).map_err(|e| StartError::Random(e.to_string()))?;
-        let checkpoints = Checkpoints::start(&store, &settings.store)?;
-        let engine = Arc::new(Engine::new(store));
-        let writer = Writer::start(
-            engine.clone(),
-            settings.store_sync == ctxd_store::Durability::Normal,
-        )?;
+        // A request commits its own turn when it finds the store free, which on SQLite without
+        // fsync costs a few microseconds; a network round trip or an fsync goes to the writer.
+        let inline =
+            store.kind() == "sqlite" && settings.store_sync == ctxd_store::Durability::Normal;
+        let engine: Arc<Engine<dyn Backend>> = Arc::new(Engine::from_boxed(store));
+        let writer = Writer::start(engine.clone(), inline)?;
         let classifier = ctxd_engine::distill::Configured::from_settings(&settings.classifier)
             .map_err(|e| StartError::Classifier(e.to_string()))?;
         let summarizer = match settings.classifier.kind {
@@ -511,7 +520,9 @@ impl Server {
         tokio::task::spawn_blocking(move || {
             distill_thread.stop();
             writer.shutdown();
-            checkpoints.stop();
+            if let Some(checkpoints) = checkpoints {
+                checkpoints.stop();
+            }
         })
         .await
         .map_err(std::io::Error::other)?;

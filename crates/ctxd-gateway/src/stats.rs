@@ -19,7 +19,7 @@ use axum::routing::get;
 use axum::Router;
 use ctxd_core::model::Session;
 use ctxd_core::savings::{self, record, Mechanism, Record, Totals};
-use ctxd_store::{NewEntry, SessionId, SessionRecord, SqliteStore, Store};
+use ctxd_store::{Backend, NewEntry, SessionId, SessionRecord};
 use serde::Serialize;
 
 use crate::served::Insert;
@@ -239,7 +239,7 @@ struct StatsState {
 pub(crate) fn service(app: &Gateway) -> Router {
     let state = Arc::new(StatsState {
         access: crate::ui::access_of(app),
-        reader: crate::ui::Reader::new(app.settings.store.clone()),
+        reader: crate::ui::Reader::new(app.engine.clone()),
         cache: Mutex::new(HashMap::new()),
     });
     Router::new()
@@ -250,7 +250,7 @@ pub(crate) fn service(app: &Gateway) -> Router {
 
 async fn blocking<T: Send + 'static>(
     state: &Arc<StatsState>,
-    f: impl FnOnce(&StatsState, &SqliteStore) -> Result<T, UiError> + Send + 'static,
+    f: impl FnOnce(&StatsState, &dyn Backend) -> Result<T, UiError> + Send + 'static,
 ) -> Result<T, UiError> {
     let state = state.clone();
     tokio::task::spawn_blocking(move || {

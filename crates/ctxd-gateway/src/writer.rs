@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use ctxd_core::model::EntryId;
 use ctxd_engine::Engine;
-use ctxd_store::{GroupResult, GroupWrite, NewEntry, SessionId, SqliteStore};
+use ctxd_store::{Backend, GroupResult, GroupWrite, NewEntry, SessionId};
 
 /// Answered with the outcome of the commit that held the job.
 pub type Ack = tokio::sync::oneshot::Sender<Result<(), String>>;
@@ -67,7 +67,7 @@ struct Shared {
     /// Signalled when a job the writer thread should look at is queued.
     ready: Condvar,
     depth: AtomicUsize,
-    engine: Arc<Engine<SqliteStore>>,
+    engine: Arc<Engine<dyn Backend>>,
     /// Requests may commit their own awaited jobs (not with `synchronous=FULL`: an fsync on an
     /// async worker would stall every request on it).
     inline: bool,
@@ -97,7 +97,7 @@ pub struct Writer {
 
 impl Writer {
     /// Start the writer thread. `inline`: requests may commit their own awaited jobs.
-    pub fn start(engine: Arc<Engine<SqliteStore>>, inline: bool) -> std::io::Result<Self> {
+    pub fn start(engine: Arc<Engine<dyn Backend>>, inline: bool) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
@@ -424,7 +424,7 @@ impl IndexBacklog {
 
     /// Index one step of the oldest session behind; a session whose indexing fails is dropped
     /// from the backlog (its next history read retries it).
-    fn step(&mut self, store: &SqliteStore) {
+    fn step(&mut self, store: &dyn Backend) {
         let Some(&(session, _)) = self.sessions.front() else {
             return;
         };
@@ -566,16 +566,16 @@ mod tests {
         inline: bool,
     ) -> (
         tempfile::TempDir,
-        Arc<Engine<SqliteStore>>,
+        Arc<Engine<dyn Backend>>,
         ctxd_store::SessionRecord,
         Writer,
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("w.db"), durability).unwrap();
+        let store = ctxd_store::SqliteStore::open(&dir.path().join("w.db"), durability).unwrap();
         let record = store
             .open_session("t", "k", &SessionMeta::default())
             .unwrap();
-        let engine = Arc::new(Engine::new(store));
+        let engine: Arc<Engine<dyn Backend>> = Arc::new(Engine::from_boxed(Box::new(store)));
         let writer = Writer::start(engine.clone(), inline).unwrap();
         (dir, engine, record, writer)
     }

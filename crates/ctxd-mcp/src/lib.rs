@@ -29,12 +29,12 @@ pub enum Binding {
 }
 
 /// The MCP server: ctxd's tools, for the bound caller.
-pub struct ToolServer<S> {
+pub struct ToolServer<S: ?Sized> {
     engine: Arc<Engine<S>>,
     binding: Arc<Binding>,
 }
 
-impl<S> ToolServer<S> {
+impl<S: ?Sized> ToolServer<S> {
     pub fn new(engine: Arc<Engine<S>>, caller: Caller) -> Self {
         Self {
             engine,
@@ -69,7 +69,7 @@ pub type Resolve = Arc<dyn Fn(&http::request::Parts) -> Result<Caller, String> +
 /// The streamable HTTP service (mount it at `/mcp`): every request's caller from `resolve`.
 pub fn http_service<S>(engine: Arc<Engine<S>>, resolve: Resolve) -> HttpService<S>
 where
-    S: Store + Send + Sync + 'static,
+    S: Store + Send + Sync + ?Sized + 'static,
 {
     let binding = Arc::new(Binding::PerRequest(resolve));
     rmcp::transport::StreamableHttpService::new(
@@ -110,7 +110,7 @@ fn tool_of(spec: &ToolSpec) -> Tool {
 
 impl<S> ServerHandler for ToolServer<S>
 where
-    S: Store + Send + Sync + 'static,
+    S: Store + Send + Sync + ?Sized + 'static,
 {
     fn get_info(&self) -> ServerConfig {
         let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
@@ -177,7 +177,7 @@ where
 /// Serve `server` on this process's stdin and stdout until the client closes them.
 pub async fn serve_stdio<S>(server: ToolServer<S>) -> Result<(), String>
 where
-    S: Store + Send + Sync + 'static,
+    S: Store + Send + Sync + ?Sized + 'static,
 {
     let running = server
         .serve(rmcp::transport::stdio())

@@ -2,10 +2,8 @@
 //! location. The gateway, the dashboard and the CLI hold a `dyn Backend`, so they run on any
 //! store that implements these traits (SQLite, and PostgreSQL for several gateways).
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
 use crate::{Durability, GroupResult, GroupWrite, SessionId, SqliteStore, Store, StoreError};
+use std::path::PathBuf;
 
 /// Group commit and deferred indexing: the gateway's writer commits many requests' batches in
 /// one transaction holding the log alone, and catches the derived indexes up afterwards.
@@ -25,7 +23,7 @@ pub trait GroupStore: Store {
 }
 
 /// A store a gateway can run on.
-pub trait Backend: GroupStore + Send + Sync {
+pub trait Backend: GroupStore + crate::Dump + Send + Sync {
     /// `sqlite` or `postgres`, for logs and metrics.
     fn kind(&self) -> &'static str;
 
@@ -34,13 +32,7 @@ pub trait Backend: GroupStore + Send + Sync {
 
     /// A handle for long reads (the dashboard) that does not queue behind the gateway's
     /// commits: SQLite opens a second connection on its file; a pooled backend shares itself.
-    fn reader(&self) -> Result<Arc<dyn Backend>, StoreError>;
-
-    /// The SQLite file behind this store, when it is one (the gateway's checkpointer and its
-    /// one-writer lock are SQLite's alone).
-    fn sqlite_path(&self) -> Option<&Path> {
-        None
-    }
+    fn reader(&self) -> Result<Box<dyn Backend>, StoreError>;
 
     /// The backend's own consistency check: `ok`, or what is wrong.
     fn integrity_check(&self) -> Result<String, StoreError>;
@@ -51,6 +43,28 @@ pub trait Backend: GroupStore + Send + Sync {
 pub enum Location {
     Sqlite(PathBuf),
     Postgres(String),
+}
+
+impl From<PathBuf> for Location {
+    fn from(path: PathBuf) -> Self {
+        Self::Sqlite(path)
+    }
+}
+
+impl From<&str> for Location {
+    fn from(text: &str) -> Self {
+        Self::parse(text)
+    }
+}
+
+impl std::fmt::Display for Location {
+    /// The path, or the URL without its password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sqlite(path) => write!(f, "{}", path.display()),
+            Self::Postgres(url) => f.write_str(&redact(url)),
+        }
+    }
 }
 
 impl Location {
@@ -65,9 +79,9 @@ impl Location {
 
 /// Open the store at `location`, creating and migrating it as needed. `durability` applies to
 /// SQLite (PostgreSQL's is the server's own `synchronous_commit`).
-pub fn open(location: &Location, durability: Durability) -> Result<Arc<dyn Backend>, StoreError> {
+pub fn open(location: &Location, durability: Durability) -> Result<Box<dyn Backend>, StoreError> {
     match location {
-        Location::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path, durability)?)),
+        Location::Sqlite(path) => Ok(Box::new(SqliteStore::open(path, durability)?)),
         Location::Postgres(url) => Err(StoreError::Open {
             path: redact(url),
             message: "this build has no PostgreSQL backend".into(),
@@ -115,7 +129,7 @@ impl Backend for SqliteStore {
             .map_or_else(|| ":memory:".to_owned(), |p| p.display().to_string())
     }
 
-    fn reader(&self) -> Result<Arc<dyn Backend>, StoreError> {
+    fn reader(&self) -> Result<Box<dyn Backend>, StoreError> {
         let Some(path) = self.path() else {
             return Err(StoreError::Open {
                 path: ":memory:".into(),
@@ -125,11 +139,7 @@ impl Backend for SqliteStore {
         let reader = SqliteStore::open(path, Durability::Normal)?;
         // The reader never commits a checkpoint of its own: the gateway's checkpointer does.
         reader.checkpoint_elsewhere()?;
-        Ok(Arc::new(reader))
-    }
-
-    fn sqlite_path(&self) -> Option<&Path> {
-        self.path()
+        Ok(Box::new(reader))
     }
 
     fn integrity_check(&self) -> Result<String, StoreError> {

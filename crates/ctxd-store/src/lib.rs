@@ -18,6 +18,7 @@
 //! ```
 
 mod backend;
+mod dump;
 mod error;
 mod notes;
 mod schema;
@@ -27,6 +28,7 @@ use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
 use serde::Serialize;
 
 pub use backend::{open, redact, Backend, GroupStore, Location};
+pub use dump::{Dump, NoteRow, NoteVersionRow, NotesDump};
 pub use error::StoreError;
 pub use notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
 pub use schema::SCHEMA_VERSION;

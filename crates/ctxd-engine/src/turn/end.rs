@@ -32,7 +32,7 @@ pub fn end_turn<'a, S>(
     now_ms: i64,
 ) -> impl Future<Output = (TurnEndOutcome, Vec<Entry>)> + Send + 'a
 where
-    S: Store + Send + Sync + 'static,
+    S: Store + Send + Sync + ?Sized + 'static,
 {
     let branch = view.log.branch();
     let plan = decide_turn_end(&TurnEndInput {

@@ -23,7 +23,6 @@ pub mod query;
 pub mod summary;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -34,7 +33,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use ctxd_engine::Engine;
-use ctxd_store::{SessionId, SqliteStore};
+use ctxd_store::{Backend, SessionId};
 use serde::Deserialize;
 
 use crate::server::Gateway;
@@ -60,34 +59,33 @@ struct Ui {
     memos: counts::Memos,
 }
 
-/// The dashboard's own connection to the store, opened on first use (a failure is a 503 and
-/// is retried by the next request). WAL lets it read while the gateway's writer commits.
+/// The dashboard's own handle on the store ([`Backend::reader`]: a second SQLite connection,
+/// which WAL lets read while the gateway's writer commits), opened on first use (a failure is
+/// a 503 and is retried by the next request).
 pub(crate) struct Reader {
-    path: PathBuf,
-    engine: Mutex<Option<Arc<Engine<SqliteStore>>>>,
+    gateway: Arc<Engine<dyn Backend>>,
+    engine: Mutex<Option<Arc<Engine<dyn Backend>>>>,
 }
 
 impl Reader {
-    pub(crate) fn new(path: PathBuf) -> Reader {
+    pub(crate) fn new(gateway: Arc<Engine<dyn Backend>>) -> Reader {
         Reader {
-            path,
+            gateway,
             engine: Mutex::new(None),
         }
     }
 
-    pub(crate) fn engine(&self) -> Result<Arc<Engine<SqliteStore>>, UiError> {
+    pub(crate) fn engine(&self) -> Result<Arc<Engine<dyn Backend>>, UiError> {
         let mut slot = self.engine.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = slot.as_ref() {
             return Ok(e.clone());
         }
-        let store = SqliteStore::open(&self.path, ctxd_store::Durability::Normal)
+        let store = self
+            .gateway
+            .store()
+            .reader()
             .map_err(|e| UiError::Unavailable(e.to_string()))?;
-        // History reads catch the derived indexes up: their commits must not checkpoint the
-        // WAL on this thread either (the gateway's checkpointer does).
-        store
-            .checkpoint_elsewhere()
-            .map_err(|e| UiError::Unavailable(e.to_string()))?;
-        let engine = Arc::new(Engine::new(store));
+        let engine = Arc::new(Engine::from_boxed(store));
         *slot = Some(engine.clone());
         Ok(engine)
     }
@@ -129,7 +127,7 @@ pub(crate) fn access_of(app: &Gateway) -> Access {
 pub(crate) fn service(app: &Gateway) -> Router {
     let ui = Arc::new(Ui {
         access: access_of(app),
-        reader: Reader::new(app.settings.store.clone()),
+        reader: Reader::new(app.engine.clone()),
         rows: summary::Cache::default(),
         pages: PageCache::default(),
         memos: counts::Memos::default(),
@@ -151,7 +149,7 @@ pub(crate) fn service(app: &Gateway) -> Router {
 /// Run `f` on a blocking thread with the dashboard's engine.
 async fn blocking<T: Send + 'static>(
     ui: &Arc<Ui>,
-    f: impl FnOnce(&Ui, &Engine<SqliteStore>) -> Result<T, UiError> + Send + 'static,
+    f: impl FnOnce(&Ui, &Engine<dyn Backend>) -> Result<T, UiError> + Send + 'static,
 ) -> Result<T, UiError> {
     let ui = ui.clone();
     tokio::task::spawn_blocking(move || {
@@ -387,7 +385,7 @@ async fn on_session<P, T>(
     headers: &HeaderMap,
     id: Result<Path<String>, PathRejection>,
     params: Result<Query<P>, QueryRejection>,
-    f: impl FnOnce(&Engine<SqliteStore>, &ctxd_store::SessionRecord, P) -> Result<T, UiError>
+    f: impl FnOnce(&Engine<dyn Backend>, &ctxd_store::SessionRecord, P) -> Result<T, UiError>
         + Send
         + 'static,
 ) -> Result<T, UiError>

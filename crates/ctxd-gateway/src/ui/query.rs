@@ -8,7 +8,7 @@ use ctxd_core::notes::list::ListOrder;
 use ctxd_core::recall::Selection;
 use ctxd_engine::history::{ItemsQuery, SearchMode, SearchPage, SearchQuery};
 use ctxd_engine::{Caller, Engine};
-use ctxd_store::{SessionId, SessionRecord, SqliteStore, Store};
+use ctxd_store::{Backend, SessionId, SessionRecord};
 use serde::Serialize;
 
 use super::access::Viewer;
@@ -68,7 +68,7 @@ const MAX_FILTER: usize = 200;
 /// The sessions a viewer may see, filtered and sorted; and how many there are before the
 /// filter.
 pub fn sessions(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<dyn Backend>,
     cache: &Cache,
     memos: &Memos,
     viewer: &Viewer,
@@ -108,7 +108,7 @@ fn matches(r: &Row, needle: &str) -> bool {
 }
 
 fn summary_of(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<dyn Backend>,
     memos: &Memos,
     id: SessionId,
 ) -> Result<Summary, UiError> {
@@ -156,7 +156,7 @@ pub fn sort_rows(rows: &mut [Row], sort: Sort) {
 
 /// The session `id` if the viewer may read it.
 pub fn record(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<dyn Backend>,
     viewer: &Viewer,
     id: SessionId,
 ) -> Result<SessionRecord, UiError> {
@@ -164,7 +164,7 @@ pub fn record(
 }
 
 /// The sessions a viewer may see, newest first (`GET /stats` lists the same).
-pub fn visible(store: &SqliteStore, viewer: &Viewer) -> Result<Vec<SessionRecord>, UiError> {
+pub fn visible(store: &dyn Backend, viewer: &Viewer) -> Result<Vec<SessionRecord>, UiError> {
     Ok(match viewer {
         Viewer::Tenant(t) => store.list_sessions(t)?,
         Viewer::All => {
@@ -181,7 +181,7 @@ pub fn visible(store: &SqliteStore, viewer: &Viewer) -> Result<Vec<SessionRecord
 
 /// The session `id`, if the viewer may read it (another tenant's is "not found").
 pub fn readable(
-    store: &SqliteStore,
+    store: &dyn Backend,
     viewer: &Viewer,
     id: SessionId,
 ) -> Result<SessionRecord, UiError> {
@@ -230,7 +230,7 @@ const MAX_NOTES: usize = 100;
 const MAX_NOTE_LINES: i64 = 400;
 
 /// The notes the session's model could read (its homes), read-only.
-pub fn notes(engine: &Engine<SqliteStore>, record: &SessionRecord) -> Result<Vec<Note>, UiError> {
+pub fn notes(engine: &Engine<dyn Backend>, record: &SessionRecord) -> Result<Vec<Note>, UiError> {
     let caller = caller(record);
     let list = engine.notes_list(&caller, None, ListOrder::default(), MAX_NOTES)?;
     let mut out = Vec::with_capacity(list.notes.len());
@@ -248,7 +248,7 @@ pub fn notes(engine: &Engine<SqliteStore>, record: &SessionRecord) -> Result<Vec
 
 /// The page of a session the viewer may read.
 pub fn session_page(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<dyn Backend>,
     memos: &Memos,
     record: &SessionRecord,
 ) -> Result<Page, UiError> {
@@ -260,7 +260,7 @@ pub fn session_page(
 
 /// An entry's raw content through `recall` (whole, within recall's own caps).
 pub fn recall(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<dyn Backend>,
     record: &SessionRecord,
     entry: &str,
 ) -> Result<String, UiError> {
@@ -272,7 +272,7 @@ pub fn recall(
 
 /// Ranked history search in the session (its active branch).
 pub fn search(
-    engine: &Engine<SqliteStore>,
+    engine: &Engine<dyn Backend>,
     record: &SessionRecord,
     q: &str,
 ) -> Result<SearchPage, UiError> {

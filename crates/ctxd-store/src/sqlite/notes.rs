@@ -516,3 +516,94 @@ impl NotesStore for SqliteStore {
         Ok(None)
     }
 }
+
+impl crate::dump::Dump for SqliteStore {
+    fn settings(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT key, value FROM settings ORDER BY key")?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+
+    fn notes_dump(&self) -> Result<crate::dump::NotesDump, StoreError> {
+        use crate::dump::{NoteRow, NoteVersionRow, NotesDump};
+        let conn = self.conn();
+        let notes = conn
+            .prepare(
+                "SELECT tenant, home, path, body, bytes, lines, version, stale, created_ms, \
+                 updated_ms FROM notes ORDER BY tenant, home, path",
+            )?
+            .query_map([], |r| {
+                Ok(NoteRow {
+                    tenant: r.get(0)?,
+                    home: r.get(1)?,
+                    path: r.get(2)?,
+                    body: r.get(3)?,
+                    bytes: r.get(4)?,
+                    lines: r.get(5)?,
+                    version: r.get(6)?,
+                    stale: r.get(7)?,
+                    created_ms: r.get(8)?,
+                    updated_ms: r.get(9)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        let versions = conn
+            .prepare(
+                "SELECT tenant, home, path, version, op, body, other, at_ms FROM note_versions \
+                 ORDER BY tenant, home, path, version",
+            )?
+            .query_map([], |r| {
+                Ok(NoteVersionRow {
+                    tenant: r.get(0)?,
+                    home: r.get(1)?,
+                    path: r.get(2)?,
+                    version: r.get(3)?,
+                    op: r.get(4)?,
+                    body: r.get(5)?,
+                    other: r.get(6)?,
+                    at_ms: r.get(7)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(NotesDump { notes, versions })
+    }
+
+    fn notes_restore(&self, dump: &crate::dump::NotesDump) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = super::write_transaction(&mut conn)?;
+        {
+            let mut note = tx.prepare(
+                "INSERT INTO notes (tenant, home, path, body, bytes, lines, version, stale, \
+                 created_ms, updated_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            )?;
+            for n in &dump.notes {
+                note.execute(params![
+                    n.tenant,
+                    n.home,
+                    n.path,
+                    n.body,
+                    n.bytes,
+                    n.lines,
+                    n.version,
+                    n.stale,
+                    n.created_ms,
+                    n.updated_ms
+                ])?;
+            }
+            let mut version = tx.prepare(
+                "INSERT INTO note_versions (tenant, home, path, version, op, body, other, at_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            for v in &dump.versions {
+                version.execute(params![
+                    v.tenant, v.home, v.path, v.version, v.op, v.body, v.other, v.at_ms
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,148 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! `ctxd store copy` on the real binary: a copy answers every read as its source does
+//! (sessions, reports, history search, notes with their versions). Runs SQLite to SQLite here;
+//! with `CTXD_TEST_POSTGRES` set, also through PostgreSQL and back (`postgres_round_trip`).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use serde_json::Value;
+
+fn ctxd(store: &str, args: &[&str]) -> Output {
+    common::ctxd()
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(store: &str, args: &[&str]) -> String {
+    let out = ctxd(store, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fixture(path: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../ctxd-formats/tests/fixtures")
+        .join(path)
+        .display()
+        .to_string()
+}
+
+/// A store with three imported sessions, a note written twice, appended to and renamed.
+fn filled(db: &str) {
+    ok(
+        db,
+        &[
+            "import",
+            &fixture("pi/tree-v3.jsonl"),
+            &fixture("claude_code/real-2.1.197-compact.jsonl"),
+            &fixture("codex/legacy.jsonl"),
+        ],
+    );
+    let note = |args: &[&str]| {
+        let mut all = vec!["notes"];
+        all.extend_from_slice(args);
+        ok(db, &all)
+    };
+    note(&["write", "@project/todo.md", "one", "--project", "/p"]);
+    note(&["write", "@project/todo.md", "two", "--project", "/p"]);
+    note(&["append", "@project/todo.md", "three", "--project", "/p"]);
+    note(&["mv", "@project/todo.md", "@project/done.md", "--project", "/p"]);
+}
+
+/// Everything a reader sees of `db`, for comparing a copy with its source.
+fn observed(db: &str) -> Vec<String> {
+    let listed = ok(db, &["sessions", "--json"]);
+    let mut seen = Vec::new();
+    let mut keys: Vec<String> = listed
+        .lines()
+        .map(|line| {
+            let s: Value = serde_json::from_str(line).unwrap();
+            s["key"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    keys.sort();
+    assert_eq!(keys.len(), 3, "{listed}");
+    for key in &keys {
+        seen.push(ok(db, &["report", key, "--json"]));
+        seen.push(ok(db, &["history", "items", key, "--json"]));
+        seen.push(ok(db, &["history", "search", key, "the", "--ranked", "--json"]));
+        seen.push(ok(db, &["history", "search", key, "README", "--json"]));
+    }
+    for args in [
+        ["notes", "read", "@project/done.md"],
+        ["notes", "list", "@project/"],
+    ] {
+        let mut all = args.to_vec();
+        all.extend(["--project", "/p", "--json"]);
+        // The listing says when it was made: not part of what is compared.
+        let mut listed: Value = serde_json::from_str(&ok(db, &all)).unwrap();
+        listed.as_object_mut().unwrap().remove("now_ms");
+        seen.push(listed.to_string());
+    }
+    seen
+}
+
+/// `a` and `b` read alike; the first difference is the failure.
+fn same(a: &str, b: &str) {
+    let (seen_a, seen_b) = (observed(a), observed(b));
+    assert_eq!(seen_a.len(), seen_b.len());
+    for (x, y) in seen_a.iter().zip(&seen_b) {
+        assert!(x == y, "source:\n{x}\ncopy:\n{y}");
+    }
+    assert!(
+        seen_a.iter().any(|s| s.contains("\"mode\":\"literal\",\"hits\":[{")),
+        "a literal search found nothing: the comparison proves little"
+    );
+}
+
+fn copy(from: &str, to: &str) -> Value {
+    let out = common::ctxd()
+        .args(["store", "copy", "--from", from, "--to", to, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_copy_reads_as_its_source() {
+    let dir = common::fresh_dir("store-copy");
+    let (a, b) = (
+        dir.join("a.db").display().to_string(),
+        dir.join("b.db").display().to_string(),
+    );
+    filled(&a);
+    let copied = copy(&a, &b);
+    assert_eq!(copied["sessions"], 3, "{copied}");
+    assert_eq!(copied["notes"], 1, "{copied}");
+    assert!(copied["note_versions"].as_u64().unwrap() >= 5, "{copied}");
+    same(&a, &b);
+    // A store that holds sessions already is refused, untouched.
+    let again = common::ctxd()
+        .args(["store", "copy", "--from", &a, "--to", &b])
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("copy into a new store"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    same(&a, &b);
+    let _ = std::fs::remove_dir_all(&dir);
+}
