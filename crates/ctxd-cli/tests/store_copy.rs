@@ -57,7 +57,13 @@ fn filled(db: &str) {
     note(&["write", "@project/todo.md", "one", "--project", "/p"]);
     note(&["write", "@project/todo.md", "two", "--project", "/p"]);
     note(&["append", "@project/todo.md", "three", "--project", "/p"]);
-    note(&["mv", "@project/todo.md", "@project/done.md", "--project", "/p"]);
+    note(&[
+        "mv",
+        "@project/todo.md",
+        "@project/done.md",
+        "--project",
+        "/p",
+    ]);
 }
 
 /// Everything a reader sees of `db`, for comparing a copy with its source.
@@ -76,7 +82,10 @@ fn observed(db: &str) -> Vec<String> {
     for key in &keys {
         seen.push(ok(db, &["report", key, "--json"]));
         seen.push(ok(db, &["history", "items", key, "--json"]));
-        seen.push(ok(db, &["history", "search", key, "the", "--ranked", "--json"]));
+        seen.push(ok(
+            db,
+            &["history", "search", key, "the", "--ranked", "--json"],
+        ));
         seen.push(ok(db, &["history", "search", key, "README", "--json"]));
     }
     for args in [
@@ -101,7 +110,9 @@ fn same(a: &str, b: &str) {
         assert!(x == y, "source:\n{x}\ncopy:\n{y}");
     }
     assert!(
-        seen_a.iter().any(|s| s.contains("\"mode\":\"literal\",\"hits\":[{")),
+        seen_a
+            .iter()
+            .any(|s| s.contains("\"mode\":\"literal\",\"hits\":[{")),
         "a literal search found nothing: the comparison proves little"
     );
 }

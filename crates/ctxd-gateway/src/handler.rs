@@ -390,7 +390,11 @@ async fn prepare(
     }
     let mut state = slot.state.lock().await;
     let locked_us = started.elapsed().as_micros() as u64;
-    if state.is_none() || slot.take_stale() {
+    let elsewhere = match state.as_ref() {
+        Some(loaded) if app.engine.store().shared() => written_elsewhere(app, loaded).await,
+        _ => false,
+    };
+    if state.is_none() || slot.take_stale() || elsewhere {
         let meta = SessionMeta {
             id: Some(key.clone()),
             agent,
@@ -733,6 +737,29 @@ async fn load(
             Err(internal(api, &format!("store: {e}")))
         }
         Err(e) => Err(internal(api, &format!("store task: {e}"))),
+    }
+}
+
+/// Whether another gateway on the same store appended to the session since `loaded` was read
+/// (or last extended here): the store's last entry is not in the cached log, or the store holds
+/// more entries than it. Entries this gateway has queued and not yet committed make the cache
+/// longer than the store, never unknown to it. A failed check reloads (the safe side).
+async fn written_elsewhere(app: &Arc<Gateway>, loaded: &Loaded) -> bool {
+    let engine = app.engine.clone();
+    let session = loaded.record.id;
+    let head = tokio::task::spawn_blocking(move || engine.store().head(session)).await;
+    match head {
+        Ok(Ok(head)) => {
+            head.entries > loaded.log.len() as u64
+                || head
+                    .last
+                    .is_some_and(|last| loaded.log.position(&last).is_none())
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot read the session's head; reloading it");
+            true
+        }
+        Err(_) => true,
     }
 }
 

@@ -36,6 +36,23 @@ pub trait Backend: GroupStore + crate::Dump + Send + Sync {
 
     /// The backend's own consistency check: `ok`, or what is wrong.
     fn integrity_check(&self) -> Result<String, StoreError>;
+
+    /// Other processes may append to the sessions this one serves (several gateways on one
+    /// server), so a cached copy of a session is checked against [`Backend::head`] before use.
+    /// A SQLite store is served by one gateway alone (its lock file).
+    fn shared(&self) -> bool {
+        false
+    }
+
+    /// How far the session's log goes: a cheap read, for checking a cached copy.
+    fn head(&self, session: SessionId) -> Result<Head, StoreError>;
+}
+
+/// The end of a session's log: how many entries it holds, and the last appended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Head {
+    pub entries: u64,
+    pub last: Option<ctxd_core::model::EntryId>,
 }
 
 /// Where a store lives, parsed from `--store`: a file path, or a `postgres://` URL.
@@ -144,6 +161,23 @@ impl Backend for SqliteStore {
 
     fn integrity_check(&self) -> Result<String, StoreError> {
         SqliteStore::integrity_check(self)
+    }
+
+    fn head(&self, session: SessionId) -> Result<Head, StoreError> {
+        use rusqlite::OptionalExtension;
+        // `seq` numbers a session's entries from 1 without gaps: the last one is the count.
+        let last: Option<(i64, String)> = self
+            .conn()
+            .query_row(
+                "SELECT seq, id FROM entries WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1",
+                [session],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        Ok(last.map_or_else(Head::default, |(seq, id)| Head {
+            entries: u64::try_from(seq).unwrap_or_default(),
+            last: Some(ctxd_core::model::EntryId::new(id)),
+        }))
     }
 }
 

@@ -27,7 +27,7 @@ mod sqlite;
 use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
 use serde::Serialize;
 
-pub use backend::{open, redact, Backend, GroupStore, Location};
+pub use backend::{open, redact, Backend, GroupStore, Head, Location};
 pub use dump::{Dump, NoteRow, NoteVersionRow, NotesDump};
 pub use error::StoreError;
 pub use notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
