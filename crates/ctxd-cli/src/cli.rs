@@ -226,6 +226,7 @@ mod tests {
                 .is_some_and(|a| matches!(a.get_action(), clap::ArgAction::SetTrue));
             let value = match value_name.as_deref() {
                 _ if is_switch => "true",
+                Some("MODE") if key == "store-unavailable" => "\"pass\"",
                 Some("MODE") => "\"full\"",
                 Some("LIST") => "\"none\"",
                 Some("ADDR") => "\"127.0.0.1:1\"",

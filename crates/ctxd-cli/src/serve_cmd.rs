@@ -132,6 +132,11 @@ pub struct ServeArgs {
     /// gets the API's error instead [default: 10].
     #[arg(long, env = "CTXD_COMMIT_TIMEOUT", value_name = "SECS")]
     pub commit_timeout: Option<u64>,
+    /// While the store cannot be read (a database down): `refuse` answers HTTP 503 in the
+    /// API's error shape; `pass` forwards requests unmanaged and unrecorded [default: refuse].
+    #[arg(long, env = "CTXD_STORE_UNAVAILABLE", value_name = "MODE",
+          value_parser = ctxd_gateway::config::parse_store_unavailable)]
+    pub store_unavailable: Option<ctxd_gateway::config::StoreUnavailable>,
     /// `normal`: every commit survives a process crash, fsync at checkpoints; `full`: fsync
     /// every commit, survives power loss too (about 1 ms per commit) [default: normal].
     #[arg(long, env = "CTXD_STORE_SYNC", value_name = "MODE", value_parser = parse_store_sync)]
@@ -253,6 +258,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     }
     if let Some(d) = args.store_sync {
         settings.store_sync = d;
+    }
+    if let Some(u) = args.store_unavailable {
+        settings.store_unavailable = u;
     }
     if let Some(s) = args.shutdown_timeout {
         settings.shutdown_timeout = Duration::from_secs(s);

@@ -38,6 +38,9 @@ pub struct Settings {
     /// at every commit and fsyncs at checkpoints; `Full` fsyncs every commit, surviving power
     /// loss too, for about a millisecond per commit (docs/store.md).
     pub store_sync: ctxd_store::Durability,
+    /// What a conversation request gets when its session cannot be read from the store (a
+    /// database down, a disk failing).
+    pub store_unavailable: StoreUnavailable,
     /// After SIGTERM, how long in-flight requests may run before what is left is closed
     /// (each open stream ends with the API's error event).
     pub shutdown_timeout: Duration,
@@ -308,6 +311,29 @@ pub fn parse_model_window(spec: &str) -> Result<(String, u64), String> {
 }
 
 /// `normal` or `full` (a `--store-sync` value).
+/// What a conversation request gets while the store cannot be read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StoreUnavailable {
+    /// HTTP 503 in the API's error shape, with `Retry-After`: nothing reaches the provider
+    /// that the store could not record, so nothing answered is missing from the log.
+    #[default]
+    Refuse,
+    /// Forwarded as the client sent it, unmanaged and unrecorded (the agent keeps working;
+    /// those turns are missing from the log, and the next managed request sees them only as
+    /// the client resends them).
+    Pass,
+}
+
+pub fn parse_store_unavailable(s: &str) -> Result<StoreUnavailable, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "refuse" => Ok(StoreUnavailable::Refuse),
+        "pass" => Ok(StoreUnavailable::Pass),
+        other => Err(format!(
+            "store-unavailable {other:?}: expected refuse or pass"
+        )),
+    }
+}
+
 pub fn parse_store_sync(s: &str) -> Result<ctxd_store::Durability, String> {
     match s.trim().to_ascii_lowercase().as_str() {
         "normal" => Ok(ctxd_store::Durability::Normal),
@@ -365,6 +391,7 @@ impl Settings {
             workers: 1,
             commit_timeout: Duration::from_secs(10),
             store_sync: ctxd_store::Durability::Normal,
+            store_unavailable: StoreUnavailable::Refuse,
             shutdown_timeout: Duration::from_secs(30),
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(60),
@@ -420,6 +447,10 @@ impl Settings {
         }
         if let Some(s) = file.commit_timeout {
             self.commit_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = file.store_unavailable {
+            self.store_unavailable = parse_store_unavailable(&s)
+                .map_err(|e| format!("config {}: {e}", path.display()))?;
         }
         if let Some(s) = file.store_sync {
             self.store_sync = parse_store_sync(&s)?;
@@ -606,6 +637,8 @@ struct FileSettings {
     #[serde(alias = "commit-timeout-secs")]
     commit_timeout: Option<u64>,
     store_sync: Option<String>,
+    /// `refuse` or `pass`, as `--store-unavailable`.
+    store_unavailable: Option<String>,
     /// Seconds, as `--shutdown-timeout`.
     #[serde(alias = "shutdown-timeout-secs")]
     shutdown_timeout: Option<u64>,

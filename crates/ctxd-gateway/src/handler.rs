@@ -299,14 +299,14 @@ pub(crate) async fn conversation(
     let request_id = app.request_id(&headers);
     let span = tracing::info_span!("request", id = %request_id, route = api.route());
     let mut response = async move {
-        let planned = match prepare(&app, api, &headers, body, started).await {
-            Ok(p) => p,
-            Err(r) => return r,
-        };
         let path = uri
             .path_and_query()
             .map_or(uri.path(), |p| p.as_str())
             .to_owned();
+        let planned = match prepare(&app, api, &headers, &path, body, started).await {
+            Ok(p) => p,
+            Err(r) => return r,
+        };
         forward(&app, api, method, &path, &headers, planned).await
     }
     .instrument(span)
@@ -321,6 +321,7 @@ async fn prepare(
     app: &Arc<Gateway>,
     api: Api,
     headers: &HeaderMap,
+    path: &str,
     body: Body,
     started: Instant,
 ) -> Result<Planned, Response> {
@@ -403,7 +404,10 @@ async fn prepare(
             model: req.model.clone(),
             ..SessionMeta::default()
         };
-        *state = Some(load(app, api, &tenant, &key, meta).await?);
+        match load(app, &tenant, &key, meta).await {
+            Ok(loaded) => *state = Some(loaded),
+            Err(e) => return Err(store_unavailable(app, api, headers, path, raw, &e).await),
+        }
     }
     let Some(loaded) = state.as_mut() else {
         return Err(internal(api, "session state missing"));
@@ -711,11 +715,10 @@ fn internal(api: Api, message: &str) -> Response {
 /// hold everything queued before it is read).
 async fn load(
     app: &Arc<Gateway>,
-    api: Api,
     tenant: &str,
     key: &str,
     meta: SessionMeta,
-) -> Result<Loaded, Response> {
+) -> Result<Loaded, String> {
     app.writer.flush().await;
     let engine = app.engine.clone();
     let (tenant, key) = (tenant.to_owned(), key.to_owned());
@@ -732,12 +735,36 @@ async fn load(
     .await;
     match loaded {
         Ok(Ok(l)) => Ok(l),
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "cannot open session");
-            Err(internal(api, &format!("store: {e}")))
-        }
-        Err(e) => Err(internal(api, &format!("store task: {e}"))),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(format!("store task: {e}")),
     }
+}
+
+/// A conversation request whose session the store cannot give: refused with the API's 503, or
+/// forwarded unmanaged (`--store-unavailable pass`). Either way logged and counted.
+async fn store_unavailable(
+    app: &Arc<Gateway>,
+    api: Api,
+    headers: &HeaderMap,
+    path: &str,
+    raw: Bytes,
+    error: &str,
+) -> Response {
+    let pass = app.settings.store_unavailable == crate::config::StoreUnavailable::Pass;
+    tracing::error!(error, pass, "the store cannot give the session");
+    metrics::counter!("ctxd_store_unavailable_total", "outcome" => if pass { "passed" } else { "refused" })
+        .increment(1);
+    if pass {
+        return relay_unmanaged(app, api, Method::POST, path, headers, raw).await;
+    }
+    let mut r = api_error(
+        api,
+        StatusCode::SERVICE_UNAVAILABLE,
+        &format!("ctxd: the session store is unavailable ({error}); retry shortly"),
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
 }
 
 /// Whether another gateway on the same store appended to the session since `loaded` was read
@@ -1010,10 +1037,23 @@ pub(crate) async fn passthrough(
         .path_and_query()
         .map_or(uri.path(), |p| p.as_str())
         .to_owned();
+    relay_unmanaged(&app, api, method, &path, &headers, raw).await
+}
+
+/// Send `raw` upstream as the client sent it and relay the answer as it comes, recording
+/// nothing.
+async fn relay_unmanaged(
+    app: &Arc<Gateway>,
+    api: Api,
+    method: Method,
+    path: &str,
+    headers: &HeaderMap,
+    raw: Bytes,
+) -> Response {
     let started = Instant::now();
     match app
         .upstream
-        .send(api, method, &path, &headers, raw, true)
+        .send(api, method, path, headers, raw, true)
         .await
     {
         Ok(resp) => {

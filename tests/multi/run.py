@@ -1,0 +1,378 @@
+#!/usr/bin/env python3
+"""Several `ctxd serve` on one PostgreSQL database (issue 17), with real SDK clients.
+
+1. **Same bytes as one gateway.** The anthropic and openai SDK conversations (three APIs, JSON
+   and streaming, two tool loops each) run once through one gateway on a SQLite store, then
+   through two gateways on one PostgreSQL database with a proxy that alternates between them on
+   every request. Each run has a fresh mock, so its ids repeat: every request body that reached
+   the mock must be the same bytes in both runs, and the PostgreSQL store must hold each
+   conversation's turns once (the same history items as the SQLite store: nothing lost,
+   nothing twice).
+2. **A gateway killed mid-stream.** A streamed answer is cut by SIGKILL of the gateway serving
+   it; the client retries against the other gateway. Every answer the client received in full
+   before is in the store; the retry is answered and stored.
+3. **PostgreSQL restarted under load** (when `CTXD_TEST_POSTGRES_DATA` names the server's data
+   directory and `pg_ctl` is on PATH): while requests flow through both gateways the server
+   restarts; requests during the outage get the API's own error (HTTP 503), none hangs; after
+   it, both gateways serve again without being restarted, and every acknowledged answer is in
+   the store.
+
+    python tests/multi/run.py --ctxd target/release/ctxd --mock target/release/ctxd-mock \\
+        [--postgres postgres://USER@127.0.0.1:PORT/postgres]
+
+`--postgres` (default: `CTXD_TEST_POSTGRES`) is an admin URL: the runner creates a database of
+its own there and drops it at the end. The last line is "multi: N passed, N failed".
+"""
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.parse
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "clients"))
+
+import sdk_cases  # noqa: E402
+from harness import Mock, Process, decode_body, is_model_request  # noqa: E402
+from tap import Tap  # noqa: E402
+
+
+class Alternating(Tap):
+    """The tap, forwarding each request to the next gateway in turn (a load balancer with no
+    stickiness). `pin(i)` sends everything to gateway `i` instead."""
+
+    def __init__(self, ports):
+        super().__init__(upstream_port=0)
+        self._ports = list(ports)
+        self._next = itertools.cycle(range(len(self._ports)))
+        self._pinned = None
+        self._turn = threading.Lock()
+
+    @property
+    def upstream_port(self):
+        with self._turn:
+            i = self._pinned if self._pinned is not None else next(self._next)
+            return self._ports[i]
+
+    @upstream_port.setter
+    def upstream_port(self, _value):
+        pass
+
+    def pin(self, i):
+        with self._turn:
+            self._pinned = i
+
+
+class SlowMock(Mock):
+    """The mock with a pause between SSE events, so a streamed answer can be cut mid-way."""
+
+    def __init__(self, binary, workdir, event_delay_ms):
+        self.process = Process(
+            "ctxd-mock (slow)",
+            [binary, "--port", "0", "--event-delay-ms", str(event_delay_ms)],
+            os.path.join(workdir, "mock-slow.log"),
+            r"listening on (http://\S+)",
+            stream="stderr",
+        )
+        self.url = self.process.address
+
+
+def serve(ctxd, store, mock_url, workdir, name):
+    env = dict(os.environ, CTXD_LOG=os.environ.get("CTXD_LOG", "info"))
+    return Process(
+        name,
+        [ctxd, "--store", store, "serve", "--listen", "127.0.0.1:0",
+         "--upstream-anthropic", mock_url, "--upstream-openai", mock_url],
+        os.path.join(workdir, name + ".log"),
+        r"ctxd serve: listening on http://(\S+)",
+        env=env,
+    )
+
+
+def cli(ctxd, store, *args):
+    out = subprocess.run([ctxd, "--store", store] + list(args), capture_output=True, timeout=120,
+                         stdin=subprocess.DEVNULL)
+    if out.returncode != 0:
+        raise RuntimeError("ctxd %s: %s" % (" ".join(args), out.stderr.decode().strip()[-800:]))
+    return [json.loads(l) for l in out.stdout.decode().splitlines() if l.strip()]
+
+
+def psql(admin_url, sql):
+    subprocess.run(["psql", admin_url, "-v", "ON_ERROR_STOP=1", "-q", "-c", sql], check=True,
+                   capture_output=True, timeout=60)
+
+
+def with_database(url, name):
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(path="/" + name))
+
+
+# The conversations: (name, run(base_url, repo)).
+CONVERSATIONS = [
+    ("anthropic-json", lambda url, repo: sdk_cases.anthropic_messages(url, repo, False)),
+    ("anthropic-stream", lambda url, repo: sdk_cases.anthropic_messages(url, repo, True)),
+    ("chat-json", lambda url, repo: sdk_cases.openai_chat(url, repo, False)),
+    ("chat-stream", lambda url, repo: sdk_cases.openai_chat(url, repo, True)),
+    ("responses-json", lambda url, repo: sdk_cases.openai_responses(url, repo, False)),
+    ("responses-stream", lambda url, repo: sdk_cases.openai_responses(url, repo, True)),
+]
+
+
+def model_bodies(mock):
+    """The decoded body of every model request the mock received, in order."""
+    return [r["decoded"] for r in mock.requests() if is_model_request(r["method"], r["path"])]
+
+
+def stored_items(ctxd, store):
+    """Per session key: the history items (entry id, role, text) of its active branch."""
+    out = {}
+    for s in cli(ctxd, store, "sessions", "--json", "--limit", "10000"):
+        pages = cli(ctxd, store, "history", "items", str(s["id"]), "--json", "--limit", "500",
+                    "--max-chars", "4000")
+        items = pages[0]["items"] if pages else []
+        out[s["key"]] = [(i["entry_id"], i["role"], i.get("text")) for i in items]
+    return out
+
+
+class Run:
+    def __init__(self, args):
+        self.args = args
+        self.results = []
+        self.work = tempfile.mkdtemp(prefix="ctxd-multi-")
+        self.repo = os.path.join(self.work, "repo")
+        os.makedirs(self.repo)
+        for name in ("README.md", "main.py", "notes.txt"):
+            with open(os.path.join(self.repo, name), "w") as f:
+                f.write(name + "\n")
+        self.db_name = "ctxd_multi_%d" % os.getpid()
+        self.pg = with_database(args.postgres, self.db_name)
+
+    def check(self, name, ok, detail=""):
+        self.results.append((name, bool(ok), detail))
+        print("%s %s%s" % ("ok  " if ok else "FAIL", name, (": " + detail) if detail and not ok else ""),
+              flush=True)
+
+    # ------------------------------------------------------------------ 1. same bytes
+    def same_bytes(self):
+        mock = Mock(self.args.mock, self.work)
+        one = serve(self.args.ctxd, os.path.join(self.work, "one.db"), mock.url, self.work, "one")
+        tap = Tap(one.port()).start()
+        try:
+            for _, run in CONVERSATIONS:
+                run("http://127.0.0.1:%d" % tap.port, self.repo)
+            single = model_bodies(mock)
+        finally:
+            tap.stop()
+            one.stop()
+            mock.stop()
+        single_items = stored_items(self.args.ctxd, os.path.join(self.work, "one.db"))
+
+        mock = Mock(self.args.mock, self.work)
+        gateways = [serve(self.args.ctxd, self.pg, mock.url, self.work, "pg-%d" % i) for i in (0, 1)]
+        lb = Alternating([g.port() for g in gateways]).start()
+        try:
+            for _, run in CONVERSATIONS:
+                run("http://127.0.0.1:%d" % lb.port, self.repo)
+            shared = model_bodies(mock)
+            statuses = [r.status for r in lb.take()]
+        finally:
+            lb.stop()
+            for g in gateways:
+                g.stop()
+            mock.stop()
+        self.check("every request through the alternating gateways answered",
+                   statuses and all(s == 200 for s in statuses), "statuses %s" % statuses)
+        self.check("as many upstream requests as one gateway sends", len(shared) == len(single),
+                   "%d vs %d" % (len(shared), len(single)))
+        differing = [i for i, (a, b) in enumerate(zip(single, shared)) if a != b]
+        self.check("every upstream body the same bytes as one gateway's", not differing,
+                   "requests %s differ; first:\n  one: %s\n  two: %s" % (
+                       differing, single[differing[0]][:600] if differing else "",
+                       shared[differing[0]][:600] if differing else ""))
+        shared_items = stored_items(self.args.ctxd, self.pg)
+        self.check("the shared store holds the same sessions", sorted(shared_items) == sorted(single_items),
+                   "%s vs %s" % (sorted(shared_items), sorted(single_items)))
+        for key in sorted(single_items):
+            a, b = single_items[key], shared_items.get(key)
+            self.check("session %s: the same turns, none lost or twice" % key, a == b,
+                       "%d items vs %d" % (len(a), len(b or [])))
+
+    # ------------------------------------------------------------------ 2. killed mid-stream
+    def killed_mid_stream(self):
+        # Slow events: a streamed answer takes seconds, long enough to be cut.
+        mock = SlowMock(self.args.mock, self.work, 500)
+        gateways = [serve(self.args.ctxd, self.pg, mock.url, self.work, "kill-%d" % i) for i in (0, 1)]
+        lb = Alternating([g.port() for g in gateways]).start()
+        url = "http://127.0.0.1:%d" % lb.port
+        headers = {"x-api-key": "sk-ant-ctxd-multi", "anthropic-version": "2023-06-01",
+                   "content-type": "application/json", "x-ctxd-session": "multi-kill"}
+        messages = []
+        try:
+            lb.pin(0)
+            # Two whole turns on gateway 0.
+            for i in range(2):
+                messages.append({"role": "user", "content": "turn %d" % i})
+                reply = post_json(url + "/v1/messages", headers, {
+                    "model": "claude-sonnet-4-5", "max_tokens": 64, "messages": messages})
+                messages.append({"role": "assistant", "content": reply["content"][0]["text"]})
+            # A third, streamed slowly, cut by SIGKILL after its first bytes.
+            messages.append({"role": "user", "content": "turn 2"})
+            body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 4000, "stream": True,
+                               "messages": messages}).encode()
+            req = urllib.request.Request(url + "/v1/messages", data=body, headers=headers)
+            received = b""
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    received = resp.read1(64)
+                    gateways[0].proc.send_signal(signal.SIGKILL)
+                    gateways[0].proc.wait()
+                    while True:
+                        chunk = resp.read1(65536)
+                        if not chunk:
+                            break
+                        received += chunk
+            except Exception:
+                pass
+            self.check("the stream was cut by the kill before its end", received
+                       and b"message_stop" not in received, received[-300:])
+            # The client retries the same request against the other gateway.
+            lb.pin(1)
+            post_json(url + "/v1/messages", headers, {
+                "model": "claude-sonnet-4-5", "max_tokens": 64, "messages": messages})
+        finally:
+            lb.stop()
+            for g in gateways:
+                g.stop()
+            mock.stop()
+        items = stored_items(self.args.ctxd, self.pg).get("multi-kill", [])
+        roles = [(role, text if role == "user" else "") for _, role, text in items]
+        want = [("user", "turn 0"), ("assistant", ""), ("user", "turn 1"), ("assistant", ""),
+                ("user", "turn 2"), ("assistant", "")]
+        self.check("every answer received in full is stored once (kill, then retry elsewhere)",
+                   roles == want, "stored %s" % roles)
+
+    # ------------------------------------------------------------------ 3. database restart
+    def restart_under_load(self):
+        data = os.environ.get("CTXD_TEST_POSTGRES_DATA")
+        if not data or not shutil.which("pg_ctl"):
+            self.check("PostgreSQL restart under load (CTXD_TEST_POSTGRES_DATA unset)",
+                       not os.environ.get("CI"), "CI must give CTXD_TEST_POSTGRES_DATA")
+            return
+        mock = Mock(self.args.mock, self.work)
+        gateways = [serve(self.args.ctxd, self.pg, mock.url, self.work, "restart-%d" % i) for i in (0, 1)]
+        lb = Alternating([g.port() for g in gateways]).start()
+        url = "http://127.0.0.1:%d" % lb.port
+        outcomes = []  # (session, prompt, status, text)
+        stop = threading.Event()
+
+        def load(worker):
+            n = 0
+            while not stop.is_set():
+                session = "restart-%d-%d" % (worker, n)
+                headers = {"x-api-key": "sk-ant-ctxd-multi", "anthropic-version": "2023-06-01",
+                           "content-type": "application/json", "x-ctxd-session": session}
+                prompt = "question %d of worker %d" % (n, worker)
+                try:
+                    reply = post_json(url + "/v1/messages", headers, {
+                        "model": "claude-sonnet-4-5", "max_tokens": 64,
+                        "messages": [{"role": "user", "content": prompt}]}, timeout=30)
+                    outcomes.append((session, prompt, 200, reply["content"][0]["text"]))
+                except urllib.error.HTTPError as e:
+                    outcomes.append((session, prompt, e.code, e.read().decode("utf-8", "replace")))
+                except Exception as e:  # a hang or a reset: reported below
+                    outcomes.append((session, prompt, 0, repr(e)))
+                n += 1
+                time.sleep(0.05)
+
+        workers = [threading.Thread(target=load, args=(w,), daemon=True) for w in range(3)]
+        try:
+            for w in workers:
+                w.start()
+            time.sleep(1.5)
+            before = len(outcomes)
+            restart = subprocess.run(
+                ["pg_ctl", "-D", data, "-m", "fast", "-w", "restart"] if os.getuid() != 0 else
+                ["runuser", "-u", "postgres", "--", "pg_ctl", "-D", data, "-m", "fast", "-w", "restart"],
+                capture_output=True, timeout=60)
+            self.check("pg_ctl restart", restart.returncode == 0, restart.stderr.decode()[-400:])
+            restarted_at = len(outcomes)
+            time.sleep(4)
+            stop.set()
+            for w in workers:
+                w.join(60)
+        finally:
+            lb.stop()
+            for g in gateways:
+                g.stop()
+            mock.stop()
+        bad = [o for o in outcomes if o[2] not in (200, 503)]
+        self.check("during the outage every request answered 200 or 503 (none hung or reset)", not bad,
+                   "%s" % bad[:5])
+        after = outcomes[restarted_at:]
+        tail = after[len(after) // 2:]
+        self.check("after the restart both gateways serve again without a restart",
+                   len(tail) >= 4 and all(o[2] == 200 for o in tail),
+                   "%d requests after the restart, statuses %s" % (len(after), [o[2] for o in tail]))
+        self.check("requests flowed before the restart", before > 3, "%d" % before)
+        stored = stored_items(self.args.ctxd, self.pg)
+        lost = [o for o in outcomes if o[2] == 200
+                and [role for _, role, _ in stored.get(o[0], [])] != ["user", "assistant"]]
+        self.check("every acknowledged answer is in the store", not lost,
+                   "%d of %d lost, e.g. %s" % (len(lost), sum(o[2] == 200 for o in outcomes), lost[:2]))
+
+    def main(self):
+        psql(self.args.postgres, "DROP DATABASE IF EXISTS %s" % self.db_name)
+        psql(self.args.postgres, "CREATE DATABASE %s" % self.db_name)
+        try:
+            for phase in (self.same_bytes, self.killed_mid_stream, self.restart_under_load):
+                try:
+                    phase()
+                except Exception:
+                    self.check(phase.__name__, False, traceback.format_exc())
+        finally:
+            try:
+                psql(self.args.postgres, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % self.db_name)
+            except Exception:
+                pass
+            if not self.args.keep:
+                shutil.rmtree(self.work, ignore_errors=True)
+            else:
+                print("kept", self.work)
+        passed = sum(ok for _, ok, _ in self.results)
+        failed = len(self.results) - passed
+        print("multi: %d passed, %d failed" % (passed, failed))
+        return 1 if failed else 0
+
+
+def post_json(url, headers, doc, timeout=30):
+    req = urllib.request.Request(url, data=json.dumps(doc).encode(), headers=headers)
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ctxd", required=True)
+    p.add_argument("--mock", required=True)
+    p.add_argument("--postgres", default=os.environ.get("CTXD_TEST_POSTGRES"))
+    p.add_argument("--keep", action="store_true")
+    args = p.parse_args()
+    if not args.postgres:
+        print("multi: no PostgreSQL (--postgres or CTXD_TEST_POSTGRES)", file=sys.stderr)
+        return 1 if os.environ.get("CI") else 0
+    return Run(args).main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
