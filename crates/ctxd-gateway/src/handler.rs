@@ -391,11 +391,13 @@ async fn prepare(
     }
     let mut state = slot.state.lock().await;
     let locked_us = started.elapsed().as_micros() as u64;
-    let elsewhere = match state.as_ref() {
-        Some(loaded) if app.engine.store().shared() => written_elsewhere(app, loaded).await,
-        _ => false,
-    };
-    if state.is_none() || slot.take_stale() || elsewhere {
+    let mut reload = state.is_none() || slot.take_stale();
+    if let Some(loaded) = state.as_mut().filter(|_| !reload) {
+        if app.engine.store().shared() {
+            reload = !catch_up(app, loaded).await;
+        }
+    }
+    if reload {
         let meta = SessionMeta {
             id: Some(key.clone()),
             agent,
@@ -767,27 +769,62 @@ async fn store_unavailable(
     r
 }
 
-/// Whether another gateway on the same store appended to the session since `loaded` was read
-/// (or last extended here): the store's last entry is not in the cached log, or the store holds
-/// more entries than it. Entries this gateway has queued and not yet committed make the cache
-/// longer than the store, never unknown to it. A failed check reloads (the safe side).
-async fn written_elsewhere(app: &Arc<Gateway>, loaded: &Loaded) -> bool {
+/// On a store other gateways write too: bring the cached `loaded` up to the store's log.
+/// Another gateway's appends come after everything this cache holds (the client waited for
+/// each answer, which was committed before it ended), so they are read as the store's tail
+/// and pushed in order, as a fresh load would. `false` when the cache cannot be extended
+/// (the store's log forked from it: requests of one session at two gateways at once) or the
+/// store could not be read: the caller reloads the session whole.
+///
+/// Entries this gateway queued and has not committed yet make the cache longer than the
+/// store, never unknown to it: that is current.
+async fn catch_up(app: &Arc<Gateway>, loaded: &mut Loaded) -> bool {
     let engine = app.engine.clone();
     let session = loaded.record.id;
-    let head = tokio::task::spawn_blocking(move || engine.store().head(session)).await;
-    match head {
-        Ok(Ok(head)) => {
-            head.entries > loaded.log.len() as u64
-                || head
-                    .last
-                    .is_some_and(|last| loaded.log.position(&last).is_none())
-        }
+    let head = match tokio::task::spawn_blocking(move || engine.store().head(session)).await {
+        Ok(Ok(head)) => head,
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "cannot read the session's head; reloading it");
-            true
+            return false;
         }
-        Err(_) => true,
+        Err(_) => return false,
+    };
+    let len = loaded.log.len() as u64;
+    if head.entries <= len {
+        return head
+            .last
+            .as_ref()
+            .is_none_or(|id| loaded.log.position(id).is_some());
     }
+    // The store has more: read from our last entry on, which must be the store's `len`th.
+    let ours = loaded
+        .log
+        .entry(loaded.log.len().wrapping_sub(1))
+        .map(|e| e.id.clone());
+    let engine = app.engine.clone();
+    let after = len.saturating_sub(1);
+    let tail = match tokio::task::spawn_blocking(move || engine.store().tail(session, after)).await
+    {
+        Ok(Ok(tail)) => tail,
+        _ => return false,
+    };
+    let mut tail = tail.into_iter();
+    if len > 0 && tail.next().map(|e| e.id) != ours {
+        return false;
+    }
+    let mut added = 0u64;
+    for entry in tail {
+        if loaded.log.position(&entry.id).is_some() {
+            return false;
+        }
+        loaded.log.push(entry);
+        added += 1;
+    }
+    if let Some(pos) = head.leaf.as_ref().and_then(|id| loaded.log.position(id)) {
+        loaded.log.set_leaf(pos);
+    }
+    metrics::counter!("ctxd_session_catch_up_entries_total").increment(added);
+    true
 }
 
 /// Whether an upstream error says the prompt did not fit the context window.

@@ -2,6 +2,8 @@
 //! location. The gateway, the dashboard and the CLI hold a `dyn Backend`, so they run on any
 //! store that implements these traits (SQLite, and PostgreSQL for several gateways).
 
+use ctxd_core::model::{Entry, EntryId};
+
 use crate::{Durability, GroupResult, GroupWrite, SessionId, SqliteStore, Store, StoreError};
 use std::path::PathBuf;
 
@@ -46,13 +48,18 @@ pub trait Backend: GroupStore + crate::Dump + Send + Sync {
 
     /// How far the session's log goes: a cheap read, for checking a cached copy.
     fn head(&self, session: SessionId) -> Result<Head, StoreError>;
+
+    /// The session's entries after the first `after`, in append order: what a cached copy
+    /// holding the first `after` lacks.
+    fn tail(&self, session: SessionId, after: u64) -> Result<Vec<Entry>, StoreError>;
 }
 
-/// The end of a session's log: how many entries it holds, and the last appended.
+/// The end of a session's log: how many entries it holds, the last appended, and the leaf.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Head {
     pub entries: u64,
-    pub last: Option<ctxd_core::model::EntryId>,
+    pub last: Option<EntryId>,
+    pub leaf: Option<EntryId>,
 }
 
 /// Where a store lives, parsed from `--store`: a file path, or a `postgres://` URL.
@@ -165,19 +172,36 @@ impl Backend for SqliteStore {
 
     fn head(&self, session: SessionId) -> Result<Head, StoreError> {
         use rusqlite::OptionalExtension;
+        let conn = self.conn();
+        let leaf: Option<String> = conn
+            .query_row("SELECT leaf FROM sessions WHERE id = ?1", [session], |r| {
+                r.get(0)
+            })
+            .optional()?
+            .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
         // `seq` numbers a session's entries from 1 without gaps: the last one is the count.
-        let last: Option<(i64, String)> = self
-            .conn()
+        let last: Option<(i64, String)> = conn
             .query_row(
                 "SELECT seq, id FROM entries WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1",
                 [session],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .optional()?;
-        Ok(last.map_or_else(Head::default, |(seq, id)| Head {
-            entries: u64::try_from(seq).unwrap_or_default(),
-            last: Some(ctxd_core::model::EntryId::new(id)),
-        }))
+        let (entries, last) = last.map_or((0, None), |(seq, id)| {
+            (
+                u64::try_from(seq).unwrap_or_default(),
+                Some(EntryId::new(id)),
+            )
+        });
+        Ok(Head {
+            entries,
+            last,
+            leaf: leaf.map(EntryId::new),
+        })
+    }
+
+    fn tail(&self, session: SessionId, after: u64) -> Result<Vec<Entry>, StoreError> {
+        crate::sqlite::sessions::tail(&self.conn(), session, after)
     }
 }
 

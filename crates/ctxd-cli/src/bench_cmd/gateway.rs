@@ -66,9 +66,21 @@ pub struct GatewayBenchArgs {
     /// list and one busy session's page, as an open browser tab does.
     #[arg(long, value_name = "SECS")]
     pub dashboard_poll: Option<f64>,
+    /// A PostgreSQL database for the gateways' store (`postgres://USER@HOST/DB`, empty or
+    /// used by benches only): every row runs on SQLite, then on this database with one
+    /// gateway and with two (the load alternating between them), side by side.
+    #[arg(long, value_name = "URL")]
+    pub postgres: Option<String>,
     /// Print one JSON object per row (one a line) instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Where the gateways of a group of rows keep their store, and how many there are.
+struct Setup {
+    label: &'static str,
+    store: std::ffi::OsString,
+    gateways: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -81,6 +93,8 @@ pub enum Mode {
 /// One size × mode.
 #[derive(Debug, Serialize)]
 pub struct Row {
+    /// `sqlite`, `postgres` (one gateway) or `postgres×2` (two, the load alternating).
+    pub store: String,
     pub size_bytes: usize,
     pub mode: Mode,
     pub rate: f64,
@@ -145,7 +159,10 @@ struct Bench {
     rt: tokio::runtime::Runtime,
     client: reqwest::Client,
     mock: MockServer,
-    gateway: Option<Gateway>,
+    /// The gateways of the current setup (none with `--direct-only`): requests go to each in
+    /// turn.
+    gateways: Vec<Gateway>,
+    store_label: &'static str,
     /// Numbers each new user message, so every request is unique.
     next_message: u64,
 }
@@ -183,20 +200,30 @@ fn run_in(args: &GatewayBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> 
         recording: Recording::Off,
         ..Config::default()
     })?;
-    let gateway = if args.direct_only {
-        None
-    } else {
-        let bin = match &args.gateway_bin {
-            Some(bin) => bin.clone(),
-            None => std::env::current_exe().context("finding this ctxd binary")?,
-        };
-        Some(Gateway::start(&bin, dir, &mock.base_url())?)
+    let bin = match &args.gateway_bin {
+        Some(bin) => bin.clone(),
+        None => std::env::current_exe().context("finding this ctxd binary")?,
     };
+    let mut setups = vec![Setup {
+        label: "sqlite",
+        store: dir.join("bench.db").into_os_string(),
+        gateways: usize::from(!args.direct_only),
+    }];
+    if let Some(url) = args.postgres.as_ref().filter(|_| !args.direct_only) {
+        for (label, gateways) in [("postgres", 1), ("postgres×2", 2)] {
+            setups.push(Setup {
+                label,
+                store: url.into(),
+                gateways,
+            });
+        }
+    }
     let mut bench = Bench {
         rt,
         client,
         mock,
-        gateway,
+        gateways: Vec::new(),
+        store_label: "sqlite",
         next_message: 0,
     };
     if !args.json {
@@ -215,17 +242,27 @@ fn run_in(args: &GatewayBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> 
         println!("{}", header());
     }
     let mut rows = Vec::new();
-    for &size in &args.sizes {
-        for &mode in &args.modes {
-            let row = bench.row(args, size, mode)?;
-            if args.json {
-                println!("{}", serde_json::to_string(&row)?);
-            } else {
-                println!("{}", line(&row));
+    for setup in &setups {
+        bench.gateways.clear();
+        for i in 0..setup.gateways {
+            let name = format!("gateway-{}-{i}", setup.label);
+            let g = Gateway::start(&bin, &setup.store, dir, &name, &bench.mock.base_url())?;
+            bench.gateways.push(g);
+        }
+        bench.store_label = setup.label;
+        for &size in &args.sizes {
+            for &mode in &args.modes {
+                let row = bench.row(args, size, mode)?;
+                if args.json {
+                    println!("{}", serde_json::to_string(&row)?);
+                } else {
+                    println!("{}", line(&row));
+                }
+                rows.push(row);
             }
-            rows.push(row);
         }
     }
+    bench.gateways.clear();
     if !args.json {
         for row in rows.iter().filter(|r| r.target_added_p99_ms.is_some()) {
             println!("{}", verdict(row));
@@ -236,16 +273,25 @@ fn run_in(args: &GatewayBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> 
 
 impl Bench {
     fn row(&mut self, args: &GatewayBenchArgs, size: usize, mode: Mode) -> anyhow::Result<Row> {
-        let tag = format!("{size}-{}", if mode == Mode::Sse { "sse" } else { "json" });
+        // Unique per run and setup: a PostgreSQL database may hold an earlier run's sessions.
+        let tag = format!(
+            "{size}-{}-{}-{}",
+            if mode == Mode::Sse { "sse" } else { "json" },
+            self.store_label,
+            std::process::id()
+        );
         let sessions = bodies::sessions(args.sessions as usize, size, mode == Mode::Sse, &tag);
         let direct_url = format!("{}/v1/messages", self.mock.base_url());
-        let gateway_url = self
-            .gateway
-            .as_ref()
-            .map(|g| format!("{}/v1/messages", g.base_url));
-        // Warm-up, not measured: connections, and each session's prefix into the store.
-        for s in &sessions {
-            for url in std::iter::once(&direct_url).chain(gateway_url.as_ref()) {
+        let gateway_urls: Vec<String> = self
+            .gateways
+            .iter()
+            .map(|g| format!("{}/v1/messages", g.base_url))
+            .collect();
+        // Warm-up, not measured: connections (to every gateway), and each session's prefix
+        // into the store.
+        for (n, s) in sessions.iter().enumerate() {
+            let gateway = (!gateway_urls.is_empty()).then(|| &gateway_urls[n % gateway_urls.len()]);
+            for url in std::iter::once(&direct_url).chain(gateway) {
                 let job = Job {
                     url: url.clone(),
                     session: s.key.clone(),
@@ -267,9 +313,14 @@ impl Bench {
         let dashboard = self.dashboard(args);
         let (mut direct, mut via) = (Vec::new(), Vec::new());
         for _ in 0..slices {
-            direct.extend(self.slice(&direct_url, &sessions, args.rate, per_slice));
-            if let Some(url) = &gateway_url {
-                via.extend(self.slice(url, &sessions, args.rate, per_slice));
+            direct.extend(self.slice(
+                std::slice::from_ref(&direct_url),
+                &sessions,
+                args.rate,
+                per_slice,
+            ));
+            if !gateway_urls.is_empty() {
+                via.extend(self.slice(&gateway_urls, &sessions, args.rate, per_slice));
             }
         }
         let dashboard = dashboard.map(|(stop, task)| {
@@ -287,13 +338,11 @@ impl Bench {
         };
         let overhead = since(|h| &h.overhead);
         let commit_wait = since(|h| &h.commit_wait);
-        if let Some(g) = self.gateway.as_mut() {
-            if !g.alive() {
-                bail!("the gateway exited during the run{}", self.log_hint());
-            }
+        if self.gateways.iter_mut().any(|g| !g.alive()) {
+            bail!("a gateway exited during the run{}", self.log_hint());
         }
         let direct = stats(&direct);
-        let gateway = gateway_url.is_some().then(|| stats(&via));
+        let gateway = (!gateway_urls.is_empty()).then(|| stats(&via));
         let added = |pick: fn(&Stats) -> Option<f64>| {
             let g = gateway.as_ref().and_then(pick)?;
             Some(g - pick(&direct)?)
@@ -301,6 +350,7 @@ impl Bench {
         let added_p99_ms = added(|s| s.p99_ms);
         let target = TARGETS.iter().find(|(s, _)| *s == size).map(|(_, t)| *t);
         Ok(Row {
+            store: self.store_label.to_owned(),
             size_bytes: size,
             mode,
             rate: args.rate,
@@ -312,7 +362,11 @@ impl Bench {
             gateway,
             overhead,
             commit_wait,
-            gateway_peak_rss_mb: self.gateway.as_ref().and_then(Gateway::peak_rss_mb),
+            gateway_peak_rss_mb: self
+                .gateways
+                .iter()
+                .filter_map(Gateway::peak_rss_mb)
+                .reduce(f64::max),
             warmup_drain_s,
             store_queue_after,
             dashboard,
@@ -329,7 +383,7 @@ impl Bench {
         tokio::task::JoinHandle<Vec<Sample>>,
     )> {
         let period = Duration::from_secs_f64(args.dashboard_poll?);
-        let base = self.gateway.as_ref()?.base_url.clone();
+        let base = self.gateways.first()?.base_url.clone();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let task = self.rt.spawn(dashboard::poll(
             self.client.clone(),
@@ -340,9 +394,11 @@ impl Bench {
         Some((stop, task))
     }
 
+    /// `count` requests at `rate`, to `urls` in turn (several gateways behind no load
+    /// balancer but this).
     fn slice(
         &mut self,
-        url: &str,
+        urls: &[String],
         sessions: &[bodies::Session],
         rate: f64,
         count: usize,
@@ -352,21 +408,29 @@ impl Bench {
         load::run(&self.rt, &self.client, rate, count, |i| {
             let s = &sessions[i % sessions.len()];
             Job {
-                url: url.to_owned(),
+                // Each session alternates between the gateways (request i of a round goes to
+                // gateway i + round): no stickiness, as behind a round-robin balancer.
+                url: urls[(i + i / sessions.len()) % urls.len()].clone(),
                 session: s.key.clone(),
                 body: s.body(first + i as u64),
             }
         })
     }
 
-    /// The gateway's `/metrics` text now.
+    /// The gateways' `/metrics` texts now, one after the other (the parsers sum a metric over
+    /// its lines, so over the gateways too).
     fn scrape(&self) -> Option<String> {
-        let url = format!("{}/metrics", self.gateway.as_ref()?.base_url);
-        let text = self.rt.block_on(async {
-            let res = self.client.get(url).send().await.ok()?;
-            res.bytes().await.ok()
-        })?;
-        Some(String::from_utf8_lossy(&text).into_owned())
+        let mut all = String::new();
+        for g in &self.gateways {
+            let url = format!("{}/metrics", g.base_url);
+            let text = self.rt.block_on(async {
+                let res = self.client.get(url).send().await.ok()?;
+                res.bytes().await.ok()
+            })?;
+            all.push_str(&String::from_utf8_lossy(&text));
+            all.push('\n');
+        }
+        (!self.gateways.is_empty()).then_some(all)
     }
 
     /// The gateway's histograms now, if it exports them.
@@ -397,7 +461,7 @@ impl Bench {
     /// Wait until the gateway's store writer has nothing queued and nothing left to index, and
     /// no distillation pass is pending; the seconds it took.
     fn drain_store(&self, limit: Duration) -> anyhow::Result<Option<f64>> {
-        if self.gateway.is_none() {
+        if self.gateways.is_empty() {
             return Ok(None);
         }
         let started = std::time::Instant::now();
@@ -415,9 +479,7 @@ impl Bench {
     }
 
     fn log_hint(&self) -> String {
-        self.gateway
-            .as_ref()
-            .map_or_else(String::new, Gateway::log_tail)
+        self.gateways.iter().map(Gateway::log_tail).collect()
     }
 }
 
@@ -450,7 +512,8 @@ fn overhead(h: &Histogram) -> Overhead {
 
 fn header() -> String {
     format!(
-        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>8} {:>8} {:>6} {:>22}",
+        "{:>10} {:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>8} {:>8} {:>6} {:>22}",
+        "store",
         "size",
         "mode",
         "requests",
@@ -509,7 +572,8 @@ fn line(r: &Row) -> String {
         },
     );
     format!(
-        "{:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>8} {:>8} {:>6} {:>22}",
+        "{:>10} {:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>8} {:>8} {:>6} {:>22}",
+        r.store,
         size_label(r.size_bytes),
         if r.mode == Mode::Sse { "sse" } else { "json" },
         requests,
@@ -534,16 +598,19 @@ fn verdict(r: &Row) -> String {
     let mode = if r.mode == Mode::Sse { "sse" } else { "json" };
     match (r.target_met, r.added_p99_ms) {
         (Some(true), Some(a)) => format!(
-            "target {} {mode}: p99 added {a:.2} ms < {target} ms: met",
-            size_label(r.size_bytes)
+            "target {} {mode} ({}): p99 added {a:.2} ms < {target} ms: met",
+            size_label(r.size_bytes),
+            r.store
         ),
         (Some(false), Some(a)) => format!(
-            "target {} {mode}: p99 added {a:.2} ms ≥ {target} ms: MISSED",
-            size_label(r.size_bytes)
+            "target {} {mode} ({}): p99 added {a:.2} ms ≥ {target} ms: MISSED",
+            size_label(r.size_bytes),
+            r.store
         ),
         _ => format!(
-            "target {} {mode}: p99 added < {target} ms: not measured",
-            size_label(r.size_bytes)
+            "target {} {mode} ({}): p99 added < {target} ms: not measured",
+            size_label(r.size_bytes),
+            r.store
         ),
     }
 }

@@ -364,3 +364,28 @@ pub(crate) fn set_leaf_in(
     .execute(params![session, leaf.0])?;
     Ok(())
 }
+
+/// The session's entries with `seq` above `after`, in order.
+pub(crate) fn tail(
+    conn: &rusqlite::Connection,
+    session: SessionId,
+    after: u64,
+) -> Result<Vec<Entry>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, parent, timestamp, sidechain, body FROM entries \
+         WHERE session_id = ?1 AND seq > ?2 ORDER BY seq",
+    )?;
+    let mut rows = stmt.query(params![session, i64::try_from(after).unwrap_or(i64::MAX)])?;
+    let mut entries = Vec::new();
+    while let Some(r) = rows.next()? {
+        let body: String = r.get(4)?;
+        entries.push(decode_entry(
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            &body,
+        )?);
+    }
+    Ok(entries)
+}

@@ -19,14 +19,21 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Starts `bin serve` with a fresh store in `dir`, both upstreams pointing at `upstream`.
-    pub fn start(bin: &Path, dir: &Path, upstream: &str) -> anyhow::Result<Self> {
-        let log = dir.join("gateway.log");
+    /// Starts `bin serve` on `store` (a path or a URL), both upstreams pointing at
+    /// `upstream`; its stderr goes to `dir/NAME.log`.
+    pub fn start(
+        bin: &Path,
+        store: &std::ffi::OsStr,
+        dir: &Path,
+        name: &str,
+        upstream: &str,
+    ) -> anyhow::Result<Self> {
+        let log = dir.join(format!("{name}.log"));
         let stderr =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let mut child = Command::new(bin)
             .arg("--store")
-            .arg(dir.join("bench.db"))
+            .arg(store)
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args([
                 "--upstream-anthropic",
