@@ -163,9 +163,7 @@ mod tests {
         assert_eq!(*f.get(1, 2, Duration::ZERO, built(2)).unwrap().value, 2);
         assert_eq!(*f.get(1, 2, Duration::ZERO, built(3)).unwrap().value, 2);
         std::thread::sleep(Duration::from_millis(20));
-        let old = f
-            .get(1, 3, Duration::from_millis(10), built(3))
-            .unwrap();
+        let old = f.get(1, 3, Duration::from_millis(10), built(3)).unwrap();
         assert_eq!((*old.value, old.age), (3, Duration::ZERO));
     }
 
@@ -210,7 +208,12 @@ mod tests {
         });
         started.wait();
         let t = Instant::now();
-        assert_eq!(*f.get(1, 2, Duration::ZERO, || Ok::<_, ()>(9)).unwrap().value, 5);
+        assert_eq!(
+            *f.get(1, 2, Duration::ZERO, || Ok::<_, ()>(9))
+                .unwrap()
+                .value,
+            5
+        );
         assert!(t.elapsed() < Duration::from_millis(80));
         assert_eq!(rebuild.join().unwrap(), Ok(6));
     }

@@ -173,9 +173,16 @@ async fn page_turns(rig: &Rig, id: i64) -> (u64, u64) {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    let age = resp.headers()["x-ctxd-age-ms"].to_str().unwrap().parse().unwrap();
+    let age = resp.headers()["x-ctxd-age-ms"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     let page: Value = resp.json().await.unwrap();
-    (page["report"]["session"]["turn_count"].as_u64().unwrap(), age)
+    (
+        page["report"]["session"]["turn_count"].as_u64().unwrap(),
+        age,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
