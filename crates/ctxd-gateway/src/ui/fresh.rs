@@ -83,9 +83,6 @@ impl<K: Copy + Eq + Hash, V> Fresh<K, V> {
         };
         let value = Arc::new(build()?);
         let mut slots = self.lock();
-        if slots.len() >= self.cap && !slots.contains_key(&key) {
-            self.evict(&mut slots);
-        }
         slots.insert(
             key,
             Slot {
@@ -98,6 +95,7 @@ impl<K: Copy + Eq + Hash, V> Fresh<K, V> {
             },
         );
         guard.done = true;
+        while slots.len() > self.cap && Self::evict(&mut slots, key) {}
         drop(slots);
         self.built.notify_all();
         Ok(Served {
@@ -106,16 +104,14 @@ impl<K: Copy + Eq + Hash, V> Fresh<K, V> {
         })
     }
 
-    /// Drop the least recently built page no call is building.
-    fn evict(&self, slots: &mut HashMap<K, Slot<V>>) {
+    /// Drop the least recently built page but `keep` that no call is building (none: false).
+    fn evict(slots: &mut HashMap<K, Slot<V>>, keep: K) -> bool {
         let oldest = slots
             .iter()
-            .filter(|(_, s)| !s.building)
+            .filter(|(k, s)| !s.building && **k != keep)
             .min_by_key(|(_, s)| s.copy.as_ref().map(|c| c.at))
             .map(|(k, _)| *k);
-        if let Some(k) = oldest {
-            slots.remove(&k);
-        }
+        oldest.is_some_and(|k| slots.remove(&k).is_some())
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<K, Slot<V>>> {

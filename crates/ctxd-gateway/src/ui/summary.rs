@@ -121,9 +121,12 @@ impl Row {
 /// until it is the refresh interval old: a live session is summarised once per interval, not per poll.
 #[derive(Default)]
 pub struct Cache {
-    by_session: Mutex<HashMap<SessionId, (u64, Instant, Arc<Summary>)>>,
+    by_session: Mutex<HashMap<SessionId, Computed>>,
     refresh: Duration,
 }
+
+/// A summary, the entry count it was computed at, and when.
+type Computed = (u64, Instant, Arc<Summary>);
 
 impl Cache {
     pub fn new(refresh: Duration) -> Cache {

@@ -178,7 +178,7 @@ async fn page_turns(rig: &Rig, id: i64) -> (u64, u64) {
         .unwrap()
         .parse()
         .unwrap();
-    let page: Value = resp.json().await.unwrap();
+    let page: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
     (
         page["report"]["session"]["turn_count"].as_u64().unwrap(),
         age,
