@@ -164,6 +164,11 @@ pub struct ServeArgs {
     /// sees only its own, by its API key].
     #[arg(long, env = "CTXD_ADMIN_TOKEN_ENV", value_name = "NAME")]
     pub admin_token_env: Option<String>,
+    /// How stale the dashboard may show a session that keeps growing: its page and row are
+    /// rebuilt at most once per interval, the copy served in between (0: at every change)
+    /// [default: 2000].
+    #[arg(long, env = "CTXD_UI_REFRESH_MS", value_name = "MS")]
+    pub ui_refresh_ms: Option<u64>,
     /// Bytes of request bodies all requests may hold at once beyond each one's first MiB (a
     /// large body finding it spent waits 5 s, then gets 503) [default: 268435456].
     #[arg(long, env = "CTXD_MAX_BODIES_IN_FLIGHT_BYTES", value_name = "BYTES")]
@@ -277,6 +282,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     settings.allow_keyless |= args.allow_keyless;
     if let Some(name) = &args.admin_token_env {
         settings.admin_token_env = Some(name.clone());
+    }
+    if let Some(ms) = args.ui_refresh_ms {
+        settings.ui_refresh = Duration::from_millis(ms);
     }
     if let Some(n) = args.max_bodies_in_flight_bytes {
         settings.max_bodies_in_flight_bytes = n;

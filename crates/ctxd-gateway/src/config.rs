@@ -57,6 +57,10 @@ pub struct Settings {
     /// The environment variable holding the dashboard's operator token (`/ui` shows every
     /// tenant to whoever sends it). The name, not the token: settings are printed and logged.
     pub admin_token_env: Option<String>,
+    /// How stale the dashboard may show a session that keeps growing: its page and its row's
+    /// figures are rebuilt at most once per interval (each rebuild reads and reports the whole
+    /// session), the copy served in between. Zero: rebuilt at every change.
+    pub ui_refresh: Duration,
     /// Bytes of request bodies (raw and decoded) all requests may hold at once beyond each
     /// one's first MiB; a large body finding it spent waits briefly, then gets 503.
     pub max_bodies_in_flight_bytes: usize,
@@ -398,6 +402,7 @@ impl Settings {
             max_connections: 1024,
             allow_keyless: false,
             admin_token_env: None,
+            ui_refresh: Duration::from_secs(2),
             max_bodies_in_flight_bytes: 256 * 1024 * 1024,
             distill_wait: Duration::ZERO,
             distill_cpu_percent: crate::pace::DEFAULT_CPU_PERCENT,
@@ -472,6 +477,9 @@ impl Settings {
         }
         if let Some(name) = file.admin_token_env {
             self.admin_token_env = Some(name);
+        }
+        if let Some(ms) = file.ui_refresh_ms {
+            self.ui_refresh = Duration::from_millis(ms);
         }
         if let Some(n) = file.max_bodies_in_flight_bytes {
             self.max_bodies_in_flight_bytes = n;
@@ -651,6 +659,8 @@ struct FileSettings {
     max_connections: Option<usize>,
     allow_keyless: Option<bool>,
     admin_token_env: Option<String>,
+    /// Milliseconds, as `--ui-refresh-ms`.
+    ui_refresh_ms: Option<u64>,
     max_bodies_in_flight_bytes: Option<usize>,
     /// Milliseconds, as `--distill-wait-ms`.
     distill_wait_ms: Option<u64>,

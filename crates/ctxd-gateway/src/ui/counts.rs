@@ -1,6 +1,7 @@
 //! Token counts of whole texts, remembered per session between the dashboard's builds: a live
-//! session's page is rebuilt whenever it grows, and a build then counts only the new texts (a
-//! page also builds two reports of the same texts: the upstream one and the client's).
+//! session's page is rebuilt as it grows (once per refresh interval), and a build then counts
+//! only the new texts (a page also builds two reports of the same texts: the upstream one and
+//! the client's).
 //! The counts are the session's own counter's (`ctxd_tokens::for_session`), so the reports
 //! are exactly `ctxd report`'s; a session whose tokenizer changes starts a new memo.
 

@@ -340,6 +340,18 @@ pub fn session(page: &Page, notes: &[Note], built_ms: f64) -> String {
     s
 }
 
+/// How old the copy of a session page is: a growing session's page is rebuilt at most once
+/// per refresh interval, its copy served in between.
+pub fn age(age: std::time::Duration) -> String {
+    if age.is_zero() {
+        return String::new();
+    }
+    format!(
+        r#"<p class="note" id="age">Built {:.1} s ago.</p>"#,
+        age.as_secs_f64()
+    )
+}
+
 /// History search hits.
 pub fn hits(page: &SearchPage) -> String {
     let mut s = String::new();

@@ -9,22 +9,25 @@
 //! - `html.rs` / `chart.rs`: server-rendered fragments and the SVG chart, everything escaped.
 //! - `assets/`: the page shell, its script and style, embedded in the binary.
 //!
-//! Every query runs on a blocking thread over a read connection of its own (never the
-//! gateway's writer, never a request worker); a listing computes uncached rows within
-//! [`query::LIST_BUDGET`], and a session page is cached per version of the session.
+//! Every query runs over a read connection of its own (never the gateway's writer, never a
+//! request worker); the polled ones (the listing, a session page) on the dashboard's own
+//! thread at the lowest priority (`low.rs`). A listing computes uncached rows within
+//! [`query::LIST_BUDGET`]; a session that grows is summarised and its page rebuilt at most
+//! once per refresh interval (`--ui-refresh-ms`), its copy served in between (`fresh.rs`).
 
 pub mod access;
 pub mod chart;
 mod counts;
 mod error;
+mod fresh;
 pub mod html;
+mod low;
 pub mod page;
 pub mod query;
 pub mod summary;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -55,8 +58,10 @@ struct Ui {
     access: Access,
     reader: Reader,
     rows: summary::Cache,
-    pages: PageCache,
+    pages: fresh::Fresh<SessionId, Rendered>,
     memos: counts::Memos,
+    /// How stale a growing session's page and row may be (`Settings::ui_refresh`).
+    refresh: Duration,
 }
 
 /// The dashboard's own handle on the store ([`Backend::reader`]: a second SQLite connection,
@@ -91,12 +96,6 @@ impl Reader {
     }
 }
 
-/// Built session pages by session, valid for the entry count they were built at.
-#[derive(Default)]
-struct PageCache {
-    pages: Mutex<HashMap<SessionId, (u64, Arc<Rendered>)>>,
-}
-
 /// How many session pages stay cached (the most recently built).
 const CACHED_PAGES: usize = 16;
 
@@ -125,12 +124,14 @@ pub(crate) fn access_of(app: &Gateway) -> Access {
 
 /// The `/ui` service of a gateway: `Router::nest_service("/ui", ui::service(&app))`.
 pub(crate) fn service(app: &Gateway) -> Router {
+    let refresh = app.settings.ui_refresh;
     let ui = Arc::new(Ui {
         access: access_of(app),
         reader: Reader::new(app.engine.clone()),
-        rows: summary::Cache::default(),
-        pages: PageCache::default(),
+        rows: summary::Cache::new(refresh),
+        pages: fresh::Fresh::new(CACHED_PAGES),
         memos: counts::Memos::default(),
+        refresh,
     });
     Router::new()
         .route("/", get(shell_sessions))
@@ -158,6 +159,19 @@ async fn blocking<T: Send + 'static>(
     })
     .await
     .map_err(|e| UiError::Unavailable(format!("dashboard query: {e}")))?
+}
+
+/// Run the read `f` on the dashboard's low-priority thread with its engine (see `low.rs`).
+async fn polled<T: Send + 'static>(
+    ui: &Arc<Ui>,
+    f: impl FnOnce(&Ui, &Engine<dyn Backend>) -> Result<T, UiError> + Send + 'static,
+) -> Result<T, UiError> {
+    let ui = ui.clone();
+    low::run(move || {
+        let engine = ui.reader.engine()?;
+        f(&ui, &engine)
+    })
+    .await
 }
 
 const SHELL: &str = include_str!("assets/shell.html");
@@ -242,7 +256,7 @@ async fn list(
     let Query(p) = params.map_err(bad_query)?;
     let sort = query::Sort::parse(p.sort.as_deref(), p.dir.as_deref())?;
     let filter = p.q.unwrap_or_default();
-    blocking(ui, move |ui, engine| {
+    polled(ui, move |ui, engine| {
         let (rows, total) = query::sessions(engine, &ui.rows, &ui.memos, &viewer, sort, &filter)?;
         Ok((rows, total, sort))
     })
@@ -271,46 +285,33 @@ async fn frag_sessions(
     }
 }
 
-/// The session the path names, if the viewer may read it, with its built page.
+/// The session the path names, if the viewer may read it, with its built page (a copy at
+/// most the refresh interval old when the session has grown since).
 async fn rendered(
     ui: &Arc<Ui>,
     headers: &HeaderMap,
     id: Result<Path<String>, PathRejection>,
-) -> Result<Arc<Rendered>, UiError> {
+) -> Result<fresh::Served<Rendered>, UiError> {
     let viewer = ui.access.viewer(headers)?;
     let Path(id) = id.map_err(bad_path)?;
     let id = session_id(&id)?;
-    blocking(ui, move |ui, engine| {
+    polled(ui, move |ui, engine| {
         let record = query::record(engine, &viewer, id)?;
-        let cached = {
-            let pages = ui.pages.pages.lock().unwrap_or_else(|p| p.into_inner());
-            pages
-                .get(&id)
-                .filter(|(count, _)| *count == record.entry_count)
-                .map(|(_, r)| r.clone())
-        };
-        if let Some(r) = cached {
-            return Ok(r);
-        }
-        let start = Instant::now();
-        let page = query::session_page(engine, &ui.memos, &record)?;
-        let notes = query::notes(engine, &record)?;
-        let built_ms = start.elapsed().as_secs_f64() * 1e3;
-        let html = html::session(&page, &notes, built_ms);
-        let r = Arc::new(Rendered {
-            page,
-            html,
-            built_ms,
-        });
-        let mut pages = ui.pages.pages.lock().unwrap_or_else(|p| p.into_inner());
-        if pages.len() >= CACHED_PAGES && !pages.contains_key(&id) {
-            // Drop one entry: the pages are cheap to rebuild, the bound is what matters.
-            if let Some(&k) = pages.keys().next() {
-                pages.remove(&k);
-            }
-        }
-        pages.insert(id, (record.entry_count, r.clone()));
-        Ok(r)
+        ui.pages.get(id, record.entry_count, ui.refresh, || {
+            let start = Instant::now();
+            let page = query::session_page(engine, &ui.memos, &record)?;
+            let notes = query::notes(engine, &record)?;
+            let built_ms = start.elapsed().as_secs_f64() * 1e3;
+            let html = html::session(&page, &notes, built_ms);
+            // The same summary the listing would compute for this version: its row is fresh.
+            ui.rows
+                .put(id, record.entry_count, Arc::new(page.summary.clone()));
+            Ok(Rendered {
+                page,
+                html,
+                built_ms,
+            })
+        })
     })
     .await
 }
@@ -321,7 +322,7 @@ async fn api_session(
     id: Result<Path<String>, PathRejection>,
 ) -> Response {
     match rendered(&ui, &headers, id).await {
-        Ok(r) => json(&r.page),
+        Ok(r) => aged(json(&r.value.page), r.age),
         Err(e) => e.into_response(),
     }
 }
@@ -332,7 +333,11 @@ async fn frag_session(
     id: Result<Path<String>, PathRejection>,
 ) -> Response {
     match rendered(&ui, &headers, id).await {
-        Ok(r) => fragment(r.html.clone(), Some(r.built_ms)),
+        Ok(r) => {
+            let mut html = r.value.html.clone();
+            html.push_str(&html::age(r.age));
+            aged(fragment(html, Some(r.value.built_ms)), r.age)
+        }
         Err(e) => e.into_response(),
     }
 }
@@ -401,6 +406,13 @@ where
         f(engine, &record, p)
     })
     .await
+}
+
+/// `x-ctxd-age-ms`: how old the copy of a session page served is.
+fn aged(mut r: Response, age: Duration) -> Response {
+    r.headers_mut()
+        .insert("x-ctxd-age-ms", HeaderValue::from(age.as_millis() as u64));
+    r
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Response {

@@ -1,6 +1,7 @@
 //! A session's row on the sessions page: the report's headline and the savings the log
-//! records, computed once per version of the session (its entry count) and cached, so the page
-//! polled every second costs a store listing and a few lookups.
+//! records, computed once per version of the session (its entry count), or once per refresh
+//! interval for a session that keeps growing, and cached, so the page polled every second
+//! costs a store listing and a few lookups.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -116,27 +117,39 @@ impl Row {
 }
 
 /// Summaries by session, each valid for the entry count it was computed at (entries are only
-/// ever appended, so a count that moved means a new version).
+/// ever appended, so a count that moved means a new version), or, for a session that moved,
+/// until it is the refresh interval old: a live session is summarised once per interval, not per poll.
 #[derive(Default)]
 pub struct Cache {
-    by_session: Mutex<HashMap<SessionId, (u64, Arc<Summary>)>>,
+    by_session: Mutex<HashMap<SessionId, Computed>>,
+    refresh: Duration,
 }
 
+/// A summary, the entry count it was computed at, and when.
+type Computed = (u64, Instant, Arc<Summary>);
+
 impl Cache {
+    pub fn new(refresh: Duration) -> Cache {
+        Cache {
+            by_session: Mutex::default(),
+            refresh,
+        }
+    }
+
     pub fn get(&self, id: SessionId, entries: u64) -> Option<Arc<Summary>> {
         let map = self.by_session.lock().unwrap_or_else(|p| p.into_inner());
         map.get(&id)
-            .filter(|(count, _)| *count == entries)
-            .map(|(_, s)| s.clone())
+            .filter(|(count, at, _)| *count == entries || at.elapsed() < self.refresh)
+            .map(|(_, _, s)| s.clone())
     }
 
     pub fn put(&self, id: SessionId, entries: u64, summary: Arc<Summary>) {
         let mut map = self.by_session.lock().unwrap_or_else(|p| p.into_inner());
-        map.insert(id, (entries, summary));
+        map.insert(id, (entries, Instant::now(), summary));
     }
 
-    /// Fill `rows`' summaries: cached ones at once, the others computed by `compute` (newest
-    /// first, the order rows come in) until `budget` is spent.
+    /// Fill `rows`' summaries: cached ones at once (see [`Cache::get`]), the others computed by
+    /// `compute` (newest first, the order rows come in) until `budget` is spent.
     pub fn fill<E>(
         &self,
         rows: &mut [Row],

@@ -1,9 +1,9 @@
 //! The dashboard at `/ui`: tenants kept apart beyond loopback (no page or JSON answer names
 //! another tenant's session), the operator token, bad input answered with a JSON error, the
-//! report's numbers equal to `ctxd report --json`'s, and a 2,000-turn session's page built
-//! within its budget.
+//! report's numbers equal to `ctxd report --json`'s, a growing session's page rebuilt at most
+//! once per refresh interval, and a 2,000-turn session's page built within its budget.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ctxd_core::distill::record::{ItemResult, Outcome, Record, Usage};
 use ctxd_core::distill::{ItemKind, Phase};
@@ -11,7 +11,7 @@ use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, S
 use ctxd_store::{Durability, NewEntry, SqliteStore, Store};
 use serde_json::{json, Value};
 
-use crate::support::{assert_json_error, chat, get, Rig};
+use crate::support::{assert_json_error, chat, get, Conversation, Rig};
 
 const ADMIN_ENV: &str = "CTXD_TEST_UI_ADMIN_TOKEN";
 const ADMIN: &str = "op-token-7f3a";
@@ -162,6 +162,58 @@ async fn ui_on_loopback_shows_everything_escaped_and_refuses_bad_input_in_json()
     let counter = ctxd_tokens::for_session(&session);
     let report = ctxd_core::report::build(&session, &counter, &Default::default());
     assert_eq!(page["report"], serde_json::to_value(&report).unwrap());
+}
+
+/// A session page's turns and its copy's age (`x-ctxd-age-ms`).
+async fn page_turns(rig: &Rig, id: i64) -> (u64, u64) {
+    let resp = rig
+        .client
+        .get(rig.url(&format!("/ui/api/session/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let age = resp.headers()["x-ctxd-age-ms"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let page: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+    (
+        page["report"]["session"]["turn_count"].as_u64().unwrap(),
+        age,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_a_growing_session_is_rebuilt_at_most_once_per_refresh_interval() {
+    for refresh in [Duration::from_secs(600), Duration::ZERO] {
+        let rig = Rig::with(ctxd_mock::Config::default(), |s| s.ui_refresh = refresh).await;
+        let mut talk = Conversation::new("sk-one", "growing");
+        talk.turn(&rig, "first question").await;
+        let (_, body) = get(&rig, "/ui/api/sessions", &[]).await;
+        let id = session_ids(&body)[0].0;
+        let (turns, age) = page_turns(&rig, id).await;
+        assert_eq!((turns, age), (1, 0), "built for this request");
+        talk.turn(&rig, "second question").await;
+
+        let (now, _) = page_turns(&rig, id).await;
+        let (_, frag) = get(&rig, &format!("/ui/frag/session/{id}"), &[]).await;
+        let (_, body) = get(&rig, "/ui/api/sessions", &[]).await;
+        let row = &serde_json::from_str::<Value>(&body).unwrap()["sessions"][0];
+        if refresh.is_zero() {
+            // Every change rebuilds, the row's figures too.
+            assert_eq!(now, 2);
+            assert_eq!(row["summary"]["turns"], 2);
+        } else {
+            // The copy, with its age; the row lists the new entries at once, its figures
+            // (from the page just built) within the interval.
+            assert_eq!(now, 1, "the copy is served within the interval");
+            assert!(frag.contains(r#"id="age""#), "{frag}");
+            assert_eq!(row["summary"]["turns"], 1);
+        }
+        assert!(row["entries"].as_u64().unwrap() >= 4, "{row}");
+    }
 }
 
 fn msg(id: &str, parent: Option<&str>, kind: EntryKind) -> NewEntry {

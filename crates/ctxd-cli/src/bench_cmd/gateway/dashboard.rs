@@ -1,6 +1,7 @@
 //! A dashboard client beside the load (`--dashboard-poll SECS`): what an open browser tab on
 //! `/ui` does, every period the sessions list fragment (the live page's poll) and one busy
-//! session's page (rebuilt each time, since the load appends to it). Its own latencies are
+//! session's page (the load keeps appending to it: rebuilt once per `--ui-refresh-ms`, a copy
+//! in between). Its own latencies are
 //! reported beside the row's, so both what it costs the gateway and what it gets are seen.
 
 use std::sync::atomic::{AtomicBool, Ordering};
