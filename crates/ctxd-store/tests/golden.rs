@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ctxd_core::history::ItemFilter;
+use ctxd_core::history::{ItemFilter, RankedQuery};
 use ctxd_core::model::{
     Agent, Compaction, ContentBlock, Entry, EntryId, EntryKind, Image, Message, Role, Session,
     SessionMeta, ToolDef, Usage,
@@ -823,6 +823,7 @@ fn history_dump(store: &SqliteStore, path: &Path, session: i64) -> Vec<String> {
         ));
     }
     let all = ItemFilter::default();
+    let zebra = RankedQuery::parse("zebra").unwrap();
     for label in ["item", "literal", "ranked"] {
         let mut visit = |r: ctxd_store::HistoryRow| {
             api.push(format!(
@@ -836,7 +837,7 @@ fn history_dump(store: &SqliteStore, path: &Path, session: i64) -> Vec<String> {
             "literal" => {
                 store.history_search_literal(session, "zebra", &all, None, false, &mut visit)
             }
-            _ => store.history_search_ranked(session, "\"zebra\"", &all, None, &mut visit),
+            _ => store.history_search_ranked(session, &zebra, &all, None, &mut visit),
         }
         .unwrap();
     }

@@ -12,7 +12,7 @@ mod ranked;
 
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
-use ctxd_core::history::{find_literal, item_facts, BranchLanes, ItemFilter, ItemRow};
+use ctxd_core::history::{find_literal, item_facts, BranchLanes, ItemFilter, ItemRow, RankedQuery};
 use ctxd_core::model::{Entry, EntryKind, SessionMeta};
 
 use super::sessions::decode_entry;
@@ -108,14 +108,15 @@ pub trait HistoryStore {
         visit: Visit<'_>,
     ) -> Result<(), StoreError>;
 
-    /// Items matching the FTS5 expression `fts_query`, filtered, in blocks of [`RANKED_BLOCK`]
-    /// matches, newest block first, each best (bm25) first. Words in most of the store's items
-    /// carry no weight in bm25 and are left out of the ranking (see `sqlite/history/ranked.rs`);
-    /// when every word is that common, the newest come first with a score of 0.
+    /// Items holding every word of `query`, filtered, in blocks of [`RANKED_BLOCK`] matches,
+    /// newest block first, each best first. SQLite ranks by bm25: words in most of the store's
+    /// items carry no weight there and are left out of the ranking (see
+    /// `sqlite/history/ranked.rs`); when every word is that common, the newest come first with a
+    /// score of 0. PostgreSQL ranks by `ts_rank` (see `postgres/history/ranked.rs`).
     fn history_search_ranked(
         &self,
         session: SessionId,
-        fts_query: &str,
+        query: &RankedQuery,
         filter: &ItemFilter,
         branch: Option<&BranchLanes>,
         visit: Visit<'_>,
@@ -435,7 +436,7 @@ impl HistoryStore for SqliteStore {
         recent_first: bool,
         visit: Visit<'_>,
     ) -> Result<(), StoreError> {
-        let Some(phrase) = ctxd_core::history::trigram_phrase(query) else {
+        let Some(phrase) = trigram_phrase(query) else {
             // Shorter than a trigram: scan the items, checking each.
             let conn = self.conn();
             let order = if recent_first { "DESC" } else { "ASC" };
@@ -462,13 +463,24 @@ impl HistoryStore for SqliteStore {
     fn history_search_ranked(
         &self,
         session: SessionId,
-        fts_query: &str,
+        query: &RankedQuery,
         filter: &ItemFilter,
         branch: Option<&BranchLanes>,
         visit: Visit<'_>,
     ) -> Result<(), StoreError> {
-        ranked::search(&self.conn(), session, fts_query, filter, branch, visit)
+        let fts_query = ranked::fts5_expression(query);
+        ranked::search(&self.conn(), session, &fts_query, filter, branch, visit)
     }
+}
+
+/// The FTS5 expression of a literal query for a case-sensitive trigram index: one quoted phrase
+/// (every occurrence of the query is an occurrence of its consecutive trigrams). `None` when the
+/// query is shorter than a trigram: the caller scans instead.
+fn trigram_phrase(query: &str) -> Option<String> {
+    if query.chars().count() < 3 {
+        return None;
+    }
+    Some(format!("\"{}\"", query.replace('"', "\"\"")))
 }
 
 impl SqliteStore {
@@ -528,4 +540,18 @@ fn sync_index(
     }
     tx.commit()?;
     Ok((count, upto >= last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literal_queries_become_one_trigram_phrase() {
+        assert_eq!(trigram_phrase("ab"), None);
+        assert_eq!(
+            trigram_phrase("say \"hi\"").as_deref(),
+            Some("\"say \"\"hi\"\"\"")
+        );
+    }
 }
