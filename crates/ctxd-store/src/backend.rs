@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::{Durability, GroupResult, GroupWrite, SessionId, SqliteStore, Store, StoreError};
+use crate::{
+    Durability, GroupResult, GroupWrite, PgStore, SessionId, SqliteStore, Store, StoreError,
+};
 
 /// Group commit and deferred indexing: the gateway's writer commits many requests' batches in
 /// one transaction holding the log alone, and catches the derived indexes up afterwards.
@@ -68,10 +70,7 @@ impl Location {
 pub fn open(location: &Location, durability: Durability) -> Result<Arc<dyn Backend>, StoreError> {
     match location {
         Location::Sqlite(path) => Ok(Arc::new(SqliteStore::open(path, durability)?)),
-        Location::Postgres(url) => Err(StoreError::Open {
-            path: redact(url),
-            message: "this build has no PostgreSQL backend".into(),
-        }),
+        Location::Postgres(url) => Ok(Arc::new(PgStore::open(url)?)),
     }
 }
 
@@ -134,6 +133,39 @@ impl Backend for SqliteStore {
 
     fn integrity_check(&self) -> Result<String, StoreError> {
         SqliteStore::integrity_check(self)
+    }
+}
+
+impl GroupStore for PgStore {
+    fn write_group(&self, writes: &[GroupWrite<'_>]) -> GroupResult {
+        PgStore::write_group(self, writes)
+    }
+
+    fn try_write_group(&self, writes: &[GroupWrite<'_>]) -> Option<GroupResult> {
+        PgStore::try_write_group(self, writes)
+    }
+
+    fn index_pending(&self, session: SessionId, limit: u64) -> Result<(u64, bool), StoreError> {
+        PgStore::index_pending(self, session, limit)
+    }
+}
+
+impl Backend for PgStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn location(&self) -> String {
+        PgStore::location(self).to_owned()
+    }
+
+    /// The same pool: a long read takes one connection thread and leaves the others.
+    fn reader(&self) -> Result<Arc<dyn Backend>, StoreError> {
+        Ok(Arc::new(self.clone()))
+    }
+
+    fn integrity_check(&self) -> Result<String, StoreError> {
+        PgStore::integrity_check(self)
     }
 }
 

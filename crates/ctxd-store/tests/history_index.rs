@@ -7,6 +7,9 @@
 use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, SessionMeta};
 use ctxd_store::{Durability, HistoryStore, NewEntry, SessionId, SqliteStore, Store};
 
+mod common;
+use common::each_backend;
+
 fn entry(id: &str, parent: Option<&str>, sidechain: bool, kind: EntryKind) -> NewEntry {
     NewEntry::new(Entry {
         id: EntryId::new(id),
@@ -200,35 +203,36 @@ fn append_indexes_its_batch_and_a_sync_catches_up_an_older_store_to_the_same_row
 
 #[test]
 fn a_refused_batch_leaves_no_index_rows() {
-    let store = SqliteStore::open_in_memory().unwrap();
-    let s = store
-        .open_session("", "k", &SessionMeta::default())
-        .unwrap();
-    store
-        .append(s.id, &[text("a", None, Role::User, "giraffe one")], None)
-        .unwrap();
-    let dup = [
-        text("b", Some("a"), Role::User, "giraffe two"),
-        text("a", Some("b"), Role::User, "giraffe again"),
-    ];
-    assert!(store.append(s.id, &dup, None).is_err());
-    store
-        .append(
-            s.id,
-            &[text("c", Some("a"), Role::User, "giraffe three")],
-            None,
-        )
-        .unwrap();
-    // "b" was rolled back with its batch: the index holds a and c only, and needs no sync.
-    assert_eq!(store.history_sync(s.id).unwrap(), 0);
-    let mut seqs = Vec::new();
-    store
-        .history_items(s.id, &Default::default(), None, false, &mut |row| {
-            seqs.push((row.seq, row.entry.id.0.clone()));
-            true
-        })
-        .unwrap();
-    assert_eq!(seqs, [(1, "a".to_owned()), (2, "c".to_owned())]);
+    each_backend(|store| {
+        let s = store
+            .open_session("", "k", &SessionMeta::default())
+            .unwrap();
+        store
+            .append(s.id, &[text("a", None, Role::User, "giraffe one")], None)
+            .unwrap();
+        let dup = [
+            text("b", Some("a"), Role::User, "giraffe two"),
+            text("a", Some("b"), Role::User, "giraffe again"),
+        ];
+        assert!(store.append(s.id, &dup, None).is_err());
+        store
+            .append(
+                s.id,
+                &[text("c", Some("a"), Role::User, "giraffe three")],
+                None,
+            )
+            .unwrap();
+        // "b" was rolled back with its batch: the index holds a and c only, and needs no sync.
+        assert_eq!(store.history_sync(s.id).unwrap(), 0);
+        let mut seqs = Vec::new();
+        store
+            .history_items(s.id, &Default::default(), None, false, &mut |row| {
+                seqs.push((row.seq, row.entry.id.0.clone()));
+                true
+            })
+            .unwrap();
+        assert_eq!(seqs, [(1, "a".to_owned()), (2, "c".to_owned())]);
+    });
 }
 
 #[test]

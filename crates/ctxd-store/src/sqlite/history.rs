@@ -131,14 +131,14 @@ pub(crate) const ROW_COLUMNS: &str =
 /// a search reads an entry's body only for the items it returns.
 #[derive(Clone, Debug)]
 pub(crate) struct ItemCols {
-    seq: i64,
-    lane: i64,
-    window_seq: i64,
-    item_key: i64,
-    kind: String,
-    role: String,
-    tools: Vec<String>,
-    sidechain: bool,
+    pub(crate) seq: i64,
+    pub(crate) lane: i64,
+    pub(crate) window_seq: i64,
+    pub(crate) item_key: i64,
+    pub(crate) kind: String,
+    pub(crate) role: String,
+    pub(crate) tools: Vec<String>,
+    pub(crate) sidechain: bool,
 }
 
 impl ItemCols {
@@ -147,17 +147,13 @@ impl ItemCols {
     pub(crate) fn read(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Self> {
         let tools_text: String = r.get(at + 6)?;
         Ok(Self {
+            tools: split_tools(&tools_text),
             seq: r.get(at)?,
             lane: r.get(at + 1)?,
             window_seq: r.get(at + 2)?,
             item_key: r.get::<_, Option<i64>>(at + 3)?.unwrap_or_default(),
             kind: r.get::<_, Option<String>>(at + 4)?.unwrap_or_default(),
             role: r.get::<_, Option<String>>(at + 5)?.unwrap_or_default(),
-            tools: tools_text
-                .split('\n')
-                .filter(|t| !t.is_empty())
-                .map(str::to_owned)
-                .collect(),
             sidechain: r.get(at + 7)?,
         })
     }
@@ -194,6 +190,14 @@ impl ItemCols {
             score,
         }
     }
+}
+
+/// Tool names stored one per line.
+pub(crate) fn split_tools(text: &str) -> Vec<String> {
+    text.split('\n')
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Read rows of a query selecting [`ROW_COLUMNS`], apply the filter before decoding the entry,

@@ -4,7 +4,7 @@ mod group;
 pub(crate) mod history;
 pub use group::{GroupResult, GroupWrite};
 mod notes;
-mod sessions;
+pub(crate) mod sessions;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
