@@ -140,10 +140,15 @@ pub(crate) fn message(e: &postgres::Error) -> String {
 }
 
 /// A driver error as a store error: a closed or failed connection is `Unavailable` (the
-/// thread reconnects on its next job), anything else the statement's own error.
+/// thread reconnects on its next job), anything else the statement's own error. The server
+/// ends a connection with a `FATAL` error of class 08 (connection) or 57P (operator
+/// intervention: a shutdown, `pg_terminate_backend`).
 pub(crate) fn pg(e: postgres::Error) -> StoreError {
     let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
-    if e.is_closed() || io {
+    let ended = e
+        .code()
+        .is_some_and(|c| c.code().starts_with("08") || c.code().starts_with("57P"));
+    if e.is_closed() || io || ended {
         StoreError::Unavailable(message(&e))
     } else {
         StoreError::Postgres(message(&e))
