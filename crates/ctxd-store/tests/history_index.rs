@@ -424,3 +424,43 @@ fn searches_are_literal_or_by_word_on_every_backend() {
         assert_eq!(ranked("zebra")[0], 4);
     });
 }
+
+#[test]
+fn long_listings_come_whole_and_in_order_or_stop_when_the_visitor_stops() {
+    each_backend(|store| {
+        let s = store
+            .open_session("", "k", &SessionMeta::default())
+            .unwrap();
+        let batch: Vec<NewEntry> = (0..300)
+            .map(|i| {
+                let (id, parent) = (format!("e{i}"), format!("e{}", i.max(1) - 1));
+                text(
+                    &id,
+                    (i > 0).then_some(parent.as_str()),
+                    Role::User,
+                    "giraffe",
+                )
+            })
+            .collect();
+        store.append(s.id, &batch, None).unwrap();
+        let all = ItemFilter::default();
+        let mut seqs = Vec::new();
+        store
+            .history_items(s.id, &all, None, true, &mut |r| {
+                seqs.push(r.seq);
+                true
+            })
+            .unwrap();
+        assert_eq!(seqs, (1..=300).rev().collect::<Vec<i64>>());
+        let mut taken = 0;
+        store
+            .history_search_literal(s.id, "giraffe", &all, None, false, &mut |_| {
+                taken += 1;
+                taken < 5
+            })
+            .unwrap();
+        assert_eq!(taken, 5);
+        // The store is usable at once after a visitor stopped a stream.
+        assert_eq!(store.load(s.id).unwrap().entries.len(), 300);
+    });
+}

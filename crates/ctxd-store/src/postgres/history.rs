@@ -5,7 +5,6 @@
 pub(crate) mod index;
 mod ranked;
 
-use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
 use postgres::{Client, Row};
 
@@ -57,7 +56,12 @@ fn kept(
     Ok(Some(cols.with_entry(entry, None)))
 }
 
-/// Stream the rows of `sql` through the filter to `sink` until it says stop.
+/// Rows fetched from the server at a time while streaming: a visitor that wants the last 20
+/// items of a long session does not make the server send them all.
+const FETCH: i32 = 128;
+
+/// Stream the rows of `sql` through the filter to `sink` until it says stop, a page at a time
+/// (a portal in a read-only transaction).
 fn stream_rows(
     c: &mut Client,
     sql: &str,
@@ -67,15 +71,21 @@ fn stream_rows(
     literal: Option<&str>,
     sink: &mut dyn FnMut(HistoryRow) -> bool,
 ) -> Result<(), StoreError> {
-    let mut rows = c.query_raw(sql, params.iter().copied()).map_err(pg)?;
-    while let Some(r) = rows.next().map_err(pg)? {
-        if let Some(row) = kept(&r, filter, branch, literal)? {
-            if !sink(row) {
-                break;
+    let mut tx = c.build_transaction().read_only(true).start().map_err(pg)?;
+    let portal = tx.bind(sql, params).map_err(pg)?;
+    loop {
+        let rows = tx.query_portal(&portal, FETCH).map_err(pg)?;
+        for r in &rows {
+            if let Some(row) = kept(r, filter, branch, literal)? {
+                if !sink(row) {
+                    return Ok(());
+                }
             }
         }
+        if rows.len() < FETCH as usize {
+            return Ok(());
+        }
     }
-    Ok(())
 }
 
 /// `LIKE`'s pattern for text containing `query` (`\` is `LIKE`'s escape character).
