@@ -60,6 +60,11 @@ impl Store for PgStore {
         let agent = meta.agent.map(|a| a.as_str().to_owned());
         let (tenant, key) = (tenant.to_owned(), key.to_owned());
         self.pool.run(move |c| {
+            // Looked up first: an insert that meets the key still takes a number from the id
+            // sequence, and SQLite's ids have no such gaps.
+            if let Some(found) = find_session(c, &tenant, &key)? {
+                return Ok(found);
+            }
             c.execute(
                 &format!(
                     "INSERT INTO sessions (tenant, key, agent, meta, created_at, updated_at) \
