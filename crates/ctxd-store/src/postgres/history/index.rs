@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use postgres::{GenericClient, Transaction};
+use postgres::{GenericClient, Statement, Transaction};
 
 use ctxd_core::history::{item_facts, place, ranked_words, tool_calls, ParentPlace, Place};
 use ctxd_core::model::EntryKind;
@@ -85,6 +85,46 @@ pub(crate) struct Indexer {
     session: SessionId,
     /// The previous entry (id, seq, place, has a child).
     prev: Option<(String, i64, Place, bool)>,
+    /// Prepared on the first entry, reused for the others (a round trip each saved).
+    statements: Option<Statements>,
+}
+
+struct Statements {
+    text: Statement,
+    parent: Statement,
+    call: Statement,
+    call_name: Statement,
+    item: Statement,
+}
+
+impl Statements {
+    fn prepare(tx: &mut Transaction<'_>) -> Result<Self, StoreError> {
+        let mut p = |sql: &str| tx.prepare(sql).map_err(pg);
+        Ok(Self {
+            text: p(
+                "INSERT INTO entry_text (session_id, seq, words) VALUES ($1, $2, $3::text::tsvector) \
+                 ON CONFLICT DO NOTHING",
+            )?,
+            parent: p(
+                "SELECT h.seq, h.lane, h.window_seq, \
+                        EXISTS (SELECT 1 FROM history_items c \
+                                WHERE c.session_id = h.session_id AND c.parent_seq = h.seq) \
+                 FROM entries e \
+                 JOIN history_items h ON h.session_id = e.session_id AND h.seq = e.seq \
+                 WHERE e.session_id = $1 AND e.id = $2",
+            )?,
+            call: p(
+                "INSERT INTO history_calls (session_id, call_id, name) VALUES ($1, $2, $3) \
+                 ON CONFLICT DO NOTHING",
+            )?,
+            call_name: p("SELECT name FROM history_calls WHERE session_id = $1 AND call_id = $2")?,
+            item: p(
+                "INSERT INTO history_items (session_id, seq, parent_seq, lane, window_seq, item_key, \
+                 kind, role, tools, sidechain, text) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            )?,
+        })
+    }
 }
 
 impl Indexer {
@@ -92,6 +132,7 @@ impl Indexer {
         Self {
             session,
             prev: None,
+            statements: None,
         }
     }
 
@@ -106,13 +147,15 @@ impl Indexer {
         kind: &EntryKind,
     ) -> Result<(), StoreError> {
         let session = self.session;
+        if self.statements.is_none() {
+            self.statements = Some(Statements::prepare(tx)?);
+        }
+        let Some(st) = &self.statements else {
+            return Ok(());
+        };
         if let Some(words) = tsvector(&entry_text(kind)) {
-            tx.execute(
-                "INSERT INTO entry_text (session_id, seq, words) VALUES ($1, $2, $3::text::tsvector) \
-                 ON CONFLICT DO NOTHING",
-                &[&session, &seq, &words],
-            )
-            .map_err(pg)?;
+            tx.execute(&st.text, &[&session, &seq, &words])
+                .map_err(pg)?;
         }
         let parent_place: Option<(i64, ParentPlace)> = match parent {
             None => None,
@@ -129,15 +172,7 @@ impl Indexer {
                     Some(found)
                 }
                 _ => tx
-                    .query_opt(
-                        "SELECT h.seq, h.lane, h.window_seq, \
-                                EXISTS (SELECT 1 FROM history_items c \
-                                        WHERE c.session_id = h.session_id AND c.parent_seq = h.seq) \
-                         FROM entries e \
-                         JOIN history_items h ON h.session_id = e.session_id AND h.seq = e.seq \
-                         WHERE e.session_id = $1 AND e.id = $2",
-                        &[&session, &p],
-                    )
+                    .query_opt(&st.parent, &[&session, &p])
                     .map_err(pg)?
                     .map(|r| {
                         (
@@ -155,21 +190,14 @@ impl Indexer {
         };
         let here = place(seq, kind, parent_place.map(|(_, p)| p));
         for (call_id, name) in tool_calls(kind) {
-            tx.execute(
-                "INSERT INTO history_calls (session_id, call_id, name) VALUES ($1, $2, $3) \
-                 ON CONFLICT DO NOTHING",
-                &[&session, &call_id, &name],
-            )
-            .map_err(pg)?;
+            tx.execute(&st.call, &[&session, &call_id, &name])
+                .map_err(pg)?;
         }
         let facts = {
             let cell = RefCell::new(&mut *tx);
             item_facts(kind, &|call_id| {
                 cell.borrow_mut()
-                    .query_opt(
-                        "SELECT name FROM history_calls WHERE session_id = $1 AND call_id = $2",
-                        &[&session, &call_id],
-                    )
+                    .query_opt(&st.call_name, &[&session, &call_id])
                     .ok()
                     .flatten()
                     .and_then(|r| r.try_get::<_, String>(0).ok())
@@ -184,9 +212,7 @@ impl Indexer {
             .filter(|f| !f.text.is_empty())
             .map(|f| f.text.replace('\0', " "));
         tx.execute(
-            "INSERT INTO history_items (session_id, seq, parent_seq, lane, window_seq, item_key, \
-             kind, role, tools, sidechain, text) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            &st.item,
             &[
                 &session,
                 &seq,
