@@ -461,30 +461,36 @@ pub fn check_query(query: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The FTS5 expression of a literal query for a case-sensitive trigram index: one quoted phrase
-/// (every occurrence of the query is an occurrence of its consecutive trigrams). `None` when the
-/// query is shorter than a trigram: the caller scans instead.
-pub fn trigram_phrase(query: &str) -> Option<String> {
-    if query.chars().count() < 3 {
-        return None;
-    }
-    Some(format!("\"{}\"", query.replace('"', "\"\"")))
+/// The words of a text as ranked (full-text) search sees them: runs of letters and digits.
+/// Stores index an item's text by these words and match a [`RankedQuery`]'s words against them.
+pub fn ranked_words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
 }
 
-/// The FTS5 expression of a ranked (full-text) query: its words (letters and digits), each quoted,
-/// all required. An error when the query has no word.
-pub fn ranked_query(query: &str) -> Result<String, String> {
-    let words: Vec<String> = query
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(|w| format!("\"{w}\""))
-        .collect();
-    if words.is_empty() {
-        return Err(format!(
-            "query {query:?} has no word to rank by: use literal search for punctuation"
-        ));
+/// A ranked (full-text) query: its words, all required. Typed so the core knows no SQL dialect:
+/// each store writes it in its own (FTS5 phrases, a PostgreSQL `tsquery`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankedQuery {
+    words: Vec<String>,
+}
+
+impl RankedQuery {
+    /// The words of `query` ([`ranked_words`]); an error when it has none.
+    pub fn parse(query: &str) -> Result<Self, String> {
+        let words: Vec<String> = ranked_words(query).map(str::to_owned).collect();
+        if words.is_empty() {
+            return Err(format!(
+                "query {query:?} has no word to rank by: use literal search for punctuation"
+            ));
+        }
+        Ok(Self { words })
     }
-    Ok(words.join(" "))
+
+    /// The words as written (not case-folded), in query order; never empty.
+    pub fn words(&self) -> &[String] {
+        &self.words
+    }
 }
 
 #[cfg(test)]
@@ -760,12 +766,10 @@ mod tests {
     fn queries_are_checked_and_quoted() {
         assert!(check_query("").is_err());
         assert!(check_query(&"x".repeat(MAX_QUERY_CHARS + 1)).is_err());
-        assert_eq!(trigram_phrase("ab"), None);
-        assert_eq!(trigram_phrase("say \"hi\"").unwrap(), "\"say \"\"hi\"\"\"");
         assert_eq!(
-            ranked_query("disk-full error!").unwrap(),
-            "\"disk\" \"full\" \"error\""
+            RankedQuery::parse("disk-full error!").unwrap().words(),
+            ["disk", "full", "error"]
         );
-        assert!(ranked_query("--- !!").is_err());
+        assert!(RankedQuery::parse("--- !!").is_err());
     }
 }

@@ -11,8 +11,8 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use ctxd_core::history::{
-    self as h, agent_scope, check_query, check_role, item_facts, preview, ranked_query,
-    slice_chars, BranchLanes, ItemFilter, RankedExcerpts,
+    self as h, agent_scope, check_query, check_role, item_facts, preview, slice_chars, BranchLanes,
+    ItemFilter, RankedExcerpts, RankedQuery,
 };
 use ctxd_core::model::{Entry, EntryKind, SessionMeta};
 use ctxd_store::{HistoryRow, SessionId, Store};
@@ -468,7 +468,7 @@ impl<S: Store + ?Sized> Engine<S> {
     ) -> Result<SearchPage, EngineError> {
         check_query(&q.query).map_err(EngineError::Invalid)?;
         let fts = match q.mode {
-            SearchMode::Ranked => Some(ranked_query(&q.query).map_err(EngineError::Invalid)?),
+            SearchMode::Ranked => Some(RankedQuery::parse(&q.query).map_err(EngineError::Invalid)?),
             SearchMode::Literal => None,
         };
         let record = self.history_session(caller)?;

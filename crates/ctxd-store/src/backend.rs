@@ -4,8 +4,11 @@
 
 use ctxd_core::model::{Entry, EntryId};
 
-use crate::{Durability, GroupResult, GroupWrite, SessionId, SqliteStore, Store, StoreError};
 use std::path::PathBuf;
+
+use crate::{
+    Durability, GroupResult, GroupWrite, PgStore, SessionId, SqliteStore, Store, StoreError,
+};
 
 /// Group commit and deferred indexing: the gateway's writer commits many requests' batches in
 /// one transaction holding the log alone, and catches the derived indexes up afterwards.
@@ -106,10 +109,7 @@ impl Location {
 pub fn open(location: &Location, durability: Durability) -> Result<Box<dyn Backend>, StoreError> {
     match location {
         Location::Sqlite(path) => Ok(Box::new(SqliteStore::open(path, durability)?)),
-        Location::Postgres(url) => Err(StoreError::Open {
-            path: redact(url),
-            message: "this build has no PostgreSQL backend".into(),
-        }),
+        Location::Postgres(url) => Ok(Box::new(PgStore::open(url)?)),
     }
 }
 
@@ -202,6 +202,52 @@ impl Backend for SqliteStore {
 
     fn tail(&self, session: SessionId, after: u64) -> Result<Vec<Entry>, StoreError> {
         crate::sqlite::sessions::tail(&self.conn(), session, after)
+    }
+}
+
+impl GroupStore for PgStore {
+    fn write_group(&self, writes: &[GroupWrite<'_>]) -> GroupResult {
+        PgStore::write_group(self, writes)
+    }
+
+    fn try_write_group(&self, writes: &[GroupWrite<'_>]) -> Option<GroupResult> {
+        PgStore::try_write_group(self, writes)
+    }
+
+    fn index_pending(&self, session: SessionId, limit: u64) -> Result<(u64, bool), StoreError> {
+        PgStore::index_pending(self, session, limit)
+    }
+}
+
+impl Backend for PgStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn location(&self) -> String {
+        PgStore::location(self).to_owned()
+    }
+
+    /// The same pool: a long read takes one connection thread and leaves the others.
+    fn reader(&self) -> Result<Box<dyn Backend>, StoreError> {
+        Ok(Box::new(self.clone()))
+    }
+
+    fn integrity_check(&self) -> Result<String, StoreError> {
+        PgStore::integrity_check(self)
+    }
+
+    /// Several gateways share one database.
+    fn shared(&self) -> bool {
+        true
+    }
+
+    fn head(&self, session: SessionId) -> Result<Head, StoreError> {
+        crate::postgres::head(self, session)
+    }
+
+    fn tail(&self, session: SessionId, after: u64) -> Result<Vec<Entry>, StoreError> {
+        crate::postgres::tail(self, session, after)
     }
 }
 

@@ -3,6 +3,12 @@
 pub enum StoreError {
     #[error("store: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// A PostgreSQL statement failed (the server's message; never the connection's password).
+    #[error("store: postgres: {0}")]
+    Postgres(String),
+    /// The database cannot be reached now; a later call reconnects.
+    #[error("store: unavailable: {0}")]
+    Unavailable(String),
     #[error("store: cannot open {path}: {message}")]
     Open { path: String, message: String },
     #[error("store: schema version {found} is newer than this ctxd supports ({supported})")]

@@ -3,7 +3,7 @@
 //! [`Store`] is what the engine needs from storage: sessions per tenant, atomic appends of entry
 //! batches, the leaf, and reading a session back. [`SqliteStore`] implements it on one embedded
 //! SQLite file (WAL, `synchronous=FULL` by default, one writer, versioned migrations, FTS5).
-//! A PostgreSQL backend implements the same traits later. Entries are never updated or deleted.
+//! [`PgStore`] implements the same traits on PostgreSQL, for several gateways on one database. Entries are never updated or deleted.
 //!
 //! ```
 //! use ctxd_store::{SqliteStore, Store, NewEntry};
@@ -21,6 +21,7 @@ mod backend;
 mod dump;
 mod error;
 mod notes;
+mod postgres;
 mod schema;
 mod sqlite;
 
@@ -31,6 +32,7 @@ pub use backend::{open, redact, Backend, GroupStore, Head, Location};
 pub use dump::{Dump, NoteRow, NoteVersionRow, NotesDump};
 pub use error::StoreError;
 pub use notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
+pub use postgres::{PgStore, DEFAULT_POOL, PG_SCHEMA_VERSION};
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::history::{HistoryRow, HistoryStore, Visit, WindowRow};
 pub use sqlite::{Checkpointer, Durability, GroupResult, GroupWrite, SqliteStore};

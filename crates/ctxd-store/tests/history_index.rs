@@ -4,8 +4,12 @@
 //! without them (by an older build, or by the gateway's group writes, which defer them) is
 //! caught up by `history_sync` or `index_pending`, to the same rows.
 
+use ctxd_core::history::{ItemFilter, RankedQuery};
 use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, SessionMeta};
-use ctxd_store::{Durability, HistoryStore, NewEntry, SessionId, SqliteStore, Store};
+use ctxd_store::{Backend, Durability, HistoryStore, NewEntry, SessionId, SqliteStore, Store};
+
+mod common;
+use common::each_backend;
 
 fn entry(id: &str, parent: Option<&str>, sidechain: bool, kind: EntryKind) -> NewEntry {
     NewEntry::new(Entry {
@@ -200,35 +204,36 @@ fn append_indexes_its_batch_and_a_sync_catches_up_an_older_store_to_the_same_row
 
 #[test]
 fn a_refused_batch_leaves_no_index_rows() {
-    let store = SqliteStore::open_in_memory().unwrap();
-    let s = store
-        .open_session("", "k", &SessionMeta::default())
-        .unwrap();
-    store
-        .append(s.id, &[text("a", None, Role::User, "giraffe one")], None)
-        .unwrap();
-    let dup = [
-        text("b", Some("a"), Role::User, "giraffe two"),
-        text("a", Some("b"), Role::User, "giraffe again"),
-    ];
-    assert!(store.append(s.id, &dup, None).is_err());
-    store
-        .append(
-            s.id,
-            &[text("c", Some("a"), Role::User, "giraffe three")],
-            None,
-        )
-        .unwrap();
-    // "b" was rolled back with its batch: the index holds a and c only, and needs no sync.
-    assert_eq!(store.history_sync(s.id).unwrap(), 0);
-    let mut seqs = Vec::new();
-    store
-        .history_items(s.id, &Default::default(), None, false, &mut |row| {
-            seqs.push((row.seq, row.entry.id.0.clone()));
-            true
-        })
-        .unwrap();
-    assert_eq!(seqs, [(1, "a".to_owned()), (2, "c".to_owned())]);
+    each_backend(|store| {
+        let s = store
+            .open_session("", "k", &SessionMeta::default())
+            .unwrap();
+        store
+            .append(s.id, &[text("a", None, Role::User, "giraffe one")], None)
+            .unwrap();
+        let dup = [
+            text("b", Some("a"), Role::User, "giraffe two"),
+            text("a", Some("b"), Role::User, "giraffe again"),
+        ];
+        assert!(store.append(s.id, &dup, None).is_err());
+        store
+            .append(
+                s.id,
+                &[text("c", Some("a"), Role::User, "giraffe three")],
+                None,
+            )
+            .unwrap();
+        // "b" was rolled back with its batch: the index holds a and c only, and needs no sync.
+        assert_eq!(store.history_sync(s.id).unwrap(), 0);
+        let mut seqs = Vec::new();
+        store
+            .history_items(s.id, &Default::default(), None, false, &mut |row| {
+                seqs.push((row.seq, row.entry.id.0.clone()));
+                true
+            })
+            .unwrap();
+        assert_eq!(seqs, [(1, "a".to_owned()), (2, "c".to_owned())]);
+    });
 }
 
 #[test]
@@ -269,4 +274,193 @@ fn group_writes_defer_the_indexes_and_index_pending_catches_up_in_steps_to_the_s
     assert_eq!(grouped.index_pending(b.id, 3).unwrap(), (0, true));
     assert_eq!(grouped.history_sync(b.id).unwrap(), 0);
     assert_eq!(dump(&group_path, b.id), expected);
+}
+
+/// What the history API says of a session: its items, windows, branch, and both searches.
+fn api_dump(store: &dyn Backend, session: SessionId) -> Vec<String> {
+    let mut out = Vec::new();
+    store
+        .history_items(session, &ItemFilter::default(), None, false, &mut |r| {
+            out.push(format!(
+                "item {} {} {} {} {} {} {:?} {}",
+                r.seq, r.lane, r.window_seq, r.item_key, r.kind, r.role, r.tools, r.sidechain
+            ));
+            true
+        })
+        .unwrap();
+    for w in store.history_windows(session, None).unwrap() {
+        out.push(format!(
+            "window {} {} {} {} {}",
+            w.window_seq, w.start.id, w.items, w.first_seq, w.last_seq
+        ));
+    }
+    out.push(format!(
+        "branch {:?} starts {:?}",
+        store.history_branch(session).unwrap().lanes(),
+        store.history_window_starts(session).unwrap()
+    ));
+    let mut hits = Vec::new();
+    store
+        .history_search_literal(
+            session,
+            "giraffe",
+            &ItemFilter::default(),
+            None,
+            true,
+            &mut |r| {
+                hits.push(r.seq);
+                true
+            },
+        )
+        .unwrap();
+    out.push(format!("literal {hits:?}"));
+    let mut ranked = Vec::new();
+    let q = RankedQuery::parse("GIRAFFE").unwrap();
+    store
+        .history_search_ranked(session, &q, &ItemFilter::default(), None, &mut |r| {
+            ranked.push(r.seq);
+            true
+        })
+        .unwrap();
+    ranked.sort_unstable();
+    out.push(format!("ranked {ranked:?}"));
+    out
+}
+
+#[test]
+fn group_writes_then_index_pending_give_what_inline_appends_give_on_every_backend() {
+    common::each_backend_pair(|inline, grouped| {
+        let a = inline
+            .open_session("", "k", &SessionMeta::default())
+            .unwrap();
+        let b = grouped
+            .open_session("", "k", &SessionMeta::default())
+            .unwrap();
+        for batch in &batches() {
+            inline.append(a.id, batch, None).unwrap();
+            let results = grouped
+                .write_group(&[ctxd_store::GroupWrite::Append {
+                    session: b.id,
+                    entries: batch,
+                }])
+                .unwrap();
+            assert!(results.iter().all(Result::is_ok));
+        }
+        assert_eq!(grouped.index_pending(b.id, 3).unwrap(), (3, false));
+        while !grouped.index_pending(b.id, 3).unwrap().1 {}
+        assert_eq!(grouped.history_sync(b.id).unwrap(), 0);
+        let expected = api_dump(inline, a.id);
+        assert!(
+            expected.iter().any(|l| l == "literal [10, 9, 7]"),
+            "{expected:#?}"
+        );
+        assert!(
+            expected.iter().any(|l| l == "ranked [7, 9, 10]"),
+            "{expected:#?}"
+        );
+        // Item keys hash the session id: the two sessions' ids are the same on fresh stores.
+        assert_eq!(a.id, b.id);
+        assert_eq!(api_dump(grouped, b.id), expected);
+    });
+}
+
+#[test]
+fn searches_are_literal_or_by_word_on_every_backend() {
+    each_backend(|store| {
+        let s = store
+            .open_session("", "k", &SessionMeta::default())
+            .unwrap();
+        let says = [
+            "100% sure: my_var is set",
+            "100 percent: myXvar is set",
+            "Zebra crossing on the road in the town",
+            "zebra, ZEBRA, zebra: a giraffe",
+            "back\\slash",
+        ];
+        let batch: Vec<NewEntry> = says
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let id = format!("e{i}");
+                let parent = (i > 0).then(|| format!("e{}", i - 1));
+                text(&id, parent.as_deref(), Role::User, t)
+            })
+            .collect();
+        store.append(s.id, &batch, None).unwrap();
+        let literal = |q: &str| {
+            let mut seqs = Vec::new();
+            store
+                .history_search_literal(s.id, q, &ItemFilter::default(), None, false, &mut |r| {
+                    seqs.push(r.seq);
+                    true
+                })
+                .unwrap();
+            seqs
+        };
+        assert_eq!(literal("0% s"), [1], "% is a character, not a wildcard");
+        assert_eq!(literal("my_var"), [1], "_ is a character, not a wildcard");
+        assert_eq!(literal("Zebra"), [3], "case-sensitive");
+        assert_eq!(literal("k\\s"), [5]);
+        assert_eq!(literal("is"), [1, 2], "shorter than a trigram");
+        let ranked = |q: &str| {
+            let mut seqs = Vec::new();
+            let q = RankedQuery::parse(q).unwrap();
+            store
+                .history_search_ranked(s.id, &q, &ItemFilter::default(), None, &mut |r| {
+                    assert!(r.score.is_some());
+                    seqs.push(r.seq);
+                    true
+                })
+                .unwrap();
+            seqs
+        };
+        let mut zebras = ranked("zebra");
+        zebras.sort_unstable();
+        assert_eq!(zebras, [3, 4], "any case");
+        assert_eq!(ranked("zebra giraffe"), [4], "every word");
+        assert_eq!(ranked("my-var"), [1]);
+        assert!(ranked("okapi").is_empty());
+        // The one that says zebra most, in fewer words, ranks first on both.
+        assert_eq!(ranked("zebra")[0], 4);
+    });
+}
+
+#[test]
+fn long_listings_come_whole_and_in_order_or_stop_when_the_visitor_stops() {
+    each_backend(|store| {
+        let s = store
+            .open_session("", "k", &SessionMeta::default())
+            .unwrap();
+        let batch: Vec<NewEntry> = (0..300)
+            .map(|i| {
+                let (id, parent) = (format!("e{i}"), format!("e{}", i.max(1) - 1));
+                text(
+                    &id,
+                    (i > 0).then_some(parent.as_str()),
+                    Role::User,
+                    "giraffe",
+                )
+            })
+            .collect();
+        store.append(s.id, &batch, None).unwrap();
+        let all = ItemFilter::default();
+        let mut seqs = Vec::new();
+        store
+            .history_items(s.id, &all, None, true, &mut |r| {
+                seqs.push(r.seq);
+                true
+            })
+            .unwrap();
+        assert_eq!(seqs, (1..=300).rev().collect::<Vec<i64>>());
+        let mut taken = 0;
+        store
+            .history_search_literal(s.id, "giraffe", &all, None, false, &mut |_| {
+                taken += 1;
+                taken < 5
+            })
+            .unwrap();
+        assert_eq!(taken, 5);
+        // The store is usable at once after a visitor stopped a stream.
+        assert_eq!(store.load(s.id).unwrap().entries.len(), 300);
+    });
 }

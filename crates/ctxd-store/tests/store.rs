@@ -3,6 +3,9 @@
 use ctxd_core::model::{Entry, EntryId, EntryKind, Message, Role, SessionMeta};
 use ctxd_store::{Durability, NewEntry, SqliteStore, Store, StoreError};
 
+mod common;
+use common::each_backend;
+
 fn entry(id: &str, parent: Option<&str>, text: &str) -> NewEntry {
     NewEntry::new(Entry {
         id: EntryId::new(id),
@@ -15,78 +18,80 @@ fn entry(id: &str, parent: Option<&str>, text: &str) -> NewEntry {
 
 #[test]
 fn batches_are_atomic_and_read_back_in_order() {
-    let store = SqliteStore::open_in_memory().unwrap();
-    let s = store
-        .open_session("t", "k", &SessionMeta::default())
-        .unwrap();
-    let b1 = store
-        .append(
-            s.id,
-            &[entry("a", None, "one"), entry("b", Some("a"), "two")],
-            None,
-        )
-        .unwrap();
-    assert_eq!(b1, 1);
-    // A duplicate id anywhere in a batch rolls the whole batch back.
-    let err = store
-        .append(
-            s.id,
-            &[entry("c", Some("b"), "three"), entry("a", Some("c"), "dup")],
-            None,
-        )
-        .unwrap_err();
-    assert!(
-        matches!(err, StoreError::DuplicateEntry { ref id } if id == "a"),
-        "{err}"
-    );
-    let session = store.load(s.id).unwrap();
-    let ids: Vec<&str> = session.entries.iter().map(|e| e.id.as_str()).collect();
-    assert_eq!(ids, ["a", "b"]);
-    assert_eq!(session.leaf, Some(EntryId::new("b")));
-    // A leaf that names no entry is refused, and nothing of the batch stays.
-    let err = store
-        .append(
-            s.id,
-            &[entry("c", Some("b"), "x")],
-            Some(&EntryId::new("zz")),
-        )
-        .unwrap_err();
-    assert!(matches!(err, StoreError::NoEntry(_)));
-    assert_eq!(store.load(s.id).unwrap().entries.len(), 2);
-    store.set_leaf(s.id, &EntryId::new("a")).unwrap();
-    assert_eq!(store.load(s.id).unwrap().leaf, Some(EntryId::new("a")));
-    assert!(store.set_leaf(s.id, &EntryId::new("nope")).is_err());
-    assert_eq!(
-        store
-            .entry(s.id, &EntryId::new("b"))
-            .unwrap()
-            .unwrap()
-            .parent,
-        Some(EntryId::new("a"))
-    );
+    each_backend(|store| {
+        let s = store
+            .open_session("t", "k", &SessionMeta::default())
+            .unwrap();
+        let b1 = store
+            .append(
+                s.id,
+                &[entry("a", None, "one"), entry("b", Some("a"), "two")],
+                None,
+            )
+            .unwrap();
+        assert_eq!(b1, 1);
+        // A duplicate id anywhere in a batch rolls the whole batch back.
+        let err = store
+            .append(
+                s.id,
+                &[entry("c", Some("b"), "three"), entry("a", Some("c"), "dup")],
+                None,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::DuplicateEntry { ref id } if id == "a"),
+            "{err}"
+        );
+        let session = store.load(s.id).unwrap();
+        let ids: Vec<&str> = session.entries.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(session.leaf, Some(EntryId::new("b")));
+        // A leaf that names no entry is refused, and nothing of the batch stays.
+        let err = store
+            .append(
+                s.id,
+                &[entry("c", Some("b"), "x")],
+                Some(&EntryId::new("zz")),
+            )
+            .unwrap_err();
+        assert!(matches!(err, StoreError::NoEntry(_)));
+        assert_eq!(store.load(s.id).unwrap().entries.len(), 2);
+        store.set_leaf(s.id, &EntryId::new("a")).unwrap();
+        assert_eq!(store.load(s.id).unwrap().leaf, Some(EntryId::new("a")));
+        assert!(store.set_leaf(s.id, &EntryId::new("nope")).is_err());
+        assert_eq!(
+            store
+                .entry(s.id, &EntryId::new("b"))
+                .unwrap()
+                .unwrap()
+                .parent,
+            Some(EntryId::new("a"))
+        );
+    });
 }
 
 #[test]
 fn tenants_never_see_each_other() {
-    let store = SqliteStore::open_in_memory().unwrap();
-    let a = store
-        .open_session("alice", "same-key", &SessionMeta::default())
-        .unwrap();
-    let b = store
-        .open_session("bob", "same-key", &SessionMeta::default())
-        .unwrap();
-    assert_ne!(a.id, b.id);
-    assert_eq!(store.list_sessions("alice").unwrap().len(), 1);
-    assert!(store.session("bob", a.id).unwrap().is_none());
-    assert!(store.find_session("carol", "same-key").unwrap().is_none());
-    // Opening again returns the same session.
-    assert_eq!(
-        store
+    each_backend(|store| {
+        let a = store
             .open_session("alice", "same-key", &SessionMeta::default())
-            .unwrap()
-            .id,
-        a.id
-    );
+            .unwrap();
+        let b = store
+            .open_session("bob", "same-key", &SessionMeta::default())
+            .unwrap();
+        assert_ne!(a.id, b.id);
+        assert_eq!(store.list_sessions("alice").unwrap().len(), 1);
+        assert!(store.session("bob", a.id).unwrap().is_none());
+        assert!(store.find_session("carol", "same-key").unwrap().is_none());
+        // Opening again returns the same session.
+        assert_eq!(
+            store
+                .open_session("alice", "same-key", &SessionMeta::default())
+                .unwrap()
+                .id,
+            a.id
+        );
+    });
 }
 
 #[test]

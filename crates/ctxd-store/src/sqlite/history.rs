@@ -12,7 +12,7 @@ mod ranked;
 
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
-use ctxd_core::history::{find_literal, item_facts, BranchLanes, ItemFilter, ItemRow};
+use ctxd_core::history::{find_literal, item_facts, BranchLanes, ItemFilter, ItemRow, RankedQuery};
 use ctxd_core::model::{Entry, EntryKind, SessionMeta};
 
 use super::sessions::decode_entry;
@@ -108,14 +108,15 @@ pub trait HistoryStore {
         visit: Visit<'_>,
     ) -> Result<(), StoreError>;
 
-    /// Items matching the FTS5 expression `fts_query`, filtered, in blocks of [`RANKED_BLOCK`]
-    /// matches, newest block first, each best (bm25) first. Words in most of the store's items
-    /// carry no weight in bm25 and are left out of the ranking (see `sqlite/history/ranked.rs`);
-    /// when every word is that common, the newest come first with a score of 0.
+    /// Items holding every word of `query`, filtered, in blocks of [`RANKED_BLOCK`] matches,
+    /// newest block first, each best first. SQLite ranks by bm25: words in most of the store's
+    /// items carry no weight there and are left out of the ranking (see
+    /// `sqlite/history/ranked.rs`); when every word is that common, the newest come first with a
+    /// score of 0. PostgreSQL ranks by `ts_rank` (see `postgres/history/ranked.rs`).
     fn history_search_ranked(
         &self,
         session: SessionId,
-        fts_query: &str,
+        query: &RankedQuery,
         filter: &ItemFilter,
         branch: Option<&BranchLanes>,
         visit: Visit<'_>,
@@ -130,14 +131,14 @@ pub(crate) const ROW_COLUMNS: &str =
 /// a search reads an entry's body only for the items it returns.
 #[derive(Clone, Debug)]
 pub(crate) struct ItemCols {
-    seq: i64,
-    lane: i64,
-    window_seq: i64,
-    item_key: i64,
-    kind: String,
-    role: String,
-    tools: Vec<String>,
-    sidechain: bool,
+    pub(crate) seq: i64,
+    pub(crate) lane: i64,
+    pub(crate) window_seq: i64,
+    pub(crate) item_key: i64,
+    pub(crate) kind: String,
+    pub(crate) role: String,
+    pub(crate) tools: Vec<String>,
+    pub(crate) sidechain: bool,
 }
 
 impl ItemCols {
@@ -146,17 +147,13 @@ impl ItemCols {
     pub(crate) fn read(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Self> {
         let tools_text: String = r.get(at + 6)?;
         Ok(Self {
+            tools: split_tools(&tools_text),
             seq: r.get(at)?,
             lane: r.get(at + 1)?,
             window_seq: r.get(at + 2)?,
             item_key: r.get::<_, Option<i64>>(at + 3)?.unwrap_or_default(),
             kind: r.get::<_, Option<String>>(at + 4)?.unwrap_or_default(),
             role: r.get::<_, Option<String>>(at + 5)?.unwrap_or_default(),
-            tools: tools_text
-                .split('\n')
-                .filter(|t| !t.is_empty())
-                .map(str::to_owned)
-                .collect(),
             sidechain: r.get(at + 7)?,
         })
     }
@@ -193,6 +190,14 @@ impl ItemCols {
             score,
         }
     }
+}
+
+/// Tool names stored one per line.
+pub(crate) fn split_tools(text: &str) -> Vec<String> {
+    text.split('\n')
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Read rows of a query selecting [`ROW_COLUMNS`], apply the filter before decoding the entry,
@@ -435,7 +440,7 @@ impl HistoryStore for SqliteStore {
         recent_first: bool,
         visit: Visit<'_>,
     ) -> Result<(), StoreError> {
-        let Some(phrase) = ctxd_core::history::trigram_phrase(query) else {
+        let Some(phrase) = trigram_phrase(query) else {
             // Shorter than a trigram: scan the items, checking each.
             let conn = self.conn();
             let order = if recent_first { "DESC" } else { "ASC" };
@@ -462,13 +467,24 @@ impl HistoryStore for SqliteStore {
     fn history_search_ranked(
         &self,
         session: SessionId,
-        fts_query: &str,
+        query: &RankedQuery,
         filter: &ItemFilter,
         branch: Option<&BranchLanes>,
         visit: Visit<'_>,
     ) -> Result<(), StoreError> {
-        ranked::search(&self.conn(), session, fts_query, filter, branch, visit)
+        let fts_query = ranked::fts5_expression(query);
+        ranked::search(&self.conn(), session, &fts_query, filter, branch, visit)
     }
+}
+
+/// The FTS5 expression of a literal query for a case-sensitive trigram index: one quoted phrase
+/// (every occurrence of the query is an occurrence of its consecutive trigrams). `None` when the
+/// query is shorter than a trigram: the caller scans instead.
+fn trigram_phrase(query: &str) -> Option<String> {
+    if query.chars().count() < 3 {
+        return None;
+    }
+    Some(format!("\"{}\"", query.replace('"', "\"\"")))
 }
 
 impl SqliteStore {
@@ -528,4 +544,18 @@ fn sync_index(
     }
     tx.commit()?;
     Ok((count, upto >= last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literal_queries_become_one_trigram_phrase() {
+        assert_eq!(trigram_phrase("ab"), None);
+        assert_eq!(
+            trigram_phrase("say \"hi\"").as_deref(),
+            Some("\"say \"\"hi\"\"\"")
+        );
+    }
 }

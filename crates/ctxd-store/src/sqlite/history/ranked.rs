@@ -18,7 +18,7 @@ use std::collections::HashMap;
 
 use rusqlite::{params, Connection};
 
-use ctxd_core::history::{BranchLanes, ItemFilter};
+use ctxd_core::history::{BranchLanes, ItemFilter, RankedQuery};
 
 use super::{ItemCols, Visit, ROW_COLUMNS};
 use crate::sqlite::sessions::decode_entry;
@@ -53,6 +53,17 @@ struct Candidate {
     rowid: i64,
     seq: i64,
     score: f64,
+}
+
+/// The FTS5 expression of a ranked query: its words, each quoted, all required (an implicit
+/// AND), which [`plain_phrases`] reads back.
+pub(super) fn fts5_expression(query: &RankedQuery) -> String {
+    let quoted: Vec<String> = query
+        .words()
+        .iter()
+        .map(|w| format!("\"{}\"", w.replace('"', "\"\"")))
+        .collect();
+    quoted.join(" ")
 }
 
 pub(super) fn search(
@@ -169,7 +180,7 @@ fn score(conn: &Connection, expr: &str, candidates: &mut [Candidate]) -> Result<
 
 /// The expression to score by: `fts_query` without its words found in most rows, `None` when
 /// every word is. An expression other than plain quoted words (what
-/// [`ctxd_core::history::ranked_query`] writes) is scored whole.
+/// [`fts5_expression`] writes) is scored whole.
 fn scoring_expression(
     conn: &Connection,
     fts_query: &str,
@@ -389,6 +400,12 @@ mod tests {
         assert!(ours.iter().all(|r| r.1 == 0.0));
         assert_eq!(ours[0].0, 300);
         assert!(ours.windows(2).all(|w| w[0].0 > w[1].0));
+    }
+
+    #[test]
+    fn ranked_queries_become_quoted_words() {
+        let q = RankedQuery::parse("disk-full error!").unwrap();
+        assert_eq!(fts5_expression(&q), "\"disk\" \"full\" \"error\"");
     }
 
     #[test]

@@ -1,0 +1,99 @@
+//! Group commit on PostgreSQL: the same contract as `sqlite/group.rs`. The group's sessions are
+//! locked first, in id order, so two gateways' groups over the same sessions wait for each other
+//! instead of deadlocking; a group with a failing write is rolled back and replayed one write per
+//! transaction.
+
+use ctxd_core::model::EntryId;
+use postgres::{Client, Transaction};
+
+use super::sessions::{append_in, set_leaf_in};
+use super::{pg, PgStore};
+use crate::sqlite::sessions::Indexing;
+use crate::{GroupResult, GroupWrite, NewEntry, SessionId, StoreError};
+
+/// A [`GroupWrite`] with its data owned, to cross to a connection thread.
+enum Owned {
+    Append {
+        session: SessionId,
+        entries: Vec<NewEntry>,
+    },
+    SetLeaf {
+        session: SessionId,
+        leaf: EntryId,
+    },
+}
+
+impl Owned {
+    fn session(&self) -> SessionId {
+        match self {
+            Self::Append { session, .. } | Self::SetLeaf { session, .. } => *session,
+        }
+    }
+}
+
+impl PgStore {
+    pub fn write_group(&self, writes: &[GroupWrite<'_>]) -> GroupResult {
+        let writes = owned(writes);
+        self.pool.run(move |c| write_group_in(c, &writes))
+    }
+
+    /// [`PgStore::write_group`] when a connection thread is idle now; `None`, having written
+    /// nothing, when every one is busy.
+    pub fn try_write_group(&self, writes: &[GroupWrite<'_>]) -> Option<GroupResult> {
+        (self.pool.idle() > 0).then(|| self.write_group(writes))
+    }
+}
+
+fn owned(writes: &[GroupWrite<'_>]) -> Vec<Owned> {
+    writes
+        .iter()
+        .map(|w| match *w {
+            GroupWrite::Append { session, entries } => Owned::Append {
+                session,
+                entries: entries.to_vec(),
+            },
+            GroupWrite::SetLeaf { session, leaf } => Owned::SetLeaf {
+                session,
+                leaf: leaf.clone(),
+            },
+        })
+        .collect()
+}
+
+fn write_group_in(c: &mut Client, writes: &[Owned]) -> GroupResult {
+    if writes.len() > 1 {
+        let mut tx = c.transaction().map_err(pg)?;
+        let mut sessions: Vec<SessionId> = writes.iter().map(Owned::session).collect();
+        sessions.sort_unstable();
+        sessions.dedup();
+        tx.execute(
+            "SELECT id FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+            &[&sessions],
+        )
+        .map_err(pg)?;
+        if writes.iter().try_for_each(|w| apply(&mut tx, w)).is_ok() {
+            tx.commit().map_err(pg)?;
+            return Ok(writes.iter().map(|_| Ok(())).collect());
+        }
+        // Dropped: rolled back; replayed one write per transaction to isolate the failure.
+    }
+    let mut results = Vec::with_capacity(writes.len());
+    for write in writes {
+        let mut tx = c.transaction().map_err(pg)?;
+        let result = apply(&mut tx, write);
+        if result.is_ok() {
+            tx.commit().map_err(pg)?;
+        }
+        results.push(result);
+    }
+    Ok(results)
+}
+
+fn apply(tx: &mut Transaction<'_>, write: &Owned) -> Result<(), StoreError> {
+    match write {
+        Owned::Append { session, entries } => {
+            append_in(tx, *session, entries, None, Indexing::Deferred).map(|_| ())
+        }
+        Owned::SetLeaf { session, leaf } => set_leaf_in(tx, *session, leaf),
+    }
+}

@@ -1,0 +1,406 @@
+//! The history index on PostgreSQL: `sqlite/history.rs`'s queries over the same derived rows.
+//! Literal search is `LIKE` through a trigram index (`pg_trgm`), rechecked with the core's
+//! `find_literal`; ranked search is in `history/ranked.rs`.
+
+pub(crate) mod index;
+mod ranked;
+
+use postgres::types::ToSql;
+use postgres::{Client, Row};
+
+use ctxd_core::history::{find_literal, item_facts, BranchLanes, ItemFilter, RankedQuery};
+use ctxd_core::model::{EntryKind, SessionMeta};
+
+use super::sessions::{entry_row, lock_session, parse_meta};
+use super::{pg, PgStore};
+use crate::sqlite::history::{split_tools, ItemCols};
+use crate::{HistoryRow, HistoryStore, SessionId, StoreError, Visit, WindowRow};
+
+/// An item's `history_items` columns, then its entry's `id, parent, ts, sidechain, body`.
+const ROW_COLUMNS: &str = "h.seq, h.lane, h.window_seq, h.item_key, h.kind, h.role, h.tools, \
+     h.sidechain, e.id, e.parent, e.ts, e.sidechain, e.body";
+
+/// The 8 `history_items` columns from `at`.
+fn item_cols(r: &Row, at: usize) -> ItemCols {
+    ItemCols {
+        seq: r.get(at),
+        lane: r.get(at + 1),
+        window_seq: r.get(at + 2),
+        item_key: r.get::<_, Option<i64>>(at + 3).unwrap_or_default(),
+        kind: r.get::<_, Option<String>>(at + 4).unwrap_or_default(),
+        role: r.get::<_, Option<String>>(at + 5).unwrap_or_default(),
+        tools: split_tools(r.get(at + 6)),
+        sidechain: r.get(at + 7),
+    }
+}
+
+/// A [`HistoryRow`] from a row selecting [`ROW_COLUMNS`], when the filter (and the literal
+/// recheck) keep it.
+fn kept(
+    r: &Row,
+    filter: &ItemFilter,
+    branch: Option<&BranchLanes>,
+    literal: Option<&str>,
+) -> Result<Option<HistoryRow>, StoreError> {
+    let cols = item_cols(r, 0);
+    if !cols.accepted(filter, branch) {
+        return Ok(None);
+    }
+    let entry = entry_row(r, 8)?;
+    if let Some(q) = literal {
+        let text = item_facts(&entry.kind, &|_| None).map(|f| f.text);
+        if text.is_none_or(|t| find_literal(&t, q).is_none()) {
+            return Ok(None);
+        }
+    }
+    Ok(Some(cols.with_entry(entry, None)))
+}
+
+/// Rows fetched from the server at a time while streaming: a visitor that wants the last 20
+/// items of a long session does not make the server send them all.
+const FETCH: i32 = 128;
+
+/// Stream the rows of `sql` through the filter to `sink` until it says stop, a page at a time
+/// (a portal in a read-only transaction).
+fn stream_rows(
+    c: &mut Client,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+    filter: &ItemFilter,
+    branch: Option<&BranchLanes>,
+    literal: Option<&str>,
+    sink: &mut dyn FnMut(HistoryRow) -> bool,
+) -> Result<(), StoreError> {
+    let mut tx = c.build_transaction().read_only(true).start().map_err(pg)?;
+    let portal = tx.bind(sql, params).map_err(pg)?;
+    loop {
+        let rows = tx.query_portal(&portal, FETCH).map_err(pg)?;
+        for r in &rows {
+            if let Some(row) = kept(r, filter, branch, literal)? {
+                if !sink(row) {
+                    return Ok(());
+                }
+            }
+        }
+        if rows.len() < FETCH as usize {
+            return Ok(());
+        }
+    }
+}
+
+/// `LIKE`'s pattern for text containing `query` (`\` is `LIKE`'s escape character).
+fn like_pattern(query: &str) -> String {
+    let escaped = query
+        .replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_");
+    format!("%{escaped}%")
+}
+
+impl HistoryStore for PgStore {
+    fn history_owned(
+        &self,
+        tenant: &str,
+        session: SessionId,
+    ) -> Result<Option<SessionMeta>, StoreError> {
+        let tenant = tenant.to_owned();
+        self.pool.run(move |c| {
+            let row = c
+                .query_opt(
+                    "SELECT meta FROM sessions WHERE id = $1 AND tenant = $2",
+                    &[&session, &tenant],
+                )
+                .map_err(pg)?;
+            row.map(|r| parse_meta(session, r.get(0))).transpose()
+        })
+    }
+
+    fn history_sync(&self, session: SessionId) -> Result<u64, StoreError> {
+        self.pool
+            .run(move |c| sync_index(c, session, u64::MAX).map(|(n, _)| n))
+    }
+
+    fn history_branch(&self, session: SessionId) -> Result<BranchLanes, StoreError> {
+        self.pool.run(move |c| branch(c, session))
+    }
+
+    fn history_window_starts(&self, session: SessionId) -> Result<Vec<(i64, String)>, StoreError> {
+        self.pool.run(move |c| {
+            let rows = c
+                .query(
+                    "SELECT h.seq, e.id FROM history_items h \
+                     JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq \
+                     WHERE h.session_id = $1 AND h.window_seq = h.seq ORDER BY h.seq",
+                    &[&session],
+                )
+                .map_err(pg)?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+    }
+
+    fn history_windows(
+        &self,
+        session: SessionId,
+        branch: Option<&BranchLanes>,
+    ) -> Result<Vec<WindowRow>, StoreError> {
+        let lanes = branch.map(BranchLanes::lanes);
+        self.pool.run(move |c| windows(c, session, lanes))
+    }
+
+    fn history_items(
+        &self,
+        session: SessionId,
+        filter: &ItemFilter,
+        branch: Option<&BranchLanes>,
+        recent_first: bool,
+        visit: Visit<'_>,
+    ) -> Result<(), StoreError> {
+        let (filter, branch) = (filter.clone(), branch.cloned());
+        let order = if recent_first { "DESC" } else { "ASC" };
+        let sql = format!(
+            "SELECT {ROW_COLUMNS} FROM history_items h \
+             JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq \
+             WHERE h.session_id = $1 AND h.item_key IS NOT NULL \
+             AND ($2::BIGINT IS NULL OR h.window_seq = $2) ORDER BY h.seq {order}"
+        );
+        self.pool.stream(
+            move |c, sink| {
+                let window = filter.window_seq;
+                let params: [&(dyn ToSql + Sync); 2] = [&session, &window];
+                stream_rows(c, &sql, &params, &filter, branch.as_ref(), None, sink)
+            },
+            visit,
+        )
+    }
+
+    fn history_item(&self, session: SessionId, key: u64) -> Result<Vec<HistoryRow>, StoreError> {
+        self.pool.run(move |c| {
+            let sql = format!(
+                "SELECT {ROW_COLUMNS} FROM history_items h \
+                 JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq \
+                 WHERE h.session_id = $1 AND h.item_key = $2 ORDER BY h.seq"
+            );
+            let mut out = Vec::new();
+            let key = key as i64;
+            let params: [&(dyn ToSql + Sync); 2] = [&session, &key];
+            let all = ItemFilter::default();
+            stream_rows(c, &sql, &params, &all, None, None, &mut |r| {
+                out.push(r);
+                true
+            })?;
+            Ok(out)
+        })
+    }
+
+    fn history_search_literal(
+        &self,
+        session: SessionId,
+        query: &str,
+        filter: &ItemFilter,
+        branch: Option<&BranchLanes>,
+        recent_first: bool,
+        visit: Visit<'_>,
+    ) -> Result<(), StoreError> {
+        let (filter, branch, query) = (filter.clone(), branch.cloned(), query.to_owned());
+        let order = if recent_first { "DESC" } else { "ASC" };
+        let sql = format!(
+            "SELECT {ROW_COLUMNS} FROM history_items h \
+             JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq \
+             WHERE h.session_id = $1 AND h.item_key IS NOT NULL AND h.text LIKE $2 \
+             ORDER BY h.seq {order}"
+        );
+        self.pool.stream(
+            move |c, sink| {
+                let pattern = like_pattern(&query);
+                let params: [&(dyn ToSql + Sync); 2] = [&session, &pattern];
+                stream_rows(
+                    c,
+                    &sql,
+                    &params,
+                    &filter,
+                    branch.as_ref(),
+                    Some(&query),
+                    sink,
+                )
+            },
+            visit,
+        )
+    }
+
+    fn history_search_ranked(
+        &self,
+        session: SessionId,
+        query: &RankedQuery,
+        filter: &ItemFilter,
+        branch: Option<&BranchLanes>,
+        visit: Visit<'_>,
+    ) -> Result<(), StoreError> {
+        let (filter, branch, query) = (filter.clone(), branch.cloned(), query.clone());
+        self.pool.stream(
+            move |c, sink| {
+                ranked::search(
+                    c,
+                    session,
+                    &query,
+                    &filter,
+                    branch.as_ref(),
+                    ranked::BLOCK,
+                    sink,
+                )
+            },
+            visit,
+        )
+    }
+}
+
+impl PgStore {
+    /// Index at most `limit` of `session`'s entries the derived indexes lack, in one
+    /// transaction: (indexed, current now). As SQLite's.
+    pub fn index_pending(&self, session: SessionId, limit: u64) -> Result<(u64, bool), StoreError> {
+        self.pool.run(move |c| sync_index(c, session, limit))
+    }
+}
+
+/// Catch up at most `limit` entries of `session`'s derived indexes: (indexed, current now).
+/// The session's row lock makes a second gateway doing the same wait, then find less to do.
+fn sync_index(c: &mut Client, session: SessionId, limit: u64) -> Result<(u64, bool), StoreError> {
+    let behind =
+        |c: &mut dyn FnMut(&str) -> Result<i64, StoreError>| -> Result<(i64, i64), StoreError> {
+            let last =
+                c("SELECT COALESCE(MAX(seq), 0)::BIGINT FROM entries WHERE session_id = $1")?;
+            let indexed =
+                c("SELECT COALESCE(MAX(seq), 0)::BIGINT FROM history_items WHERE session_id = $1")?;
+            Ok((indexed, last))
+        };
+    let (indexed, last) = behind(&mut |sql| Ok(c.query_one(sql, &[&session]).map_err(pg)?.get(0)))?;
+    if indexed >= last {
+        return Ok((0, true));
+    }
+    let mut tx = c.transaction().map_err(pg)?;
+    lock_session(&mut tx, session)?;
+    let (indexed, last) =
+        behind(&mut |sql| Ok(tx.query_one(sql, &[&session]).map_err(pg)?.get(0)))?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = tx
+        .query(
+            "SELECT seq, id, parent, sidechain, body FROM entries \
+             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            &[&session, &indexed, &limit],
+        )
+        .map_err(pg)?;
+    let mut indexer = index::Indexer::new(session);
+    let mut upto = indexed;
+    for r in &rows {
+        let id: String = r.get(1);
+        let parent: Option<String> = r.get(2);
+        let body: String = r.get(4);
+        let kind: EntryKind = serde_json::from_str(&body).map_err(|e| StoreError::Corrupt {
+            id: id.clone(),
+            message: e.to_string(),
+        })?;
+        upto = r.get(0);
+        indexer.add(&mut tx, upto, &id, parent.as_deref(), r.get(3), &kind)?;
+    }
+    tx.commit().map_err(pg)?;
+    Ok((rows.len() as u64, upto >= last))
+}
+
+fn branch(c: &mut Client, session: SessionId) -> Result<BranchLanes, StoreError> {
+    let leaf: Option<String> = c
+        .query_opt("SELECT leaf FROM sessions WHERE id = $1", &[&session])
+        .map_err(pg)?
+        .ok_or_else(|| StoreError::NoSession(session.to_string()))?
+        .get(0);
+    let mut leaf_seq: Option<i64> = match leaf {
+        Some(id) => c
+            .query_opt(
+                "SELECT seq FROM entries WHERE session_id = $1 AND id = $2",
+                &[&session, &id],
+            )
+            .map_err(pg)?
+            .map(|r| r.get(0)),
+        None => None,
+    };
+    if leaf_seq.is_none() {
+        leaf_seq = c
+            .query_one(
+                "SELECT COALESCE((SELECT MAX(seq) FROM entries WHERE session_id = $1 AND NOT sidechain), \
+                                 (SELECT MAX(seq) FROM entries WHERE session_id = $1))",
+                &[&session],
+            )
+            .map_err(pg)?
+            .get(0);
+    }
+    let lane_of = c
+        .prepare("SELECT lane, (SELECT parent_seq FROM history_items p WHERE p.session_id = $1 AND p.seq = h.lane) \
+                  FROM history_items h WHERE h.session_id = $1 AND h.seq = $2")
+        .map_err(pg)?;
+    let mut lanes = BranchLanes::default();
+    let mut at = leaf_seq;
+    while let Some(seq) = at {
+        let Some(r) = c.query_opt(&lane_of, &[&session, &seq]).map_err(pg)? else {
+            break;
+        };
+        let lane: i64 = r.get(0);
+        lanes.push(lane, seq);
+        // Parents always have smaller seqs, so this walk ends.
+        at = r.get::<_, Option<i64>>(1).filter(|&p| p < lane);
+    }
+    Ok(lanes)
+}
+
+fn windows(
+    c: &mut Client,
+    session: SessionId,
+    lanes: Option<Vec<(i64, i64)>>,
+) -> Result<Vec<WindowRow>, StoreError> {
+    let mut acc: std::collections::BTreeMap<i64, (u64, i64, i64)> = Default::default();
+    let mut add = |rows: Vec<Row>| {
+        for r in rows {
+            let (w, n, lo, hi): (i64, i64, i64, i64) = (r.get(0), r.get(1), r.get(2), r.get(3));
+            let slot = acc.entry(w).or_insert((0, lo, hi));
+            slot.0 += n as u64;
+            slot.1 = slot.1.min(lo);
+            slot.2 = slot.2.max(hi);
+        }
+    };
+    match lanes {
+        Some(lanes) => {
+            let stmt = c
+                .prepare(
+                    "SELECT window_seq, COUNT(item_key), MIN(seq), MAX(seq) FROM history_items \
+                     WHERE session_id = $1 AND lane = $2 AND seq <= $3 GROUP BY window_seq",
+                )
+                .map_err(pg)?;
+            for (lane, last) in lanes {
+                add(c.query(&stmt, &[&session, &lane, &last]).map_err(pg)?);
+            }
+        }
+        None => add(c
+            .query(
+                "SELECT window_seq, COUNT(item_key), MIN(seq), MAX(seq) FROM history_items \
+                 WHERE session_id = $1 GROUP BY window_seq",
+                &[&session],
+            )
+            .map_err(pg)?),
+    }
+    let start = c
+        .prepare(
+            "SELECT id, parent, ts, sidechain, body FROM entries WHERE session_id = $1 AND seq = $2",
+        )
+        .map_err(pg)?;
+    let mut out = Vec::with_capacity(acc.len());
+    for (window_seq, (items, first_seq, last_seq)) in acc {
+        let Some(r) = c.query_opt(&start, &[&session, &window_seq]).map_err(pg)? else {
+            continue;
+        };
+        out.push(WindowRow {
+            window_seq,
+            start: entry_row(&r, 0)?,
+            items,
+            first_seq,
+            last_seq,
+        });
+    }
+    Ok(out)
+}

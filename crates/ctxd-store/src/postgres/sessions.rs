@@ -1,0 +1,344 @@
+//! Sessions and entries on PostgreSQL.
+
+use postgres::{GenericClient, Row, Transaction};
+
+use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
+
+use super::history::index::{indexed_upto, Indexer};
+use super::{is_unique_violation, pg, PgStore, NOW};
+use crate::sqlite::sessions::{decode_entry, kind_tag, Indexing};
+use crate::{NewEntry, SessionId, SessionRecord, Store, StoreError};
+
+const SESSION_COLUMNS: &str = "s.id, s.tenant, s.key, s.meta, s.created_at, s.updated_at, s.leaf, \
+     (SELECT COUNT(*) FROM entries e WHERE e.session_id = s.id)";
+
+fn session_row(row: &Row) -> Result<SessionRecord, StoreError> {
+    let id: i64 = row.get(0);
+    let meta: String = row.get(3);
+    Ok(SessionRecord {
+        id,
+        tenant: row.get(1),
+        key: row.get(2),
+        meta: parse_meta(id, &meta)?,
+        created_at: row.get(4),
+        updated_at: row.get(5),
+        leaf: row.get::<_, Option<String>>(6).map(EntryId),
+        entry_count: row.get::<_, i64>(7) as u64,
+    })
+}
+
+pub(super) fn parse_meta(session: SessionId, meta: &str) -> Result<SessionMeta, StoreError> {
+    serde_json::from_str(meta).map_err(|e| StoreError::Corrupt {
+        id: format!("session {session}"),
+        message: e.to_string(),
+    })
+}
+
+/// An entry from the columns `id, parent, ts, sidechain, body` starting at `at`.
+pub(super) fn entry_row(row: &Row, at: usize) -> Result<Entry, StoreError> {
+    let body: String = row.get(at + 4);
+    decode_entry(
+        row.get(at),
+        row.get(at + 1),
+        row.get(at + 2),
+        row.get(at + 3),
+        &body,
+    )
+}
+
+impl Store for PgStore {
+    fn open_session(
+        &self,
+        tenant: &str,
+        key: &str,
+        meta: &SessionMeta,
+    ) -> Result<SessionRecord, StoreError> {
+        let meta_json = serde_json::to_string(meta).map_err(|e| StoreError::Corrupt {
+            id: key.to_owned(),
+            message: e.to_string(),
+        })?;
+        let agent = meta.agent.map(|a| a.as_str().to_owned());
+        let (tenant, key) = (tenant.to_owned(), key.to_owned());
+        self.pool.run(move |c| {
+            // Looked up first: an insert that meets the key still takes a number from the id
+            // sequence, and SQLite's ids have no such gaps.
+            if let Some(found) = find_session(c, &tenant, &key)? {
+                return Ok(found);
+            }
+            c.execute(
+                &format!(
+                    "INSERT INTO sessions (tenant, key, agent, meta, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, {NOW}, {NOW}) ON CONFLICT (tenant, key) DO NOTHING"
+                ),
+                &[&tenant, &key, &agent, &meta_json],
+            )
+            .map_err(pg)?;
+            find_session(c, &tenant, &key)?.ok_or(StoreError::NoSession(key))
+        })
+    }
+
+    fn find_session(&self, tenant: &str, key: &str) -> Result<Option<SessionRecord>, StoreError> {
+        let (tenant, key) = (tenant.to_owned(), key.to_owned());
+        self.pool.run(move |c| find_session(c, &tenant, &key))
+    }
+
+    fn session(&self, tenant: &str, id: SessionId) -> Result<Option<SessionRecord>, StoreError> {
+        let tenant = tenant.to_owned();
+        self.pool.run(move |c| {
+            c.query_opt(
+                &format!(
+                    "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.tenant = $1 AND s.id = $2"
+                ),
+                &[&tenant, &id],
+            )
+            .map_err(pg)?
+            .map(|r| session_row(&r))
+            .transpose()
+        })
+    }
+
+    fn tenants(&self) -> Result<Vec<String>, StoreError> {
+        self.pool.run(|c| {
+            let rows = c
+                .query("SELECT DISTINCT tenant FROM sessions ORDER BY tenant", &[])
+                .map_err(pg)?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    fn list_sessions(&self, tenant: &str) -> Result<Vec<SessionRecord>, StoreError> {
+        let tenant = tenant.to_owned();
+        self.pool.run(move |c| {
+            let rows = c
+                .query(
+                    &format!(
+                        "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.tenant = $1 \
+                         ORDER BY s.updated_at DESC, s.id DESC"
+                    ),
+                    &[&tenant],
+                )
+                .map_err(pg)?;
+            rows.iter().map(session_row).collect()
+        })
+    }
+
+    fn append(
+        &self,
+        session: SessionId,
+        batch: &[NewEntry],
+        leaf: Option<&EntryId>,
+    ) -> Result<i64, StoreError> {
+        let batch = batch.to_vec();
+        let leaf = leaf.cloned();
+        self.pool.run(move |c| {
+            let mut tx = c.transaction().map_err(pg)?;
+            let batch_no = append_in(&mut tx, session, &batch, leaf.as_ref(), Indexing::Inline)?;
+            tx.commit().map_err(pg)?;
+            Ok(batch_no)
+        })
+    }
+
+    fn set_leaf(&self, session: SessionId, leaf: &EntryId) -> Result<(), StoreError> {
+        let leaf = leaf.clone();
+        self.pool.run(move |c| {
+            let mut tx = c.transaction().map_err(pg)?;
+            set_leaf_in(&mut tx, session, &leaf)?;
+            tx.commit().map_err(pg)
+        })
+    }
+
+    fn load(&self, session: SessionId) -> Result<Session, StoreError> {
+        self.pool.run(move |c| {
+            let row = c
+                .query_opt("SELECT meta, leaf FROM sessions WHERE id = $1", &[&session])
+                .map_err(pg)?
+                .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
+            let meta = parse_meta(session, row.get(0))?;
+            let leaf: Option<String> = row.get(1);
+            let rows = c
+                .query(
+                    "SELECT id, parent, ts, sidechain, body FROM entries \
+                     WHERE session_id = $1 ORDER BY seq",
+                    &[&session],
+                )
+                .map_err(pg)?;
+            let entries = rows
+                .iter()
+                .map(|r| entry_row(r, 0))
+                .collect::<Result<_, _>>()?;
+            Ok(Session {
+                meta,
+                entries,
+                leaf: leaf.map(EntryId),
+            })
+        })
+    }
+
+    fn entry(&self, session: SessionId, id: &EntryId) -> Result<Option<Entry>, StoreError> {
+        let id = id.0.clone();
+        self.pool.run(move |c| {
+            c.query_opt(
+                "SELECT id, parent, ts, sidechain, body FROM entries \
+                 WHERE session_id = $1 AND id = $2",
+                &[&session, &id],
+            )
+            .map_err(pg)?
+            .map(|r| entry_row(&r, 0))
+            .transpose()
+        })
+    }
+
+    fn raw(&self, session: SessionId, id: &EntryId) -> Result<Option<Vec<u8>>, StoreError> {
+        let id = id.0.clone();
+        self.pool.run(move |c| {
+            let row = c
+                .query_opt(
+                    "SELECT raw FROM entries WHERE session_id = $1 AND id = $2",
+                    &[&session, &id],
+                )
+                .map_err(pg)?;
+            Ok(row.and_then(|r| r.get::<_, Option<Vec<u8>>>(0)))
+        })
+    }
+
+    fn setting_or_insert(&self, key: &str, value: &[u8]) -> Result<Vec<u8>, StoreError> {
+        let (key, value) = (key.to_owned(), value.to_vec());
+        self.pool.run(move |c| {
+            let mut tx = c.transaction().map_err(pg)?;
+            tx.execute(
+                "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+                &[&key, &value],
+            )
+            .map_err(pg)?;
+            let stored: Vec<u8> = tx
+                .query_one("SELECT value FROM settings WHERE key = $1", &[&key])
+                .map_err(pg)?
+                .get(0);
+            tx.commit().map_err(pg)?;
+            Ok(stored)
+        })
+    }
+}
+
+fn find_session(
+    c: &mut impl GenericClient,
+    tenant: &str,
+    key: &str,
+) -> Result<Option<SessionRecord>, StoreError> {
+    c.query_opt(
+        &format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.tenant = $1 AND s.key = $2"),
+        &[&tenant, &key],
+    )
+    .map_err(pg)?
+    .map(|r| session_row(&r))
+    .transpose()
+}
+
+/// Lock the session's row for this transaction: appends to one session, from any number of
+/// gateways, take their seq numbers one after another. `NoSession` when there is none.
+pub(super) fn lock_session(tx: &mut Transaction<'_>, session: SessionId) -> Result<(), StoreError> {
+    tx.query_opt(
+        "SELECT id FROM sessions WHERE id = $1 FOR UPDATE",
+        &[&session],
+    )
+    .map_err(pg)?
+    .map(|_| ())
+    .ok_or_else(|| StoreError::NoSession(session.to_string()))
+}
+
+/// [`Store::append`] inside the caller's transaction, as SQLite's `append_in`.
+pub(super) fn append_in(
+    tx: &mut Transaction<'_>,
+    session: SessionId,
+    batch: &[NewEntry],
+    leaf: Option<&EntryId>,
+    indexing: Indexing,
+) -> Result<i64, StoreError> {
+    lock_session(tx, session)?;
+    let row = tx
+        .query_one(
+            "SELECT COALESCE(MAX(seq), 0)::BIGINT, COALESCE(MAX(batch), 0)::BIGINT + 1 \
+             FROM entries WHERE session_id = $1",
+            &[&session],
+        )
+        .map_err(pg)?;
+    let (mut seq, batch_no): (i64, i64) = (row.get(0), row.get(1));
+    let index_current = indexing == Indexing::Inline && indexed_upto(tx, session)? == seq;
+    let insert = tx
+        .prepare(
+            "INSERT INTO entries (session_id, seq, id, parent, ts, sidechain, kind, body, raw, batch) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .map_err(pg)?;
+    let mut indexer = Indexer::new(session);
+    for new in batch {
+        seq += 1;
+        let e = &new.entry;
+        let body = serde_json::to_string(&e.kind).map_err(|err| StoreError::Corrupt {
+            id: e.id.0.clone(),
+            message: err.to_string(),
+        })?;
+        let parent = e.parent.as_ref().map(|p| p.0.as_str());
+        let result = tx.execute(
+            &insert,
+            &[
+                &session,
+                &seq,
+                &e.id.0,
+                &parent,
+                &e.timestamp,
+                &e.sidechain,
+                &kind_tag(&e.kind),
+                &body,
+                &new.raw,
+                &batch_no,
+            ],
+        );
+        match result {
+            Err(err) if is_unique_violation(&err) => {
+                return Err(StoreError::DuplicateEntry { id: e.id.0.clone() });
+            }
+            other => other.map_err(pg)?,
+        };
+        if index_current {
+            indexer.add(tx, seq, &e.id.0, parent, e.sidechain, &e.kind)?;
+        }
+    }
+    let new_leaf = leaf
+        .map(|l| l.0.clone())
+        .or_else(|| batch.last().map(|n| n.entry.id.0.clone()));
+    if let Some(l) = &new_leaf {
+        require_entry(tx, session, l)?;
+    }
+    tx.execute(
+        &format!("UPDATE sessions SET leaf = COALESCE($2, leaf), updated_at = {NOW} WHERE id = $1"),
+        &[&session, &new_leaf],
+    )
+    .map_err(pg)?;
+    Ok(batch_no)
+}
+
+fn require_entry(tx: &mut Transaction<'_>, session: SessionId, id: &str) -> Result<(), StoreError> {
+    tx.query_opt(
+        "SELECT seq FROM entries WHERE session_id = $1 AND id = $2",
+        &[&session, &id],
+    )
+    .map_err(pg)?
+    .map(|_| ())
+    .ok_or_else(|| StoreError::NoEntry(id.to_owned()))
+}
+
+/// [`Store::set_leaf`] inside the caller's transaction.
+pub(super) fn set_leaf_in(
+    tx: &mut Transaction<'_>,
+    session: SessionId,
+    leaf: &EntryId,
+) -> Result<(), StoreError> {
+    require_entry(tx, session, &leaf.0)?;
+    tx.execute(
+        &format!("UPDATE sessions SET leaf = $2, updated_at = {NOW} WHERE id = $1"),
+        &[&session, &leaf.0],
+    )
+    .map_err(pg)?;
+    Ok(())
+}

@@ -1,0 +1,210 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! What only the PostgreSQL backend has to show: calls from inside a tokio runtime, several
+//! stores (gateways) on one database, migrations racing, reconnecting, and opening by URL.
+//! Each test runs on a database of its own (`CTXD_TEST_POSTGRES`, see `common/mod.rs`).
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::TempDb;
+use ctxd_core::model::{Entry, EntryId, EntryKind, Message, Role, SessionMeta};
+use ctxd_store::{
+    open, Backend, Durability, GroupWrite, Location, NewEntry, PgStore, Store, StoreError,
+    PG_SCHEMA_VERSION,
+};
+
+fn entry(id: &str, parent: Option<&str>) -> NewEntry {
+    NewEntry::new(Entry {
+        id: EntryId::new(id),
+        parent: parent.map(EntryId::new),
+        timestamp: None,
+        sidechain: false,
+        kind: EntryKind::Message(Message::text(Role::User, format!("says {id}"))),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn calls_from_a_tokio_worker_run_on_the_connection_threads() {
+    let Some(db) = TempDb::create() else { return };
+    let store = db.open();
+    // On a runtime worker thread: the sync driver itself would panic here.
+    let s = store
+        .open_session("t", "k", &SessionMeta::default())
+        .unwrap();
+    store.append(s.id, &[entry("a", None)], None).unwrap();
+    let moved = store.clone();
+    let n = tokio::spawn(async move { moved.load(s.id).unwrap().entries.len() })
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn two_stores_appending_to_one_session_lose_and_duplicate_nothing() {
+    let Some(db) = TempDb::create() else { return };
+    let stores: Vec<Arc<PgStore>> = (0..2).map(|_| Arc::new(db.open())).collect();
+    let s = stores[0]
+        .open_session("t", "shared", &SessionMeta::default())
+        .unwrap();
+    const WRITERS: usize = 6;
+    const BATCHES: usize = 25;
+    let threads: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let store = stores[w % 2].clone();
+            std::thread::spawn(move || {
+                let mut prev: Option<String> = None;
+                for b in 0..BATCHES {
+                    let (x, y) = (format!("w{w}-{b}-x"), format!("w{w}-{b}-y"));
+                    let batch = [entry(&x, prev.as_deref()), entry(&y, Some(&x))];
+                    if b % 2 == 0 {
+                        store.append(s.id, &batch, None).unwrap();
+                    } else {
+                        let results = store
+                            .write_group(&[GroupWrite::Append {
+                                session: s.id,
+                                entries: &batch,
+                            }])
+                            .unwrap();
+                        assert!(results.iter().all(Result::is_ok));
+                    }
+                    prev = Some(y);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let session = stores[1].load(s.id).unwrap();
+    assert_eq!(session.entries.len(), WRITERS * BATCHES * 2);
+    let mut seen = HashSet::new();
+    let mut next_of_writer: BTreeMap<String, usize> = BTreeMap::new();
+    for (i, e) in session.entries.iter().enumerate() {
+        assert!(seen.insert(e.id.0.clone()), "duplicate {}", e.id);
+        if let Some(p) = &e.parent {
+            assert!(seen.contains(&p.0), "{} comes before its parent {p}", e.id);
+        }
+        // A batch's two entries are adjacent, and each writer's batches are in its order.
+        let mut parts = e.id.0.split('-');
+        let (w, b, half) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
+        if half == "x" {
+            assert_eq!(session.entries[i + 1].id.0, format!("{w}-{b}-y"));
+            let next = next_of_writer.entry(w.to_owned()).or_default();
+            assert_eq!(b.parse::<usize>().unwrap(), *next);
+            *next += 1;
+        }
+    }
+    assert_eq!(stores[0].integrity_check().unwrap(), "ok");
+    // The second store indexes what the first wrote, once.
+    let indexed = stores[1].index_pending(s.id, u64::MAX).unwrap();
+    let synced = ctxd_store::HistoryStore::history_sync(&*stores[0], s.id).unwrap();
+    assert!(indexed.1);
+    assert!(synced as usize + indexed.0 as usize <= WRITERS * BATCHES * 2);
+}
+
+#[test]
+fn stores_starting_together_migrate_once() {
+    let Some(db) = TempDb::create() else { return };
+    let url = db.url.clone();
+    let opened: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || PgStore::open(&url).map(|_| ()))
+        })
+        .collect();
+    for t in opened {
+        t.join().unwrap().unwrap();
+    }
+    let store = db.open();
+    let s = store
+        .open_session("", "k", &SessionMeta::default())
+        .unwrap();
+    assert_eq!(store.append(s.id, &[entry("a", None)], None).unwrap(), 1);
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let Some(db) = TempDb::create() else { return };
+    drop(db.open());
+    db.sql("INSERT INTO schema_migrations (version) VALUES (999)");
+    let err = PgStore::open(&db.url).err().unwrap();
+    assert!(
+        matches!(err, StoreError::TooNew { found: 999, supported } if supported == PG_SCHEMA_VERSION),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_store_reconnects_after_its_connections_are_terminated() {
+    let Some(db) = TempDb::create() else { return };
+    let store = PgStore::open(&format!("{}?pool=2", db.url)).unwrap();
+    assert_eq!(store.pool_size(), 2);
+    let s = store
+        .open_session("", "k", &SessionMeta::default())
+        .unwrap();
+    store.append(s.id, &[entry("a", None)], None).unwrap();
+    db.sql(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = '{}' AND pid <> pg_backend_pid()",
+        db.name
+    ));
+    // Each thread's first call after the termination fails (as unavailable); later calls
+    // reconnect.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut failures = 0;
+    let mut ok_in_a_row = 0;
+    while ok_in_a_row < 4 {
+        match store.load(s.id) {
+            Ok(session) => {
+                assert_eq!(session.entries.len(), 1);
+                ok_in_a_row += 1;
+            }
+            Err(e) => {
+                assert!(matches!(e, StoreError::Unavailable(_)), "{e}");
+                failures += 1;
+                ok_in_a_row = 0;
+                assert!(Instant::now() < deadline, "no reconnect: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    assert!(failures <= 4, "{failures} failures");
+    store.append(s.id, &[entry("b", Some("a"))], None).unwrap();
+}
+
+#[test]
+fn an_unreachable_server_is_unavailable_and_the_password_never_shows() {
+    // Port 1 on loopback: nothing listens there.
+    let url = "postgres://ctxd:sekrit@127.0.0.1:1/ctxd?connect_timeout=2";
+    let err = PgStore::open(url).err().unwrap();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    let text = err.to_string();
+    assert!(!text.contains("sekrit"), "{text}");
+    assert!(text.contains("ctxd:***@127.0.0.1:1"), "{text}");
+}
+
+#[test]
+fn open_by_location_gives_a_postgres_backend() {
+    let Some(db) = TempDb::create() else { return };
+    let store: Box<dyn Backend> = open(&Location::parse(&db.url), Durability::Full).unwrap();
+    assert_eq!(store.kind(), "postgres");
+    assert_eq!(store.location(), db.url);
+    assert!(store.shared());
+    let s = store
+        .open_session("", "k", &SessionMeta::default())
+        .unwrap();
+    store.append(s.id, &[entry("a", None)], None).unwrap();
+    let reader = store.reader().unwrap();
+    assert_eq!(reader.load(s.id).unwrap().entries.len(), 1);
+    assert_eq!(store.integrity_check().unwrap(), "ok");
+    assert_eq!(store.setting_or_insert("k", b"one").unwrap(), b"one");
+    assert_eq!(reader.setting_or_insert("k", b"two").unwrap(), b"one");
+}
