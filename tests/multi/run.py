@@ -265,7 +265,9 @@ class Run:
     # ------------------------------------------------------------------ 3. database restart
     def restart_under_load(self):
         data = os.environ.get("CTXD_TEST_POSTGRES_DATA")
-        if not data or not shutil.which("pg_ctl"):
+        pg_bin = os.environ.get("CTXD_TEST_POSTGRES_BIN")
+        pg_ctl = os.path.join(pg_bin, "pg_ctl") if pg_bin else shutil.which("pg_ctl")
+        if not data or not pg_ctl:
             self.check("PostgreSQL restart under load (CTXD_TEST_POSTGRES_DATA unset)",
                        not os.environ.get("CI"), "CI must give CTXD_TEST_POSTGRES_DATA")
             return
@@ -302,8 +304,8 @@ class Run:
             time.sleep(1.5)
             before = len(outcomes)
             restart = subprocess.run(
-                ["pg_ctl", "-D", data, "-m", "fast", "-w", "restart"] if os.getuid() != 0 else
-                ["runuser", "-u", "postgres", "--", "pg_ctl", "-D", data, "-m", "fast", "-w", "restart"],
+                [pg_ctl, "-D", data, "-m", "fast", "-w", "restart"] if os.getuid() != 0 else
+                ["runuser", "-u", "postgres", "--", pg_ctl, "-D", data, "-m", "fast", "-w", "restart"],
                 capture_output=True, timeout=60)
             self.check("pg_ctl restart", restart.returncode == 0, restart.stderr.decode()[-400:])
             restarted_at = len(outcomes)

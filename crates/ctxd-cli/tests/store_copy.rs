@@ -1,8 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 //! `ctxd store copy` on the real binary: a copy answers every read as its source does
-//! (sessions, reports, history search, notes with their versions). Runs SQLite to SQLite here;
-//! with `CTXD_TEST_POSTGRES` set, also through PostgreSQL and back (`postgres_round_trip`).
+//! (sessions, reports, history search, notes with their versions): SQLite to SQLite, and
+//! with `CTXD_TEST_POSTGRES` set, through PostgreSQL and back (`postgres_round_trip`).
 
 mod common;
 
@@ -67,7 +67,9 @@ fn filled(db: &str) {
 }
 
 /// Everything a reader sees of `db`, for comparing a copy with its source.
-fn observed(db: &str) -> Vec<String> {
+/// `ranked`: include ranked search, whose scores are each backend's own (bm25 on SQLite,
+/// `ts_rank` on PostgreSQL).
+fn observed(db: &str, ranked: bool) -> Vec<String> {
     let listed = ok(db, &["sessions", "--json"]);
     let mut seen = Vec::new();
     let mut keys: Vec<String> = listed
@@ -104,7 +106,11 @@ fn observed(db: &str) -> Vec<String> {
 
 /// `a` and `b` read alike; the first difference is the failure.
 fn same(a: &str, b: &str) {
-    let (seen_a, seen_b) = (observed(a), observed(b));
+    same_but_ranked(a, b, true);
+}
+
+fn same_but_ranked(a: &str, b: &str, ranked: bool) {
+    let (seen_a, seen_b) = (observed(a, ranked), observed(b, ranked));
     assert_eq!(seen_a.len(), seen_b.len());
     for (x, y) in seen_a.iter().zip(&seen_b) {
         assert!(x == y, "source:\n{x}\ncopy:\n{y}");
@@ -155,5 +161,46 @@ fn a_copy_reads_as_its_source() {
         String::from_utf8_lossy(&again.stderr)
     );
     same(&a, &b);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SQLite → PostgreSQL → SQLite: each copy reads as the source. Needs `CTXD_TEST_POSTGRES`
+/// (an admin URL; `psql` on PATH); skipped without it, except under `CI`.
+#[test]
+fn postgres_round_trip() {
+    let Some(admin) = std::env::var("CTXD_TEST_POSTGRES")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set CTXD_TEST_POSTGRES"
+        );
+        eprintln!("postgres_round_trip: CTXD_TEST_POSTGRES unset, skipped");
+        return;
+    };
+    let name = format!("ctxd_copy_{}", std::process::id());
+    let psql = |sql: &str| {
+        let out = std::process::Command::new("psql")
+            .args([admin.as_str(), "-v", "ON_ERROR_STOP=1", "-q", "-c", sql])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+    psql(&format!("CREATE DATABASE {name}"));
+    let (base, _) = admin.rsplit_once('/').unwrap();
+    let pg = format!("{base}/{name}");
+    let dir = common::fresh_dir("store-copy-pg");
+    let (a, c) = (
+        dir.join("a.db").display().to_string(),
+        dir.join("c.db").display().to_string(),
+    );
+    filled(&a);
+    assert_eq!(copy(&a, &pg)["sessions"], 3);
+    same_but_ranked(&a, &pg, false);
+    assert_eq!(copy(&pg, &c)["sessions"], 3);
+    same(&a, &c);
+    psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
     let _ = std::fs::remove_dir_all(&dir);
 }
