@@ -163,27 +163,6 @@ pub(crate) fn is_unique_violation(e: &postgres::Error) -> bool {
 pub(crate) const NOW: &str =
     "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')";
 
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_pool_parameter_is_ours_and_the_rest_the_drivers() {
-        let (config, size) = parse_url("postgres://u:pw@127.0.0.1:5/db?pool=2").unwrap();
-        assert_eq!(size, 2);
-        assert_eq!(config.get_dbname(), Some("db"));
-        let (_, size) =
-            parse_url("postgres://u@127.0.0.1/db?connect_timeout=3&pool=9&sslmode=disable")
-                .unwrap();
-        assert_eq!(size, 9);
-        assert_eq!(parse_url("postgres://u@h/db").unwrap().1, DEFAULT_POOL);
-        assert!(parse_url("postgres://u@h/db?pool=0").is_err());
-        let err = parse_url("postgres://u:secret@h/db?bogus=1").unwrap_err();
-        assert!(!err.contains("secret"), "{err}");
-    }
-}
-
 /// [`crate::Backend::head`] on PostgreSQL: two indexed reads in one round trip.
 pub(crate) fn head(store: &PgStore, session: crate::SessionId) -> Result<crate::Head, StoreError> {
     store.pool.run(move |c| {
@@ -320,5 +299,26 @@ impl crate::dump::Dump for PgStore {
             }
             tx.commit().map_err(pg)
         })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_parameter_is_ours_and_the_rest_the_drivers() {
+        let (config, size) = parse_url("postgres://u:pw@127.0.0.1:5/db?pool=2").unwrap();
+        assert_eq!(size, 2);
+        assert_eq!(config.get_dbname(), Some("db"));
+        let (_, size) =
+            parse_url("postgres://u@127.0.0.1/db?connect_timeout=3&pool=9&sslmode=disable")
+                .unwrap();
+        assert_eq!(size, 9);
+        assert_eq!(parse_url("postgres://u@h/db").unwrap().1, DEFAULT_POOL);
+        assert!(parse_url("postgres://u@h/db?pool=0").is_err());
+        let err = parse_url("postgres://u:secret@h/db?bogus=1").unwrap_err();
+        assert!(!err.contains("secret"), "{err}");
     }
 }
