@@ -3,7 +3,8 @@
 //! Benchmark: history search over 1,000,000 items (target: under 20 ms).
 //!
 //! `cargo test --release -p ctxd-engine --test history_bench -- --ignored --nocapture`
-//! (`CTXD_BENCH_ITEMS` changes the size). Fills a temp store (batch appends of 10,000 entries,
+//! (`CTXD_BENCH_ITEMS` changes the size; `CTXD_BENCH_STORE=postgres://…` runs it on
+//! PostgreSQL). Fills a temp store (batch appends of 10,000 entries,
 //! synchronous NORMAL; `append` writes the history index too), then times the median of
 //! repeated searches through the engine (tenant check, index catch-up check, active branch,
 //! search, excerpts).
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 use ctxd_core::model::{Entry, EntryId, EntryKind, Message, Role, SessionMeta};
 use ctxd_engine::history::{ItemsQuery, SearchMode, SearchQuery};
 use ctxd_engine::{Caller, Engine};
-use ctxd_store::{Durability, NewEntry, SqliteStore, Store};
+use ctxd_store::{Durability, NewEntry};
 
 fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
@@ -45,7 +46,12 @@ fn history_search_over_a_million_items() {
     let dir = std::env::temp_dir().join(format!("ctxd-history-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let store = SqliteStore::open(&dir.join("bench.db"), Durability::Normal).unwrap();
+    // `CTXD_BENCH_STORE` (a `postgres://` URL of an empty database) runs it on PostgreSQL.
+    let location = std::env::var("CTXD_BENCH_STORE").map_or_else(
+        |_| ctxd_store::Location::Sqlite(dir.join("bench.db")),
+        |url| ctxd_store::Location::parse(&url),
+    );
+    let store = ctxd_store::open(&location, Durability::Normal).unwrap();
     let s = store
         .open_session("", "bench", &SessionMeta::default())
         .unwrap();
@@ -73,19 +79,19 @@ fn history_search_over_a_million_items() {
     let fill = t.elapsed();
     // `append` indexed the history as it went: the first history read has nothing to catch up.
     let t = Instant::now();
-    let indexed = ctxd_store::HistoryStore::history_sync(&store, s.id).unwrap();
+    let indexed = ctxd_store::HistoryStore::history_sync(&*store, s.id).unwrap();
     let sync = t.elapsed();
     assert_eq!(indexed, 0);
     let db_mb = std::fs::metadata(dir.join("bench.db")).map_or(0, |m| m.len()) as f64 / 1e6;
     println!(
         "fill: {n} entries, history index included, in {:.1} s ({:.0}/s, synchronous NORMAL); \
-         first history sync: {:.2} ms; db {db_mb:.0} MB",
+         first history sync: {:.2} ms; db {db_mb:.0} MB ({location})",
         fill.as_secs_f64(),
         n as f64 / fill.as_secs_f64(),
         sync.as_secs_f64() * 1e3
     );
 
-    let engine = Engine::new(store);
+    let engine = Engine::from_boxed(store);
     let caller = Caller {
         session: Some(s.id),
         ..Default::default()
