@@ -164,3 +164,39 @@ pub trait NotesStore {
         version: i64,
     ) -> Result<Option<String>, StoreError>;
 }
+
+/// The body of a note path at `version`, from its version rows `(version, op, body)` newest
+/// first from `version` down: the last whole body (`write`, `rename_in`) plus the appends
+/// since. `None` when the note did not exist then. One rule for every store.
+pub(crate) fn body_at(
+    rows: impl IntoIterator<Item = Result<(i64, String, Option<String>), StoreError>>,
+    version: i64,
+    home: &str,
+    path: &str,
+) -> Result<Option<String>, StoreError> {
+    let mut appends: Vec<String> = Vec::new();
+    for (n, row) in rows.into_iter().enumerate() {
+        let (v, op, body) = row?;
+        if n == 0 && v != version {
+            return Ok(None);
+        }
+        match (op.as_str(), body) {
+            ("write" | "rename_in", Some(mut out)) => {
+                for delta in appends.iter().rev() {
+                    out.push_str(delta);
+                }
+                return Ok(Some(out));
+            }
+            ("append", Some(delta)) => appends.push(delta),
+            ("delete" | "rename_out", _) => return Ok(None),
+            ("stale" | "fresh", _) => {}
+            (other, _) => {
+                return Err(StoreError::Corrupt {
+                    id: format!("note {home}/{path} version {v}"),
+                    message: format!("unexpected version row {other}"),
+                })
+            }
+        }
+    }
+    Ok(None)
+}

@@ -556,34 +556,8 @@ impl NotesStore for PgStore {
                     &[&tenant, &home, &path, &version],
                 )
                 .map_err(pg)?;
-            // Walk back to the last whole body, collecting the appends after it.
-            let mut appends: Vec<String> = Vec::new();
-            for (n, row) in rows.iter().enumerate() {
-                let v: i64 = row.get(0);
-                let op: String = row.get(1);
-                let body: Option<String> = row.get(2);
-                if n == 0 && v != version {
-                    return Ok(None);
-                }
-                match (op.as_str(), body) {
-                    ("write" | "rename_in", Some(mut out)) => {
-                        for delta in appends.iter().rev() {
-                            out.push_str(delta);
-                        }
-                        return Ok(Some(out));
-                    }
-                    ("append", Some(delta)) => appends.push(delta),
-                    ("delete" | "rename_out", _) => return Ok(None),
-                    ("stale" | "fresh", _) => {}
-                    (other, _) => {
-                        return Err(StoreError::Corrupt {
-                            id: format!("note {home}/{path} version {v}"),
-                            message: format!("unexpected version row {other}"),
-                        })
-                    }
-                }
-            }
-            Ok(None)
+            let rows = rows.iter().map(|r| Ok((r.get(0), r.get(1), r.get(2))));
+            crate::notes::body_at(rows, version, &home, &path)
         })
     }
 }

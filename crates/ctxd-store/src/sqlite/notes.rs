@@ -482,38 +482,15 @@ impl NotesStore for SqliteStore {
              WHERE tenant = ?1 AND home = ?2 AND path = ?3 AND version <= ?4 \
              ORDER BY version DESC",
         )?;
-        let mut rows = stmt.query(params![tenant, home, path, version])?;
-        // Walk back to the last whole body, collecting the appends after it.
-        let mut appends: Vec<String> = Vec::new();
-        let mut first = true;
-        while let Some(row) = rows.next()? {
-            let v: i64 = row.get(0)?;
-            let op: String = row.get(1)?;
-            let body: Option<String> = row.get(2)?;
-            if first && v != version {
-                return Ok(None);
-            }
-            first = false;
-            match (op.as_str(), body) {
-                ("write" | "rename_in", Some(base)) => {
-                    let mut out = base;
-                    for delta in appends.iter().rev() {
-                        out.push_str(delta);
-                    }
-                    return Ok(Some(out));
-                }
-                ("append", Some(delta)) => appends.push(delta),
-                ("delete" | "rename_out", _) => return Ok(None),
-                ("stale" | "fresh", _) => {}
-                (other, _) => {
-                    return Err(StoreError::Corrupt {
-                        id: format!("note {home}/{path} version {v}"),
-                        message: format!("unexpected version row {other}"),
-                    })
-                }
-            }
-        }
-        Ok(None)
+        let rows = stmt.query_map(params![tenant, home, path, version], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?;
+        crate::notes::body_at(
+            rows.map(|r| r.map_err(StoreError::from)),
+            version,
+            home,
+            path,
+        )
     }
 }
 
