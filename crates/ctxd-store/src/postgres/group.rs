@@ -6,6 +6,7 @@
 use ctxd_core::model::EntryId;
 use postgres::{Client, Transaction};
 
+use super::prepared::Prepared;
 use super::sessions::{append_in, set_leaf_in};
 use super::{pg, PgStore};
 use crate::sqlite::sessions::Indexing;
@@ -66,11 +67,10 @@ fn write_group_in(c: &mut Client, writes: &[Owned]) -> GroupResult {
         let mut sessions: Vec<SessionId> = writes.iter().map(Owned::session).collect();
         sessions.sort_unstable();
         sessions.dedup();
-        tx.execute(
+        tx.execute_cached(
             "SELECT id FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE",
             &[&sessions],
-        )
-        .map_err(pg)?;
+        )?;
         if writes.iter().try_for_each(|w| apply(&mut tx, w)).is_ok() {
             tx.commit().map_err(pg)?;
             return Ok(writes.iter().map(|_| Ok(())).collect());

@@ -11,6 +11,7 @@ use postgres::{Client, Row};
 use ctxd_core::history::{find_literal, item_facts, BranchLanes, ItemFilter, RankedQuery};
 use ctxd_core::model::{EntryKind, SessionMeta};
 
+use super::prepared::Prepared;
 use super::sessions::{entry_row, lock_session, parse_meta};
 use super::{pg, PgStore};
 use crate::sqlite::history::{split_tools, ItemCols};
@@ -105,12 +106,10 @@ impl HistoryStore for PgStore {
     ) -> Result<Option<SessionMeta>, StoreError> {
         let tenant = tenant.to_owned();
         self.pool.run(move |c| {
-            let row = c
-                .query_opt(
-                    "SELECT meta FROM sessions WHERE id = $1 AND tenant = $2",
-                    &[&session, &tenant],
-                )
-                .map_err(pg)?;
+            let row = c.query_opt_cached(
+                "SELECT meta FROM sessions WHERE id = $1 AND tenant = $2",
+                &[&session, &tenant],
+            )?;
             row.map(|r| parse_meta(session, r.get(0))).transpose()
         })
     }
@@ -126,14 +125,12 @@ impl HistoryStore for PgStore {
 
     fn history_window_starts(&self, session: SessionId) -> Result<Vec<(i64, String)>, StoreError> {
         self.pool.run(move |c| {
-            let rows = c
-                .query(
-                    "SELECT h.seq, e.id FROM history_items h \
+            let rows = c.query_cached(
+                "SELECT h.seq, e.id FROM history_items h \
                      JOIN entries e ON e.session_id = h.session_id AND e.seq = h.seq \
                      WHERE h.session_id = $1 AND h.window_seq = h.seq ORDER BY h.seq",
-                    &[&session],
-                )
-                .map_err(pg)?;
+                &[&session],
+            )?;
             Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
         })
     }
@@ -272,22 +269,19 @@ fn sync_index(c: &mut Client, session: SessionId, limit: u64) -> Result<(u64, bo
                 c("SELECT COALESCE(MAX(seq), 0)::BIGINT FROM history_items WHERE session_id = $1")?;
             Ok((indexed, last))
         };
-    let (indexed, last) = behind(&mut |sql| Ok(c.query_one(sql, &[&session]).map_err(pg)?.get(0)))?;
+    let (indexed, last) = behind(&mut |sql| Ok(c.query_one_cached(sql, &[&session])?.get(0)))?;
     if indexed >= last {
         return Ok((0, true));
     }
     let mut tx = c.transaction().map_err(pg)?;
     lock_session(&mut tx, session)?;
-    let (indexed, last) =
-        behind(&mut |sql| Ok(tx.query_one(sql, &[&session]).map_err(pg)?.get(0)))?;
+    let (indexed, last) = behind(&mut |sql| Ok(tx.query_one_cached(sql, &[&session])?.get(0)))?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = tx
-        .query(
-            "SELECT seq, id, parent, sidechain, body FROM entries \
+    let rows = tx.query_cached(
+        "SELECT seq, id, parent, sidechain, body FROM entries \
              WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-            &[&session, &indexed, &limit],
-        )
-        .map_err(pg)?;
+        &[&session, &indexed, &limit],
+    )?;
     let mut indexer = index::Indexer::new(session);
     let mut upto = indexed;
     for r in &rows {
@@ -307,34 +301,30 @@ fn sync_index(c: &mut Client, session: SessionId, limit: u64) -> Result<(u64, bo
 
 fn branch(c: &mut Client, session: SessionId) -> Result<BranchLanes, StoreError> {
     let leaf: Option<String> = c
-        .query_opt("SELECT leaf FROM sessions WHERE id = $1", &[&session])
-        .map_err(pg)?
+        .query_opt_cached("SELECT leaf FROM sessions WHERE id = $1", &[&session])?
         .ok_or_else(|| StoreError::NoSession(session.to_string()))?
         .get(0);
     let mut leaf_seq: Option<i64> = match leaf {
         Some(id) => c
-            .query_opt(
+            .query_opt_cached(
                 "SELECT seq FROM entries WHERE session_id = $1 AND id = $2",
                 &[&session, &id],
-            )
-            .map_err(pg)?
+            )?
             .map(|r| r.get(0)),
         None => None,
     };
     if leaf_seq.is_none() {
         leaf_seq = c
-            .query_one(
+            .query_one_cached(
                 "SELECT COALESCE((SELECT MAX(seq) FROM entries WHERE session_id = $1 AND NOT sidechain), \
                                  (SELECT MAX(seq) FROM entries WHERE session_id = $1))",
                 &[&session],
-            )
-            .map_err(pg)?
+            )?
             .get(0);
     }
     let lane_of = c
-        .prepare("SELECT lane, (SELECT parent_seq FROM history_items p WHERE p.session_id = $1 AND p.seq = h.lane) \
-                  FROM history_items h WHERE h.session_id = $1 AND h.seq = $2")
-        .map_err(pg)?;
+        .statement("SELECT lane, (SELECT parent_seq FROM history_items p WHERE p.session_id = $1 AND p.seq = h.lane) \
+                  FROM history_items h WHERE h.session_id = $1 AND h.seq = $2")?;
     let mut lanes = BranchLanes::default();
     let mut at = leaf_seq;
     while let Some(seq) = at {
@@ -366,29 +356,23 @@ fn windows(
     };
     match lanes {
         Some(lanes) => {
-            let stmt = c
-                .prepare(
-                    "SELECT window_seq, COUNT(item_key), MIN(seq), MAX(seq) FROM history_items \
+            let stmt = c.statement(
+                "SELECT window_seq, COUNT(item_key), MIN(seq), MAX(seq) FROM history_items \
                      WHERE session_id = $1 AND lane = $2 AND seq <= $3 GROUP BY window_seq",
-                )
-                .map_err(pg)?;
+            )?;
             for (lane, last) in lanes {
                 add(c.query(&stmt, &[&session, &lane, &last]).map_err(pg)?);
             }
         }
-        None => add(c
-            .query(
-                "SELECT window_seq, COUNT(item_key), MIN(seq), MAX(seq) FROM history_items \
+        None => add(c.query_cached(
+            "SELECT window_seq, COUNT(item_key), MIN(seq), MAX(seq) FROM history_items \
                  WHERE session_id = $1 GROUP BY window_seq",
-                &[&session],
-            )
-            .map_err(pg)?),
+            &[&session],
+        )?),
     }
-    let start = c
-        .prepare(
-            "SELECT id, parent, ts, sidechain, body FROM entries WHERE session_id = $1 AND seq = $2",
-        )
-        .map_err(pg)?;
+    let start = c.statement(
+        "SELECT id, parent, ts, sidechain, body FROM entries WHERE session_id = $1 AND seq = $2",
+    )?;
     let mut out = Vec::with_capacity(acc.len());
     for (window_seq, (items, first_seq, last_seq)) in acc {
         let Some(r) = c.query_opt(&start, &[&session, &window_seq]).map_err(pg)? else {

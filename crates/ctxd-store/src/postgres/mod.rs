@@ -9,6 +9,7 @@ mod group;
 mod history;
 mod notes;
 mod pool;
+mod prepared;
 mod schema;
 mod sessions;
 
@@ -20,6 +21,7 @@ use postgres::error::SqlState;
 use postgres::Config;
 
 use crate::{redact, StoreError};
+use prepared::Prepared;
 
 pub use schema::PG_SCHEMA_VERSION;
 
@@ -84,7 +86,7 @@ impl PgStore {
             ];
             let mut problems = Vec::new();
             for (what, sql) in checks {
-                let n: i64 = c.query_one(sql, &[]).map_err(pg)?.get(0);
+                let n: i64 = c.query_one_cached(sql, &[])?.get(0);
                 if n > 0 {
                     problems.push(format!("{n} {what}"));
                 }
@@ -167,13 +169,12 @@ pub(crate) const NOW: &str =
 pub(crate) fn head(store: &PgStore, session: crate::SessionId) -> Result<crate::Head, StoreError> {
     store.pool.run(move |c| {
         let row = c
-            .query_opt(
+            .query_opt_cached(
                 "SELECT s.leaf, e.seq, e.id FROM sessions s \
                  LEFT JOIN LATERAL (SELECT seq, id FROM entries WHERE session_id = s.id \
                  ORDER BY seq DESC LIMIT 1) e ON TRUE WHERE s.id = $1",
                 &[&session],
-            )
-            .map_err(pg)?
+            )?
             .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
         let leaf: Option<String> = row.get(0);
         let seq: Option<i64> = row.get(1);
@@ -194,12 +195,11 @@ pub(crate) fn tail(
 ) -> Result<Vec<ctxd_core::model::Entry>, StoreError> {
     let after = i64::try_from(after).unwrap_or(i64::MAX);
     store.pool.run(move |c| {
-        c.query(
+        c.query_cached(
             "SELECT id, parent, ts, sidechain, body FROM entries \
              WHERE session_id = $1 AND seq > $2 ORDER BY seq",
             &[&session, &after],
-        )
-        .map_err(pg)?
+        )?
         .iter()
         .map(|row| sessions::entry_row(row, 0))
         .collect()
@@ -209,11 +209,12 @@ pub(crate) fn tail(
 impl crate::dump::Dump for PgStore {
     fn settings(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         self.pool.run(|c| {
-            Ok(c.query("SELECT key, value FROM settings ORDER BY key", &[])
-                .map_err(pg)?
-                .iter()
-                .map(|r| (r.get(0), r.get(1)))
-                .collect())
+            Ok(
+                c.query_cached("SELECT key, value FROM settings ORDER BY key", &[])?
+                    .iter()
+                    .map(|r| (r.get(0), r.get(1)))
+                    .collect(),
+            )
         })
     }
 
@@ -221,12 +222,11 @@ impl crate::dump::Dump for PgStore {
         use crate::dump::{NoteRow, NoteVersionRow, NotesDump};
         self.pool.run(|c| {
             let notes = c
-                .query(
+                .query_cached(
                     "SELECT tenant, home, path, body, bytes, lines, version, stale, created_ms, \
                      updated_ms FROM notes ORDER BY tenant, home, path",
                     &[],
-                )
-                .map_err(pg)?
+                )?
                 .iter()
                 .map(|r| NoteRow {
                     tenant: r.get(0),
@@ -242,12 +242,11 @@ impl crate::dump::Dump for PgStore {
                 })
                 .collect();
             let versions = c
-                .query(
+                .query_cached(
                     "SELECT tenant, home, path, version, op, body, other, at_ms FROM note_versions \
                      ORDER BY tenant, home, path, version",
                     &[],
-                )
-                .map_err(pg)?
+                )?
                 .iter()
                 .map(|r| NoteVersionRow {
                     tenant: r.get(0),
@@ -269,7 +268,7 @@ impl crate::dump::Dump for PgStore {
         self.pool.run(move |c| {
             let mut tx = c.transaction().map_err(pg)?;
             for n in &dump.notes {
-                tx.execute(
+                tx.execute_cached(
                     "INSERT INTO notes (tenant, home, path, body, bytes, lines, version, stale, \
                      created_ms, updated_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                     &[
@@ -284,18 +283,16 @@ impl crate::dump::Dump for PgStore {
                         &n.created_ms,
                         &n.updated_ms,
                     ],
-                )
-                .map_err(pg)?;
+                )?;
             }
             for v in &dump.versions {
-                tx.execute(
+                tx.execute_cached(
                     "INSERT INTO note_versions (tenant, home, path, version, op, body, other, \
                      at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                     &[
                         &v.tenant, &v.home, &v.path, &v.version, &v.op, &v.body, &v.other, &v.at_ms,
                     ],
-                )
-                .map_err(pg)?;
+                )?;
             }
             tx.commit().map_err(pg)
         })

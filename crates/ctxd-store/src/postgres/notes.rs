@@ -8,6 +8,7 @@ use ctxd_core::notes::list::{Direction, ListOrder, OrderBy};
 use ctxd_core::notes::text;
 use ctxd_core::notes::NoteError;
 
+use super::prepared::Prepared;
 use super::{pg, PgStore};
 use crate::notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
 use crate::StoreError;
@@ -42,14 +43,13 @@ fn current(
     path: &str,
 ) -> Result<Option<Note>, StoreError> {
     Ok(tx
-        .query_opt(
+        .query_opt_cached(
             &format!(
                 "SELECT {META_COLUMNS}, body FROM notes \
                  WHERE tenant = $1 AND home = $2 AND path = $3 FOR UPDATE"
             ),
             &[&tenant, &home, &path],
-        )
-        .map_err(pg)?
+        )?
         .map(|r| note_row(&r)))
 }
 
@@ -62,11 +62,10 @@ fn lock_path(
     path: &str,
 ) -> Result<(), StoreError> {
     let key = format!("{tenant}\n{home}\n{path}");
-    tx.execute(
+    tx.execute_cached(
         "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
         &[&key],
-    )
-    .map_err(pg)?;
+    )?;
     Ok(())
 }
 
@@ -83,21 +82,19 @@ fn record(
     row: VersionRow<'_>,
 ) -> Result<i64, StoreError> {
     let version: i64 = tx
-        .query_one(
+        .query_one_cached(
             "SELECT COALESCE(MAX(version), 0)::BIGINT + 1 FROM note_versions \
              WHERE tenant = $1 AND home = $2 AND path = $3",
             &[&tenant, &home, &path],
-        )
-        .map_err(pg)?
+        )?
         .get(0);
-    tx.execute(
+    tx.execute_cached(
         "INSERT INTO note_versions (tenant, home, path, version, op, body, other, at_ms) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         &[
             &tenant, &home, &path, &version, &row.op, &row.body, &row.other, &at_ms,
         ],
-    )
-    .map_err(pg)?;
+    )?;
     Ok(version)
 }
 
@@ -116,7 +113,7 @@ fn put(
     s: State<'_>,
 ) -> Result<NoteMeta, StoreError> {
     let row = tx
-        .query_one(
+        .query_one_cached(
             &format!(
                 "INSERT INTO notes (tenant, home, path, body, bytes, lines, version, stale, created_ms, updated_ms) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
@@ -137,8 +134,7 @@ fn put(
                 &s.created_ms,
                 &s.updated_ms,
             ],
-        )
-        .map_err(pg)?;
+        )?;
     Ok(meta_row(&row))
 }
 
@@ -273,11 +269,10 @@ impl NotesStore for PgStore {
     fn note_read(&self, tenant: &str, home: &str, path: &str) -> Result<Option<Note>, StoreError> {
         let (tenant, home, path) = (tenant.to_owned(), home.to_owned(), path.to_owned());
         self.pool.run(move |c| {
-            Ok(c.query_opt(
+            Ok(c.query_opt_cached(
                 &format!("SELECT {META_COLUMNS}, body FROM notes WHERE tenant = $1 AND home = $2 AND path = $3"),
                 &[&tenant, &home, &path],
-            )
-            .map_err(pg)?
+            )?
             .map(|r| note_row(&r)))
         })
     }
@@ -293,16 +288,14 @@ impl NotesStore for PgStore {
         let (tenant, home, prefix) = (tenant.to_owned(), home.to_owned(), prefix.to_owned());
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.pool.run(move |c| {
-            let rows = c
-                .query(
-                    &format!(
-                        "SELECT {META_COLUMNS} FROM notes WHERE tenant = $1 AND home = $2 \
+            let rows = c.query_cached(
+                &format!(
+                    "SELECT {META_COLUMNS} FROM notes WHERE tenant = $1 AND home = $2 \
                          AND {UNDER_PREFIX} ORDER BY {} LIMIT $4",
-                        order_sql(order)
-                    ),
-                    &[&tenant, &home, &prefix, &limit],
-                )
-                .map_err(pg)?;
+                    order_sql(order)
+                ),
+                &[&tenant, &home, &prefix, &limit],
+            )?;
             Ok(rows.iter().map(meta_row).collect())
         })
     }
@@ -324,15 +317,13 @@ impl NotesStore for PgStore {
             query.to_owned(),
         );
         self.pool.run(move |c| {
-            let rows = c
-                .query(
-                    &format!(
-                        "SELECT {META_COLUMNS}, body FROM notes WHERE tenant = $1 AND home = $2 \
+            let rows = c.query_cached(
+                &format!(
+                    "SELECT {META_COLUMNS}, body FROM notes WHERE tenant = $1 AND home = $2 \
                          AND {UNDER_PREFIX} AND strpos(body, $4) > 0 ORDER BY path"
-                    ),
-                    &[&tenant, &home, &prefix, &query],
-                )
-                .map_err(pg)?;
+                ),
+                &[&tenant, &home, &prefix, &query],
+            )?;
             Ok(rows.iter().map(note_row).collect())
         })
     }
@@ -340,15 +331,13 @@ impl NotesStore for PgStore {
     fn note_home(&self, tenant: &str, home: &str) -> Result<Vec<Note>, StoreError> {
         let (tenant, home) = (tenant.to_owned(), home.to_owned());
         self.pool.run(move |c| {
-            let rows = c
-                .query(
-                    &format!(
-                        "SELECT {META_COLUMNS}, body FROM notes WHERE tenant = $1 AND home = $2 \
+            let rows = c.query_cached(
+                &format!(
+                    "SELECT {META_COLUMNS}, body FROM notes WHERE tenant = $1 AND home = $2 \
                          ORDER BY updated_ms DESC, path ASC"
-                    ),
-                    &[&tenant, &home],
-                )
-                .map_err(pg)?;
+                ),
+                &[&tenant, &home],
+            )?;
             Ok(rows.iter().map(note_row).collect())
         })
     }
@@ -378,11 +367,10 @@ impl NotesStore for PgStore {
                     other: None,
                 },
             )?;
-            tx.execute(
+            tx.execute_cached(
                 "DELETE FROM notes WHERE tenant = $1 AND home = $2 AND path = $3",
                 &[&at.0, &at.1, &at.2],
-            )
-            .map_err(pg)?;
+            )?;
             tx.commit().map_err(pg)?;
             Ok(Some(existing.meta))
         })
@@ -437,11 +425,10 @@ impl NotesStore for PgStore {
                     other: Some(&to_label),
                 },
             )?;
-            tx.execute(
+            tx.execute_cached(
                 "DELETE FROM notes WHERE tenant = $1 AND home = $2 AND path = $3",
                 &[&src.0, &src.1, &src.2],
-            )
-            .map_err(pg)?;
+            )?;
             let version = record(
                 &mut tx,
                 dst,
@@ -498,15 +485,13 @@ impl NotesStore for PgStore {
                     other: None,
                 },
             )?;
-            let row = tx
-                .query_one(
-                    &format!(
-                        "UPDATE notes SET stale = $4, version = $5 \
+            let row = tx.query_one_cached(
+                &format!(
+                    "UPDATE notes SET stale = $4, version = $5 \
                          WHERE tenant = $1 AND home = $2 AND path = $3 RETURNING {META_COLUMNS}"
-                    ),
-                    &[&at.0, &at.1, &at.2, &stale, &version],
-                )
-                .map_err(pg)?;
+                ),
+                &[&at.0, &at.1, &at.2, &stale, &version],
+            )?;
             tx.commit().map_err(pg)?;
             Ok(Some(meta_row(&row)))
         })
@@ -520,13 +505,11 @@ impl NotesStore for PgStore {
     ) -> Result<Vec<NoteVersion>, StoreError> {
         let (tenant, home, path) = (tenant.to_owned(), home.to_owned(), path.to_owned());
         self.pool.run(move |c| {
-            let rows = c
-                .query(
-                    "SELECT version, op, other, at_ms FROM note_versions \
+            let rows = c.query_cached(
+                "SELECT version, op, other, at_ms FROM note_versions \
                      WHERE tenant = $1 AND home = $2 AND path = $3 ORDER BY version",
-                    &[&tenant, &home, &path],
-                )
-                .map_err(pg)?;
+                &[&tenant, &home, &path],
+            )?;
             Ok(rows
                 .iter()
                 .map(|r| NoteVersion {
@@ -548,14 +531,12 @@ impl NotesStore for PgStore {
     ) -> Result<Option<String>, StoreError> {
         let (tenant, home, path) = (tenant.to_owned(), home.to_owned(), path.to_owned());
         self.pool.run(move |c| {
-            let rows = c
-                .query(
-                    "SELECT version, op, body FROM note_versions \
+            let rows = c.query_cached(
+                "SELECT version, op, body FROM note_versions \
                      WHERE tenant = $1 AND home = $2 AND path = $3 AND version <= $4 \
                      ORDER BY version DESC",
-                    &[&tenant, &home, &path, &version],
-                )
-                .map_err(pg)?;
+                &[&tenant, &home, &path, &version],
+            )?;
             let rows = rows.iter().map(|r| Ok((r.get(0), r.get(1), r.get(2))));
             crate::notes::body_at(rows, version, &home, &path)
         })

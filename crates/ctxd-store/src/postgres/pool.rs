@@ -149,6 +149,7 @@ impl Connection {
             if done.is_err() {
                 // The client's state is unknown after a panic: start over.
                 self.client = None;
+                super::prepared::forget_all();
             }
             idle.fetch_add(1, Ordering::AcqRel);
         }
@@ -165,6 +166,8 @@ impl Connection {
             }
             match self.config.connect(NoTls) {
                 Ok(client) => {
+                    // The old connection's statements died with it.
+                    super::prepared::forget_all();
                     self.client = Some(client);
                     self.backoff = MIN_BACKOFF;
                 }

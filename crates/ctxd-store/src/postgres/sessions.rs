@@ -5,6 +5,7 @@ use postgres::{GenericClient, Row, Transaction};
 use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
 
 use super::history::index::{indexed_upto, Indexer};
+use super::prepared::Prepared;
 use super::{is_unique_violation, pg, PgStore, NOW};
 use crate::sqlite::sessions::{decode_entry, kind_tag, Indexing};
 use crate::{NewEntry, SessionId, SessionRecord, Store, StoreError};
@@ -65,14 +66,13 @@ impl Store for PgStore {
             if let Some(found) = find_session(c, &tenant, &key)? {
                 return Ok(found);
             }
-            c.execute(
+            c.execute_cached(
                 &format!(
                     "INSERT INTO sessions (tenant, key, agent, meta, created_at, updated_at) \
                      VALUES ($1, $2, $3, $4, {NOW}, {NOW}) ON CONFLICT (tenant, key) DO NOTHING"
                 ),
                 &[&tenant, &key, &agent, &meta_json],
-            )
-            .map_err(pg)?;
+            )?;
             find_session(c, &tenant, &key)?.ok_or(StoreError::NoSession(key))
         })
     }
@@ -85,13 +85,12 @@ impl Store for PgStore {
     fn session(&self, tenant: &str, id: SessionId) -> Result<Option<SessionRecord>, StoreError> {
         let tenant = tenant.to_owned();
         self.pool.run(move |c| {
-            c.query_opt(
+            c.query_opt_cached(
                 &format!(
                     "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.tenant = $1 AND s.id = $2"
                 ),
                 &[&tenant, &id],
-            )
-            .map_err(pg)?
+            )?
             .map(|r| session_row(&r))
             .transpose()
         })
@@ -99,9 +98,8 @@ impl Store for PgStore {
 
     fn tenants(&self) -> Result<Vec<String>, StoreError> {
         self.pool.run(|c| {
-            let rows = c
-                .query("SELECT DISTINCT tenant FROM sessions ORDER BY tenant", &[])
-                .map_err(pg)?;
+            let rows =
+                c.query_cached("SELECT DISTINCT tenant FROM sessions ORDER BY tenant", &[])?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
         })
     }
@@ -109,15 +107,13 @@ impl Store for PgStore {
     fn list_sessions(&self, tenant: &str) -> Result<Vec<SessionRecord>, StoreError> {
         let tenant = tenant.to_owned();
         self.pool.run(move |c| {
-            let rows = c
-                .query(
-                    &format!(
-                        "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.tenant = $1 \
+            let rows = c.query_cached(
+                &format!(
+                    "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.tenant = $1 \
                          ORDER BY s.updated_at DESC, s.id DESC"
-                    ),
-                    &[&tenant],
-                )
-                .map_err(pg)?;
+                ),
+                &[&tenant],
+            )?;
             rows.iter().map(session_row).collect()
         })
     }
@@ -150,18 +146,15 @@ impl Store for PgStore {
     fn load(&self, session: SessionId) -> Result<Session, StoreError> {
         self.pool.run(move |c| {
             let row = c
-                .query_opt("SELECT meta, leaf FROM sessions WHERE id = $1", &[&session])
-                .map_err(pg)?
+                .query_opt_cached("SELECT meta, leaf FROM sessions WHERE id = $1", &[&session])?
                 .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
             let meta = parse_meta(session, row.get(0))?;
             let leaf: Option<String> = row.get(1);
-            let rows = c
-                .query(
-                    "SELECT id, parent, ts, sidechain, body FROM entries \
+            let rows = c.query_cached(
+                "SELECT id, parent, ts, sidechain, body FROM entries \
                      WHERE session_id = $1 ORDER BY seq",
-                    &[&session],
-                )
-                .map_err(pg)?;
+                &[&session],
+            )?;
             let entries = rows
                 .iter()
                 .map(|r| entry_row(r, 0))
@@ -177,12 +170,11 @@ impl Store for PgStore {
     fn entry(&self, session: SessionId, id: &EntryId) -> Result<Option<Entry>, StoreError> {
         let id = id.0.clone();
         self.pool.run(move |c| {
-            c.query_opt(
+            c.query_opt_cached(
                 "SELECT id, parent, ts, sidechain, body FROM entries \
                  WHERE session_id = $1 AND id = $2",
                 &[&session, &id],
-            )
-            .map_err(pg)?
+            )?
             .map(|r| entry_row(&r, 0))
             .transpose()
         })
@@ -191,12 +183,10 @@ impl Store for PgStore {
     fn raw(&self, session: SessionId, id: &EntryId) -> Result<Option<Vec<u8>>, StoreError> {
         let id = id.0.clone();
         self.pool.run(move |c| {
-            let row = c
-                .query_opt(
-                    "SELECT raw FROM entries WHERE session_id = $1 AND id = $2",
-                    &[&session, &id],
-                )
-                .map_err(pg)?;
+            let row = c.query_opt_cached(
+                "SELECT raw FROM entries WHERE session_id = $1 AND id = $2",
+                &[&session, &id],
+            )?;
             Ok(row.and_then(|r| r.get::<_, Option<Vec<u8>>>(0)))
         })
     }
@@ -205,14 +195,12 @@ impl Store for PgStore {
         let (key, value) = (key.to_owned(), value.to_vec());
         self.pool.run(move |c| {
             let mut tx = c.transaction().map_err(pg)?;
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO settings (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
                 &[&key, &value],
-            )
-            .map_err(pg)?;
+            )?;
             let stored: Vec<u8> = tx
-                .query_one("SELECT value FROM settings WHERE key = $1", &[&key])
-                .map_err(pg)?
+                .query_one_cached("SELECT value FROM settings WHERE key = $1", &[&key])?
                 .get(0);
             tx.commit().map_err(pg)?;
             Ok(stored)
@@ -225,11 +213,10 @@ fn find_session(
     tenant: &str,
     key: &str,
 ) -> Result<Option<SessionRecord>, StoreError> {
-    c.query_opt(
+    c.query_opt_cached(
         &format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.tenant = $1 AND s.key = $2"),
         &[&tenant, &key],
-    )
-    .map_err(pg)?
+    )?
     .map(|r| session_row(&r))
     .transpose()
 }
@@ -237,11 +224,10 @@ fn find_session(
 /// Lock the session's row for this transaction: appends to one session, from any number of
 /// gateways, take their seq numbers one after another. `NoSession` when there is none.
 pub(super) fn lock_session(tx: &mut Transaction<'_>, session: SessionId) -> Result<(), StoreError> {
-    tx.query_opt(
+    tx.query_opt_cached(
         "SELECT id FROM sessions WHERE id = $1 FOR UPDATE",
         &[&session],
-    )
-    .map_err(pg)?
+    )?
     .map(|_| ())
     .ok_or_else(|| StoreError::NoSession(session.to_string()))
 }
@@ -255,21 +241,17 @@ pub(super) fn append_in(
     indexing: Indexing,
 ) -> Result<i64, StoreError> {
     lock_session(tx, session)?;
-    let row = tx
-        .query_one(
-            "SELECT COALESCE(MAX(seq), 0)::BIGINT, COALESCE(MAX(batch), 0)::BIGINT + 1 \
+    let row = tx.query_one_cached(
+        "SELECT COALESCE(MAX(seq), 0)::BIGINT, COALESCE(MAX(batch), 0)::BIGINT + 1 \
              FROM entries WHERE session_id = $1",
-            &[&session],
-        )
-        .map_err(pg)?;
+        &[&session],
+    )?;
     let (mut seq, batch_no): (i64, i64) = (row.get(0), row.get(1));
     let index_current = indexing == Indexing::Inline && indexed_upto(tx, session)? == seq;
-    let insert = tx
-        .prepare(
-            "INSERT INTO entries (session_id, seq, id, parent, ts, sidechain, kind, body, raw, batch) \
+    let insert = tx.statement(
+        "INSERT INTO entries (session_id, seq, id, parent, ts, sidechain, kind, body, raw, batch) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
-        .map_err(pg)?;
+    )?;
     let mut indexer = Indexer::new(session);
     for new in batch {
         seq += 1;
@@ -310,20 +292,18 @@ pub(super) fn append_in(
     if let Some(l) = &new_leaf {
         require_entry(tx, session, l)?;
     }
-    tx.execute(
+    tx.execute_cached(
         &format!("UPDATE sessions SET leaf = COALESCE($2, leaf), updated_at = {NOW} WHERE id = $1"),
         &[&session, &new_leaf],
-    )
-    .map_err(pg)?;
+    )?;
     Ok(batch_no)
 }
 
 fn require_entry(tx: &mut Transaction<'_>, session: SessionId, id: &str) -> Result<(), StoreError> {
-    tx.query_opt(
+    tx.query_opt_cached(
         "SELECT seq FROM entries WHERE session_id = $1 AND id = $2",
         &[&session, &id],
-    )
-    .map_err(pg)?
+    )?
     .map(|_| ())
     .ok_or_else(|| StoreError::NoEntry(id.to_owned()))
 }
@@ -335,10 +315,9 @@ pub(super) fn set_leaf_in(
     leaf: &EntryId,
 ) -> Result<(), StoreError> {
     require_entry(tx, session, &leaf.0)?;
-    tx.execute(
+    tx.execute_cached(
         &format!("UPDATE sessions SET leaf = $2, updated_at = {NOW} WHERE id = $1"),
         &[&session, &leaf.0],
-    )
-    .map_err(pg)?;
+    )?;
     Ok(())
 }

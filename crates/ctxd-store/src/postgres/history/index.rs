@@ -12,6 +12,7 @@ use ctxd_core::model::EntryKind;
 use ctxd_core::text::entry_text;
 
 use super::super::pg;
+use crate::postgres::prepared::Prepared;
 use crate::{SessionId, StoreError};
 
 /// PostgreSQL's limits on a `tsvector`: a lexeme's bytes, a position, the whole value's bytes.
@@ -24,11 +25,10 @@ pub(crate) fn indexed_upto(
     c: &mut impl GenericClient,
     session: SessionId,
 ) -> Result<i64, StoreError> {
-    Ok(c.query_one(
+    Ok(c.query_one_cached(
         "SELECT COALESCE(MAX(seq), 0)::BIGINT FROM history_items WHERE session_id = $1",
         &[&session],
-    )
-    .map_err(pg)?
+    )?
     .get(0))
 }
 
@@ -99,7 +99,7 @@ struct Statements {
 
 impl Statements {
     fn prepare(tx: &mut Transaction<'_>) -> Result<Self, StoreError> {
-        let mut p = |sql: &str| tx.prepare(sql).map_err(pg);
+        let mut p = |sql: &str| tx.statement(sql);
         Ok(Self {
             text: p(
                 "INSERT INTO entry_text (session_id, seq, words) VALUES ($1, $2, $3::text::tsvector) \

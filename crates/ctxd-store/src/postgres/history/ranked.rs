@@ -14,6 +14,7 @@ use ctxd_core::history::{BranchLanes, ItemFilter, RankedQuery};
 
 use super::index::{lexeme, quoted};
 use super::{item_cols, pg};
+use crate::postgres::prepared::Prepared;
 use crate::postgres::sessions::entry_row;
 use crate::sqlite::history::RANKED_BLOCK;
 use crate::{HistoryRow, SessionId, StoreError};
@@ -43,26 +44,20 @@ pub(super) fn search(
     let Some(tsq) = tsquery(query) else {
         return Ok(());
     };
-    let matches = c
-        .prepare(
-            "SELECT t.seq, ts_rank(t.words, q, 1)::FLOAT8 \
+    let matches = c.statement(
+        "SELECT t.seq, ts_rank(t.words, q, 1)::FLOAT8 \
              FROM entry_text t, CAST($2::TEXT AS TSQUERY) q \
              WHERE t.session_id = $1 AND t.words @@ q AND t.seq < $3 \
              ORDER BY t.seq DESC LIMIT $4",
-        )
-        .map_err(pg)?;
-    let items = c
-        .prepare(
-            "SELECT h.seq, h.lane, h.window_seq, h.item_key, h.kind, h.role, h.tools, h.sidechain \
+    )?;
+    let items = c.statement(
+        "SELECT h.seq, h.lane, h.window_seq, h.item_key, h.kind, h.role, h.tools, h.sidechain \
              FROM history_items h WHERE h.session_id = $1 AND h.seq = ANY($2) \
              AND h.item_key IS NOT NULL",
-        )
-        .map_err(pg)?;
-    let entry = c
-        .prepare(
-            "SELECT id, parent, ts, sidechain, body FROM entries WHERE session_id = $1 AND seq = $2",
-        )
-        .map_err(pg)?;
+    )?;
+    let entry = c.statement(
+        "SELECT id, parent, ts, sidechain, body FROM entries WHERE session_id = $1 AND seq = $2",
+    )?;
     let size = i64::try_from(block_size).unwrap_or(i64::MAX);
     let mut before = i64::MAX;
     loop {
