@@ -8,6 +8,8 @@
    the mock must be the same bytes in both runs, and the PostgreSQL store must hold each
    conversation's turns once (the same history items as the SQLite store: nothing lost,
    nothing twice).
+   An agent too: Pi (from ../shared/clients) runs a seven-request tool loop the same two ways,
+   its requests alternating between the two gateways; the same checks, and its own answer.
 2. **A gateway killed mid-stream.** A streamed answer is cut by SIGKILL of the gateway serving
    it; the client retries against the other gateway. Every answer the client received in full
    before is in the store; the retry is answered and stored.
@@ -44,6 +46,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "clients"))
 
+import agent_cases  # noqa: E402
 import sdk_cases  # noqa: E402
 from harness import Mock, Process, decode_body, is_model_request  # noqa: E402
 from tap import Tap  # noqa: E402
@@ -55,15 +58,22 @@ class Alternating(Tap):
 
     def __init__(self, ports):
         super().__init__(upstream_port=0)
-        self._ports = list(ports)
-        self._next = itertools.cycle(range(len(self._ports)))
-        self._pinned = None
         self._turn = threading.Lock()
+        self.route_to(ports)
+
+    def route_to(self, ports):
+        """From now on, alternate between these gateways (and forget where requests went)."""
+        with self._turn:
+            self._ports = list(ports)
+            self._next = itertools.cycle(range(len(self._ports)))
+            self._pinned = None
+            self.routed = []
 
     @property
     def upstream_port(self):
         with self._turn:
             i = self._pinned if self._pinned is not None else next(self._next)
+            self.routed.append(self._ports[i])
             return self._ports[i]
 
     @upstream_port.setter
@@ -129,6 +139,9 @@ CONVERSATIONS = [
     ("responses-stream", lambda url, repo: sdk_cases.openai_responses(url, repo, True)),
 ]
 
+
+# The agent's tool loop: the mock has Pi run these, one per request, then answers "done".
+AGENT_COMMANDS = ["ls", "cat README.md", "cat main.py", "wc -l notes.txt", "ls -la", "echo multi-$((6*7))"]
 
 # Each mock process names its ids with a nonce of its own (`toolu_mock5c1419b2000000000001`):
 # the two runs' ids differ only there.
@@ -222,6 +235,69 @@ class Run:
             self.check("session %s: the same turns, none lost or twice" % key,
                        a == b and len(set(ids)) == len(ids),
                        "%d items vs %d: %s" % (len(a), len(b), [x for x in zip(a, b) if x[0] != x[1]][:2]))
+
+    # ------------------------------------------------------------------ 1b. an agent
+    def agent_alternating(self):
+        """Pi (Anthropic Messages, streaming) in a seven-request tool loop, through one SQLite
+        gateway and then through two PostgreSQL gateways taking its requests in turn: the same
+        upstream bytes, every turn stored once, the agent's own answer."""
+        pi = os.path.join(self.args.clients_dir, "node_modules", ".bin", "pi")
+        if not os.access(pi, os.X_OK):
+            self.check("agent: Pi installed (../shared/clients/setup.sh)", not os.environ.get("CI"),
+                       "%s missing" % pi)
+            return
+        lb = Alternating([]).start()
+        # The clients' configs name the provider's port: the balancer's, for both runs.
+        setup_clients(self.args.clients_dir, lb.port)
+        scripted = ["tool:bash:" + json.dumps({"command": c}) for c in AGENT_COMMANDS]
+        logdir = os.path.join(self.work, "agent-logs")
+        os.makedirs(logdir, exist_ok=True)
+        runs = {}
+        try:
+            for label, store, count in (("one", os.path.join(self.work, "agent-one.db"), 1),
+                                        ("two", self.pg, 2)):
+                mock = Mock(self.args.mock, self.work)
+                gateways = [serve(self.args.ctxd, store, mock.url, self.work, "agent-%s-%d" % (label, i))
+                            for i in range(count)]
+                lb.route_to([g.port() for g in gateways])
+                try:
+                    mock.queue(scripted)
+                    run = agent_cases.pi("mock-anthropic", "claude-sonnet-4-5", None,
+                                         self.args.clients_dir, logdir)
+                    runs[label] = (run, model_bodies(mock), [r.status for r in lb.take()],
+                                   list(lb.routed), [g.port() for g in gateways])
+                finally:
+                    for g in gateways:
+                        g.stop()
+                    mock.stop()
+        finally:
+            lb.stop()
+        (one, one_bodies, _, _, _), (two, two_bodies, statuses, routed, ports) = runs["one"], runs["two"]
+        want = len(AGENT_COMMANDS) + 1
+        self.check("agent: Pi finished its task through the alternating gateways",
+                   two.rc == 0 and two.final == "done", "rc %s, final %r; stderr: %s" % (
+                       two.rc, two.final, two.stderr[-400:]))
+        self.check("agent: every request answered, both gateways served it",
+                   statuses and all(s == 200 for s in statuses) and set(routed) == set(ports),
+                   "statuses %s, routed %s" % (statuses, routed))
+        self.check("agent: %d upstream requests, as through one gateway" % want,
+                   len(two_bodies) == len(one_bodies) == want,
+                   "%d vs %d" % (len(two_bodies), len(one_bodies)))
+        differing = [i for i, (a, b) in enumerate(zip(one_bodies, two_bodies)) if a != b]
+        self.check("agent: every upstream body the same bytes as one gateway's", not differing,
+                   "requests %s differ; first:\n  one: %s\n  two: %s" % (
+                       differing, one_bodies[differing[0]][:600] if differing else "",
+                       two_bodies[differing[0]][:600] if differing else ""))
+        single = stored_items(self.args.ctxd, os.path.join(self.work, "agent-one.db"))
+        shared = {k: v for k, v in stored_items(self.args.ctxd, self.pg).items()
+                  if any("multi-" in text for _, _, text in v)}
+        a = [(role, text) for items in single.values() for _, role, text in items]
+        b = [(role, text) for items in shared.values() for _, role, text in items]
+        ids = [i for items in shared.values() for i, _, _ in items]
+        self.check("agent: the shared store holds the session's turns once, as one gateway's",
+                   len(single) == len(shared) == 1 and len(a) >= want and a == b
+                   and len(set(ids)) == len(ids),
+                   "%d/%d sessions, %d items vs %d" % (len(single), len(shared), len(a), len(b)))
 
     # ------------------------------------------------------------------ 2. killed mid-stream
     def killed_mid_stream(self):
@@ -355,7 +431,8 @@ class Run:
         psql(self.args.postgres, "DROP DATABASE IF EXISTS %s" % self.db_name)
         psql(self.args.postgres, "CREATE DATABASE %s" % self.db_name)
         try:
-            for phase in (self.same_bytes, self.killed_mid_stream, self.restart_under_load):
+            for phase in (self.same_bytes, self.agent_alternating, self.killed_mid_stream,
+                          self.restart_under_load):
                 try:
                     phase()
                 except Exception:
@@ -375,6 +452,16 @@ class Run:
         return 1 if failed else 0
 
 
+def setup_clients(clients_dir, port):
+    """../shared/clients/setup.sh with PORT = `port`: the pinned CLIs (installed once, cached in
+    CLIENTS_DIR) configured for that port."""
+    shared = os.environ.get("CTXD_SHARED") or os.path.join(os.path.dirname(os.path.dirname(HERE)),
+                                                           "..", "shared")
+    env = dict(os.environ, CLIENTS_DIR=clients_dir, PORT=str(port))
+    subprocess.run(["bash", os.path.join(shared, "clients", "setup.sh")], env=env, check=True,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, timeout=900)
+
+
 def post_json(url, headers, doc, timeout=30):
     req = urllib.request.Request(url, data=json.dumps(doc).encode(), headers=headers)
     with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -386,6 +473,7 @@ def main():
     p.add_argument("--ctxd", required=True)
     p.add_argument("--mock", required=True)
     p.add_argument("--postgres", default=os.environ.get("CTXD_TEST_POSTGRES"))
+    p.add_argument("--clients-dir", default=os.environ.get("CLIENTS_DIR", "/tmp/ctxd-clients"))
     p.add_argument("--keep", action="store_true")
     args = p.parse_args()
     if not args.postgres:
