@@ -42,6 +42,18 @@ fn batches_are_atomic_and_read_back_in_order() {
             matches!(err, StoreError::DuplicateEntry { ref id } if id == "a"),
             "{err}"
         );
+        // So does an id the batch itself repeats.
+        let err = store
+            .append(
+                s.id,
+                &[entry("d", Some("b"), "four"), entry("d", Some("d"), "again")],
+                None,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::DuplicateEntry { ref id } if id == "d"),
+            "{err}"
+        );
         let session = store.load(s.id).unwrap();
         let ids: Vec<&str> = session.entries.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, ["a", "b"]);

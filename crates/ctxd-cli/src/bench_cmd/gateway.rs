@@ -16,6 +16,7 @@
 
 mod bodies;
 mod child;
+mod cpu;
 mod dashboard;
 mod load;
 mod metrics;
@@ -35,12 +36,14 @@ use self::metrics::Histogram;
 const KIB: usize = 1024;
 /// Issue 4's targets: p99 added latency by body size, at 200 requests/s.
 const TARGETS: [(usize, f64); 2] = [(100 * KIB, 1.0), (1024 * KIB, 10.0)];
+const TARGET_RATE: f64 = 200.0;
 
 #[derive(Debug, Args)]
 pub struct GatewayBenchArgs {
-    /// Requests per second, in each phase.
-    #[arg(long, default_value_t = 200.0)]
-    pub rate: f64,
+    /// Requests per second, in each phase; several (`200,800,1600`) give a row per rate, to
+    /// see where the gateway stops keeping up.
+    #[arg(long, value_delimiter = ',', default_value = "200")]
+    pub rate: Vec<f64>,
     /// Measured seconds per phase (direct and gateway) for each size and mode.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
@@ -109,6 +112,12 @@ pub struct Row {
     /// The durable commit's cost: `ctxd_commit_wait_seconds`, how long each response's end
     /// waited for its turn's commit, over this row's measured requests.
     pub commit_wait: Option<Overhead>,
+    /// The gateways' CPU time over the row's measured phases, per request they served: how
+    /// many requests a second one core would carry is 1000 over this.
+    pub gateway_cpu_ms_per_request: Option<f64>,
+    /// The same for the PostgreSQL server, when it runs on this machine (every process named
+    /// `postgres`, so a server the bench has to itself).
+    pub store_cpu_ms_per_request: Option<f64>,
     /// The gateway's VmHWM after this row (a running peak).
     pub gateway_peak_rss_mb: Option<f64>,
     /// How long the gateway's store writer took to drain the warm-up's writes (the sessions'
@@ -168,7 +177,8 @@ struct Bench {
 }
 
 pub fn run(args: &GatewayBenchArgs) -> anyhow::Result<()> {
-    if !(args.rate > 0.0 && args.duration > 0.0 && args.slice > 0.0) {
+    let rates_ok = !args.rate.is_empty() && args.rate.iter().all(|r| *r > 0.0 && r.is_finite());
+    if !(rates_ok && args.duration > 0.0 && args.slice > 0.0) {
         bail!("--rate, --duration and --slice must be positive");
     }
     if args
@@ -229,7 +239,11 @@ fn run_in(args: &GatewayBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> 
     if !args.json {
         println!(
             "ctxd bench-gateway: {} req/s, {} s per phase in slices of {} s, {} sessions per row{}",
-            args.rate,
+            args.rate
+                .iter()
+                .map(f64::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
             args.duration,
             args.slice,
             args.sessions,
@@ -252,13 +266,15 @@ fn run_in(args: &GatewayBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> 
         bench.store_label = setup.label;
         for &size in &args.sizes {
             for &mode in &args.modes {
-                let row = bench.row(args, size, mode)?;
-                if args.json {
-                    println!("{}", serde_json::to_string(&row)?);
-                } else {
-                    println!("{}", line(&row));
+                for &rate in &args.rate {
+                    let row = bench.row(args, size, mode, rate)?;
+                    if args.json {
+                        println!("{}", serde_json::to_string(&row)?);
+                    } else {
+                        println!("{}", line(&row));
+                    }
+                    rows.push(row);
                 }
-                rows.push(row);
             }
         }
     }
@@ -272,10 +288,17 @@ fn run_in(args: &GatewayBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> 
 }
 
 impl Bench {
-    fn row(&mut self, args: &GatewayBenchArgs, size: usize, mode: Mode) -> anyhow::Result<Row> {
-        // Unique per run and setup: a PostgreSQL database may hold an earlier run's sessions.
+    fn row(
+        &mut self,
+        args: &GatewayBenchArgs,
+        size: usize,
+        mode: Mode,
+        rate: f64,
+    ) -> anyhow::Result<Row> {
+        // Unique per run, setup and rate: a PostgreSQL database may hold an earlier run's
+        // sessions.
         let tag = format!(
-            "{size}-{}-{}-{}",
+            "{size}-{}-{}-{rate}-{}",
             if mode == Mode::Sse { "sse" } else { "json" },
             self.store_label,
             std::process::id()
@@ -307,22 +330,39 @@ impl Bench {
         let warmup_drain_s = self.drain_store(Duration::from_secs(300))?;
         let before = self.histograms();
         let slices = (args.duration / args.slice).ceil().max(1.0) as usize;
-        let per_slice = ((args.rate * args.duration) / slices as f64)
-            .round()
-            .max(1.0) as usize;
+        let per_slice = ((rate * args.duration) / slices as f64).round().max(1.0) as usize;
         let dashboard = self.dashboard(args);
         let (mut direct, mut via) = (Vec::new(), Vec::new());
+        let (mut gateway_cpu, mut store_cpu) = (Some(0.0), Some(0.0));
         for _ in 0..slices {
             direct.extend(self.slice(
                 std::slice::from_ref(&direct_url),
                 &sessions,
-                args.rate,
+                rate,
                 per_slice,
             ));
             if !gateway_urls.is_empty() {
-                via.extend(self.slice(&gateway_urls, &sessions, args.rate, per_slice));
+                // Only the gateway phases: between them the gateways idle (their writers may
+                // finish a phase's last commits, which this then misses).
+                let before = (self.gateway_cpu(), cpu::postgres_seconds());
+                via.extend(self.slice(&gateway_urls, &sessions, rate, per_slice));
+                let after = (self.gateway_cpu(), cpu::postgres_seconds());
+                let add = |sum: Option<f64>, a: Option<f64>, b: Option<f64>| Some(sum? + (b? - a?));
+                gateway_cpu = add(gateway_cpu, before.0, after.0);
+                store_cpu = add(store_cpu, before.1, after.1);
             }
         }
+        let per_request = |cpu: Option<f64>| {
+            (!via.is_empty())
+                .then(|| cpu.map(|s| s * 1000.0 / via.len() as f64))
+                .flatten()
+        };
+        let gateway_cpu_ms_per_request = per_request(gateway_cpu);
+        let store_cpu_ms_per_request = if self.store_label.starts_with("postgres") {
+            per_request(store_cpu)
+        } else {
+            None
+        };
         let dashboard = dashboard.map(|(stop, task)| {
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             stats(&self.rt.block_on(task).unwrap_or_default())
@@ -348,12 +388,16 @@ impl Bench {
             Some(g - pick(&direct)?)
         };
         let added_p99_ms = added(|s| s.p99_ms);
-        let target = TARGETS.iter().find(|(s, _)| *s == size).map(|(_, t)| *t);
+        // The targets are set at 200 requests/s: rows at other rates measure capacity.
+        let target = TARGETS
+            .iter()
+            .find(|(s, _)| *s == size && rate == TARGET_RATE)
+            .map(|(_, t)| *t);
         Ok(Row {
             store: self.store_label.to_owned(),
             size_bytes: size,
             mode,
-            rate: args.rate,
+            rate,
             added_p50_ms: added(|s| s.p50_ms),
             added_p99_ms,
             target_added_p99_ms: target,
@@ -362,6 +406,8 @@ impl Bench {
             gateway,
             overhead,
             commit_wait,
+            gateway_cpu_ms_per_request,
+            store_cpu_ms_per_request,
             gateway_peak_rss_mb: self
                 .gateways
                 .iter()
@@ -431,6 +477,11 @@ impl Bench {
             all.push('\n');
         }
         (!self.gateways.is_empty()).then_some(all)
+    }
+
+    /// The gateways' CPU seconds so far, summed.
+    fn gateway_cpu(&self) -> Option<f64> {
+        self.gateways.iter().map(Gateway::cpu_seconds).sum()
     }
 
     /// The gateway's histograms now, if it exports them.
@@ -512,10 +563,11 @@ fn overhead(h: &Histogram) -> Overhead {
 
 fn header() -> String {
     format!(
-        "{:>10} {:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>8} {:>8} {:>6} {:>22}",
+        "{:>10} {:>9} {:>4} {:>6} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>13} {:>8} {:>8} {:>6} {:>22}",
         "store",
         "size",
         "mode",
+        "req/s",
         "requests",
         "errors",
         "direct p50/p99/max ms",
@@ -523,6 +575,7 @@ fn header() -> String {
         "added p50/p99",
         "overhead mean/p50≤/p99≤",
         "commit mean/p99≤",
+        "cpu ms/req g/db",
         "peak MB",
         "drain s",
         "q end",
@@ -571,11 +624,17 @@ fn line(r: &Row) -> String {
             )
         },
     );
+    let cpu = match (r.gateway_cpu_ms_per_request, r.store_cpu_ms_per_request) {
+        (None, _) => "-".to_owned(),
+        (Some(g), None) => format!("{g:.2}"),
+        (Some(g), Some(db)) => format!("{g:.2} / {db:.2}"),
+    };
     format!(
-        "{:>10} {:>9} {:>4} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>8} {:>8} {:>6} {:>22}",
+        "{:>10} {:>9} {:>4} {:>6} {:>11} {:>7} {:>22} {:>22} {:>15} {:>22} {:>20} {:>13} {:>8} {:>8} {:>6} {:>22}",
         r.store,
         size_label(r.size_bytes),
         if r.mode == Mode::Sse { "sse" } else { "json" },
+        r.rate,
         requests,
         errors,
         triple(&r.direct),
@@ -583,6 +642,7 @@ fn line(r: &Row) -> String {
         format!("{} / {}", ms(r.added_p50_ms), ms(r.added_p99_ms)),
         overhead,
         commit,
+        cpu,
         r.gateway_peak_rss_mb
             .map_or_else(|| "-".to_owned(), |m| format!("{m:.1}")),
         r.warmup_drain_s

@@ -17,7 +17,6 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use postgres::error::SqlState;
 use postgres::Config;
 
 use crate::{redact, StoreError};
@@ -157,9 +156,6 @@ pub(crate) fn pg(e: postgres::Error) -> StoreError {
     }
 }
 
-pub(crate) fn is_unique_violation(e: &postgres::Error) -> bool {
-    e.code() == Some(&SqlState::UNIQUE_VIOLATION)
-}
 
 /// The current time as ISO-8601 with milliseconds in UTC, as SQLite's stores write it.
 pub(crate) const NOW: &str =

@@ -6,7 +6,7 @@ use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
 
 use super::history::index::{indexed_upto, Indexer};
 use super::prepared::Prepared;
-use super::{is_unique_violation, pg, PgStore, NOW};
+use super::{pg, PgStore, NOW};
 use crate::sqlite::sessions::{decode_entry, kind_tag, Indexing};
 use crate::{NewEntry, SessionId, SessionRecord, Store, StoreError};
 
@@ -232,7 +232,12 @@ pub(super) fn lock_session(tx: &mut Transaction<'_>, session: SessionId) -> Resu
     .ok_or_else(|| StoreError::NoSession(session.to_string()))
 }
 
-/// [`Store::append`] inside the caller's transaction, as SQLite's `append_in`.
+/// [`Store::append`] inside the caller's transaction, as SQLite's `append_in`, in two round
+/// trips whatever the batch's size: the session's row locked, then every entry inserted after
+/// the session's last and the leaf moved, in one statement (a round trip per entry and per
+/// check made a turn's commit the gateway's largest cost on PostgreSQL). The numbering reads
+/// the entries in the second statement, whose snapshot is taken once the lock is held: a
+/// statement that waited for the lock would still see the entries as they were before.
 pub(super) fn append_in(
     tx: &mut Transaction<'_>,
     session: SessionId,
@@ -241,62 +246,106 @@ pub(super) fn append_in(
     indexing: Indexing,
 ) -> Result<i64, StoreError> {
     lock_session(tx, session)?;
-    let row = tx.query_one_cached(
-        "SELECT COALESCE(MAX(seq), 0)::BIGINT, COALESCE(MAX(batch), 0)::BIGINT + 1 \
-             FROM entries WHERE session_id = $1",
-        &[&session],
+    let columns = Columns::of(batch)?;
+    let new_leaf = leaf.map(|l| l.0.as_str()).or(columns.id.last().copied());
+    if let Some(l) = new_leaf.filter(|l| !columns.id.contains(l)) {
+        require_entry(tx, session, l)?;
+    }
+    let rows = tx.query_cached(
+        &format!(
+            "WITH base AS ( \
+               SELECT COALESCE(MAX(seq), 0)::BIGINT AS seq, COALESCE(MAX(batch), 0)::BIGINT + 1 AS batch \
+               FROM entries WHERE session_id = $1), \
+             new AS ( \
+               INSERT INTO entries (session_id, seq, id, parent, ts, sidechain, kind, body, raw, batch) \
+               SELECT $1, base.seq + n.ord, n.id, n.parent, n.ts, n.sidechain, n.kind, n.body, n.raw, \
+                      base.batch \
+               FROM base, unnest($2::TEXT[], $3::TEXT[], $4::TEXT[], $5::BOOLEAN[], $6::TEXT[], \
+                                 $7::TEXT[], $8::BYTEA[]) \
+                    WITH ORDINALITY AS n(id, parent, ts, sidechain, kind, body, raw, ord) \
+               ON CONFLICT (session_id, id) DO NOTHING RETURNING id), \
+             moved AS (UPDATE sessions SET leaf = COALESCE($9, leaf), updated_at = {NOW} \
+                       WHERE id = $1) \
+             SELECT base.seq, base.batch, new.id FROM base LEFT JOIN new ON TRUE"
+        ),
+        &[
+            &session,
+            &columns.id,
+            &columns.parent,
+            &columns.ts,
+            &columns.sidechain,
+            &columns.kind,
+            &columns.body,
+            &columns.raw,
+            &new_leaf,
+        ],
     )?;
-    let (mut seq, batch_no): (i64, i64) = (row.get(0), row.get(1));
-    let index_current = indexing == Indexing::Inline && indexed_upto(tx, session)? == seq;
-    let insert = tx.statement(
-        "INSERT INTO entries (session_id, seq, id, parent, ts, sidechain, kind, body, raw, batch) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-    )?;
-    let mut indexer = Indexer::new(session);
-    for new in batch {
-        seq += 1;
-        let e = &new.entry;
-        let body = serde_json::to_string(&e.kind).map_err(|err| StoreError::Corrupt {
-            id: e.id.0.clone(),
-            message: err.to_string(),
-        })?;
-        let parent = e.parent.as_ref().map(|p| p.0.as_str());
-        let result = tx.execute(
-            &insert,
-            &[
-                &session,
-                &seq,
-                &e.id.0,
-                &parent,
-                &e.timestamp,
-                &e.sidechain,
-                &kind_tag(&e.kind),
-                &body,
-                &new.raw,
-                &batch_no,
-            ],
-        );
-        match result {
-            Err(err) if is_unique_violation(&err) => {
-                return Err(StoreError::DuplicateEntry { id: e.id.0.clone() });
-            }
-            other => other.map_err(pg)?,
-        };
-        if index_current {
+    let Some(first) = rows.first() else {
+        return Err(StoreError::NoSession(session.to_string()));
+    };
+    let (last_seq, batch_no): (i64, i64) = (first.get(0), first.get(1));
+    let went_in: Vec<String> = rows.iter().filter_map(|r| r.get(2)).collect();
+    if went_in.len() < batch.len() {
+        // An id the session already holds, or one the batch repeats: the caller's transaction
+        // is rolled back, so nothing of the batch stays.
+        let went_in: std::collections::HashSet<&str> = went_in.iter().map(String::as_str).collect();
+        let mut seen = std::collections::HashSet::new();
+        let id = columns
+            .id
+            .iter()
+            .find(|id| !went_in.contains(**id) || !seen.insert(**id))
+            .map_or_else(String::new, |id| (*id).to_owned());
+        return Err(StoreError::DuplicateEntry { id });
+    }
+    if indexing == Indexing::Inline && indexed_upto(tx, session)? == last_seq {
+        let mut indexer = Indexer::new(session);
+        for (seq, new) in (last_seq + 1..).zip(batch) {
+            let e = &new.entry;
+            let parent = e.parent.as_ref().map(|p| p.0.as_str());
             indexer.add(tx, seq, &e.id.0, parent, e.sidechain, &e.kind)?;
         }
     }
-    let new_leaf = leaf
-        .map(|l| l.0.clone())
-        .or_else(|| batch.last().map(|n| n.entry.id.0.clone()));
-    if let Some(l) = &new_leaf {
-        require_entry(tx, session, l)?;
-    }
-    tx.execute_cached(
-        &format!("UPDATE sessions SET leaf = COALESCE($2, leaf), updated_at = {NOW} WHERE id = $1"),
-        &[&session, &new_leaf],
-    )?;
     Ok(batch_no)
+}
+
+/// A batch as one array per column, for `unnest`.
+struct Columns<'a> {
+    id: Vec<&'a str>,
+    parent: Vec<Option<&'a str>>,
+    ts: Vec<Option<&'a str>>,
+    sidechain: Vec<bool>,
+    kind: Vec<&'static str>,
+    body: Vec<String>,
+    raw: Vec<Option<&'a [u8]>>,
+}
+
+impl<'a> Columns<'a> {
+    fn of(batch: &'a [NewEntry]) -> Result<Self, StoreError> {
+        let mut c = Columns {
+            id: Vec::with_capacity(batch.len()),
+            parent: Vec::with_capacity(batch.len()),
+            ts: Vec::with_capacity(batch.len()),
+            sidechain: Vec::with_capacity(batch.len()),
+            kind: Vec::with_capacity(batch.len()),
+            body: Vec::with_capacity(batch.len()),
+            raw: Vec::with_capacity(batch.len()),
+        };
+        for new in batch {
+            let e = &new.entry;
+            c.body
+                .push(serde_json::to_string(&e.kind).map_err(|err| StoreError::Corrupt {
+                    id: e.id.0.clone(),
+                    message: err.to_string(),
+                })?);
+            c.id.push(&e.id.0);
+            c.parent.push(e.parent.as_ref().map(|p| p.0.as_str()));
+            c.ts.push(e.timestamp.as_deref());
+            c.sidechain.push(e.sidechain);
+            c.kind.push(kind_tag(&e.kind));
+            c.raw.push(new.raw.as_deref());
+        }
+        Ok(c)
+    }
 }
 
 fn require_entry(tx: &mut Transaction<'_>, session: SessionId, id: &str) -> Result<(), StoreError> {
@@ -308,16 +357,22 @@ fn require_entry(tx: &mut Transaction<'_>, session: SessionId, id: &str) -> Resu
     .ok_or_else(|| StoreError::NoEntry(id.to_owned()))
 }
 
-/// [`Store::set_leaf`] inside the caller's transaction.
+/// [`Store::set_leaf`] inside the caller's transaction: one round trip when the entry exists.
 pub(super) fn set_leaf_in(
     tx: &mut Transaction<'_>,
     session: SessionId,
     leaf: &EntryId,
 ) -> Result<(), StoreError> {
-    require_entry(tx, session, &leaf.0)?;
-    tx.execute_cached(
-        &format!("UPDATE sessions SET leaf = $2, updated_at = {NOW} WHERE id = $1"),
+    let moved = tx.execute_cached(
+        &format!(
+            "UPDATE sessions SET leaf = $2, updated_at = {NOW} WHERE id = $1 \
+             AND EXISTS (SELECT 1 FROM entries WHERE session_id = $1 AND id = $2)"
+        ),
         &[&session, &leaf.0],
     )?;
+    // An entry exists only in its session: nothing moved means no such entry there.
+    if moved == 0 {
+        return Err(StoreError::NoEntry(leaf.0.clone()));
+    }
     Ok(())
 }

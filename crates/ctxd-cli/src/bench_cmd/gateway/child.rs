@@ -91,6 +91,11 @@ impl Gateway {
         vm_kb(&status, "VmHWM").map(|kb| kb as f64 / 1024.0)
     }
 
+    /// The gateway's CPU seconds so far (user + system).
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        super::cpu::process_seconds(self.child.id())
+    }
+
     /// The end of the gateway's stderr, for an error message (the temp dir goes away).
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
