@@ -46,7 +46,10 @@ fn batches_are_atomic_and_read_back_in_order() {
         let err = store
             .append(
                 s.id,
-                &[entry("d", Some("b"), "four"), entry("d", Some("d"), "again")],
+                &[
+                    entry("d", Some("b"), "four"),
+                    entry("d", Some("d"), "again"),
+                ],
                 None,
             )
             .unwrap_err();

@@ -74,6 +74,10 @@ pub struct GatewayBenchArgs {
     /// gateway and with two (the load alternating between them), side by side.
     #[arg(long, value_name = "URL")]
     pub postgres: Option<String>,
+    /// Bodies carry prompt-cache breakpoints as Claude Code's do (the system prompt and the
+    /// last two user messages), which the gateway reads on every request that has them.
+    #[arg(long)]
+    pub cache_control: bool,
     /// Print one JSON object per row (one a line) instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -303,7 +307,13 @@ impl Bench {
             self.store_label,
             std::process::id()
         );
-        let sessions = bodies::sessions(args.sessions as usize, size, mode == Mode::Sse, &tag);
+        let sessions = bodies::sessions(
+            args.sessions as usize,
+            size,
+            mode == Mode::Sse,
+            args.cache_control,
+            &tag,
+        );
         let direct_url = format!("{}/v1/messages", self.mock.base_url());
         let gateway_urls: Vec<String> = self
             .gateways

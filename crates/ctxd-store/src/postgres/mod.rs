@@ -156,7 +156,6 @@ pub(crate) fn pg(e: postgres::Error) -> StoreError {
     }
 }
 
-
 /// The current time as ISO-8601 with milliseconds in UTC, as SQLite's stores write it.
 pub(crate) const NOW: &str =
     "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')";

@@ -332,11 +332,12 @@ impl<'a> Columns<'a> {
         };
         for new in batch {
             let e = &new.entry;
-            c.body
-                .push(serde_json::to_string(&e.kind).map_err(|err| StoreError::Corrupt {
+            c.body.push(
+                serde_json::to_string(&e.kind).map_err(|err| StoreError::Corrupt {
                     id: e.id.0.clone(),
                     message: err.to_string(),
-                })?);
+                })?,
+            );
             c.id.push(&e.id.0);
             c.parent.push(e.parent.as_ref().map(|p| p.0.as_str()));
             c.ts.push(e.timestamp.as_deref());

@@ -10,6 +10,8 @@ pub struct Session {
     pub key: String,
     /// `{"model":...,"messages":[<prefix messages>`: everything before the new message.
     head: Vec<u8>,
+    /// The new message carries a prompt-cache breakpoint.
+    marked: bool,
 }
 
 impl Session {
@@ -22,8 +24,11 @@ impl Session {
 
     /// The prefix plus user message number `n`.
     pub fn body(&self, n: u64) -> Vec<u8> {
-        let tail = json!({"role": "user", "content": [{"type": "text",
+        let mut tail = json!({"role": "user", "content": [{"type": "text",
             "text": format!("Request {n} of session {}: what changed since the last run?", self.key)}]});
+        if self.marked {
+            tail["content"][0]["cache_control"] = json!({"type": "ephemeral"});
+        }
         let tail = tail.to_string();
         let mut body = Vec::with_capacity(self.head.len() + tail.len() + 3);
         body.extend_from_slice(&self.head);
@@ -34,13 +39,15 @@ impl Session {
     }
 }
 
-/// `count` sessions whose requests are about `size` bytes, streaming or not.
-pub fn sessions(count: usize, size: usize, stream: bool, tag: &str) -> Vec<Session> {
+/// `count` sessions whose requests are about `size` bytes, streaming or not. `marked`: with
+/// prompt-cache breakpoints where Claude Code puts them (the system prompt and the last two
+/// user messages: the prefix's last tool result and the new message).
+pub fn sessions(count: usize, size: usize, stream: bool, marked: bool, tag: &str) -> Vec<Session> {
     (0..count)
         .map(|k| {
             let key = format!("bench-{tag}-{k}");
             let mut rng = Lcg(0x5EED_0000 + k as u64);
-            let top = json!({
+            let mut top = json!({
                 // A 1M-token window: a 1 MB conversation fits, so the gateway passes requests
                 // through as a real long session would, instead of opening a window every turn.
                 "model": "claude-sonnet-4-5[1m]",
@@ -51,26 +58,37 @@ pub fn sessions(count: usize, size: usize, stream: bool, tag: &str) -> Vec<Sessi
                     "input_schema": {"type": "object", "properties": {
                         "command": {"type": "string"}}, "required": ["command"]}}],
             });
+            if marked {
+                top["system"][0]["cache_control"] = json!({"type": "ephemeral"});
+            }
             // `{...}` without its closing brace, then the messages array.
             let mut head = top.to_string().into_bytes();
             head.pop();
             head.extend_from_slice(b",\"messages\":[");
             let mut turn = 0;
+            // The prefix's last message, and where its bytes start.
+            let mut last: Option<(usize, Value)> = None;
             loop {
                 let room = size.saturating_sub(head.len() + 200);
                 if turn > 0 && room < 600 {
                     break;
                 }
-                let messages = exchange(&mut rng, turn, room);
-                for (i, m) in messages.iter().enumerate() {
-                    if turn > 0 || i > 0 {
+                for m in exchange(&mut rng, turn, room) {
+                    if head.last() != Some(&b'[') {
                         head.push(b',');
                     }
+                    let at = head.len();
                     head.extend_from_slice(m.to_string().as_bytes());
+                    last = Some((at, m));
                 }
                 turn += 1;
             }
-            Session { key, head }
+            if let Some((at, mut m)) = last.filter(|_| marked) {
+                m["content"][0]["cache_control"] = json!({"type": "ephemeral"});
+                head.truncate(at);
+                head.extend_from_slice(m.to_string().as_bytes());
+            }
+            Session { key, head, marked }
         })
         .collect()
 }
@@ -130,7 +148,7 @@ mod tests {
     #[test]
     fn bodies_are_json_of_about_the_size() {
         for size in [2 * 1024, 100 * 1024, 1024 * 1024] {
-            let s = &sessions(2, size, true, "t")[1];
+            let s = &sessions(2, size, true, false, "t")[1];
             let body = s.body(7);
             let v: Value = serde_json::from_slice(&body).unwrap();
             let messages = v["messages"].as_array().unwrap();
@@ -155,10 +173,25 @@ mod tests {
 
     #[test]
     fn sessions_differ_and_repeat() {
-        let a = sessions(2, 4096, false, "x");
-        let b = sessions(2, 4096, false, "x");
+        let a = sessions(2, 4096, false, false, "x");
+        let b = sessions(2, 4096, false, false, "x");
         assert_eq!(a[0].body(1), b[0].body(1));
         assert_ne!(a[0].body(1), a[1].body(1));
         assert_ne!(a[0].body(1), a[0].body(2));
+    }
+
+    #[test]
+    fn marked_bodies_carry_claude_codes_three_breakpoints() {
+        let s = &sessions(1, 100 * 1024, false, true, "m")[0];
+        let v: Value = serde_json::from_slice(&s.body(3)).unwrap();
+        let marked = |m: &Value| m["content"][0]["cache_control"]["type"] == "ephemeral";
+        assert_eq!(v["system"][0]["cache_control"]["type"], "ephemeral");
+        let messages = v["messages"].as_array().unwrap();
+        let n = messages.len();
+        assert!(marked(&messages[n - 1]) && marked(&messages[n - 2]));
+        assert_eq!(messages.iter().filter(|m| marked(m)).count(), 2);
+        assert_eq!(messages[n - 2]["content"][0]["type"], "tool_result");
+        let unmarked = &sessions(1, 100 * 1024, false, false, "m")[0];
+        assert!(!String::from_utf8_lossy(&unmarked.body(3)).contains("cache_control"));
     }
 }
