@@ -5,8 +5,9 @@
 //! The cache is thread-local because each connection thread of [`super::pool::Pool`] owns
 //! exactly one client, and a statement belongs to the connection that prepared it; the pool
 //! empties it whenever its thread's client is replaced ([`forget_all`]). Only code running in
-//! a pool job may use these methods. Statements whose SQL embeds data (searches) are not
-//! cached: they go through the driver's own methods.
+//! a pool job may use these methods. Searches are not cached: their SQL embeds data, or their
+//! best plan depends on the words searched (a kept statement gets a generic plan after a few
+//! runs), so they go through the driver's own methods and are planned with their values.
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -44,12 +44,17 @@ pub(super) fn search(
     let Some(tsq) = tsquery(query) else {
         return Ok(());
     };
-    let matches = c.statement(
-        "SELECT t.seq, ts_rank(t.words, q, 1)::FLOAT8 \
+    // Prepared for this search only: the server may give a statement kept across searches a
+    // generic plan, blind to how rare the words are (the best plan for a word in every row
+    // walks the session newest first; for a word in one row it asks the word index).
+    let matches = c
+        .prepare(
+            "SELECT t.seq, ts_rank(t.words, q, 1)::FLOAT8 \
              FROM entry_text t, CAST($2::TEXT AS TSQUERY) q \
              WHERE t.session_id = $1 AND t.words @@ q AND t.seq < $3 \
              ORDER BY t.seq DESC LIMIT $4",
-    )?;
+        )
+        .map_err(pg)?;
     let items = c.statement(
         "SELECT h.seq, h.lane, h.window_seq, h.item_key, h.kind, h.role, h.tools, h.sidechain \
              FROM history_items h WHERE h.session_id = $1 AND h.seq = ANY($2) \
