@@ -54,14 +54,14 @@ fn direct_only_measures_the_mock() {
 }
 
 #[test]
-fn text_table_has_a_row_per_mode() {
+fn text_table_has_a_row_per_mode_and_rate() {
     let out = common::succeed(
         common::ctxd()
             .args([
                 "bench-gateway",
                 "--direct-only",
                 "--rate",
-                "20",
+                "20,200",
                 "--duration",
                 "0.5",
                 "--sizes",
@@ -72,15 +72,19 @@ fn text_table_has_a_row_per_mode() {
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert!(
-        lines[0].starts_with("ctxd bench-gateway: 20 req/s"),
+        lines[0].starts_with("ctxd bench-gateway: 20, 200 req/s"),
         "{text}"
     );
     assert!(lines[1].contains("direct p50/p99/max ms"));
-    assert!(
-        lines[2].contains("100 KiB") && lines[2].contains("sse"),
-        "{text}"
-    );
-    assert!(lines[3].contains("not measured"), "{text}");
+    // A row per rate; the targets are judged at 200 req/s only.
+    for (line, rate) in [(lines[2], " 20 "), (lines[3], " 200 ")] {
+        assert!(
+            line.contains("100 KiB") && line.contains("sse") && line.contains(rate),
+            "{text}"
+        );
+    }
+    assert_eq!(lines.len(), 5, "{text}");
+    assert!(lines[4].contains("not measured"), "{text}");
 }
 
 #[test]
