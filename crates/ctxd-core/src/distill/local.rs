@@ -380,6 +380,25 @@ impl Index {
             .sum()
     }
 
+    /// The citation weight the rules read for `question`: an old exchange's terms the current
+    /// work names, a chunk's or small output's terms the later work cites (0 for a large
+    /// output's `keep whole` and focus questions, which are read from their chunks). A model
+    /// classifier that builds on these rules (ctxd-engine's `minilm`) tells a verbatim
+    /// citation (a strong term weighs 1) from a weak one by it.
+    pub fn cited(&self, plan: &Plan, question: &super::Question) -> f32 {
+        let Some(item) = plan.items.get(question.item) else {
+            return 0.0;
+        };
+        match (item.kind, question.target) {
+            (ItemKind::Exchange, _) => self.exchange_overlap(question.item),
+            (ItemKind::Large, Target::Chunk(k)) => {
+                self.score(question.item, Some(k), item.later_from)
+            }
+            (ItemKind::Small, _) => self.score(question.item, None, item.later_from),
+            _ => 0.0,
+        }
+    }
+
     /// The weight of the distinct terms of item `item` (its chunk `chunk`) cited from step
     /// `from` on.
     fn score(&self, item: usize, chunk: Option<usize>, from: usize) -> f32 {

