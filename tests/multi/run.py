@@ -187,6 +187,14 @@ class Run:
         print("%s %s%s" % ("ok  " if ok else "FAIL", name, (": " + detail) if detail and not ok else ""),
               flush=True)
 
+    def same_bodies(self, name, one, two):
+        """Check that the upstream bodies of two runs are the same bytes, pair by pair (the
+        first difference shown)."""
+        differing = [i for i, (a, b) in enumerate(zip(one, two)) if a != b]
+        self.check(name, not differing, "requests %s differ; first:\n  one: %s\n  two: %s" % (
+            differing, one[differing[0]][:600] if differing else "",
+            two[differing[0]][:600] if differing else ""))
+
     # ------------------------------------------------------------------ 1. same bytes
     def same_bytes(self):
         mock = Mock(self.args.mock, self.work)
@@ -219,11 +227,7 @@ class Run:
                    statuses and all(s == 200 for s in statuses), "statuses %s" % statuses)
         self.check("as many upstream requests as one gateway sends", len(shared) == len(single),
                    "%d vs %d" % (len(shared), len(single)))
-        differing = [i for i, (a, b) in enumerate(zip(single, shared)) if a != b]
-        self.check("every upstream body the same bytes as one gateway's", not differing,
-                   "requests %s differ; first:\n  one: %s\n  two: %s" % (
-                       differing, single[differing[0]][:600] if differing else "",
-                       shared[differing[0]][:600] if differing else ""))
+        self.same_bodies("every upstream body the same bytes as one gateway's", single, shared)
         shared_items = stored_items(self.args.ctxd, self.pg)
         self.check("the shared store holds the same sessions", sorted(shared_items) == sorted(single_items),
                    "%s vs %s" % (sorted(shared_items), sorted(single_items)))
@@ -283,11 +287,8 @@ class Run:
         self.check("agent: %d upstream requests, as through one gateway" % want,
                    len(two_bodies) == len(one_bodies) == want,
                    "%d vs %d" % (len(two_bodies), len(one_bodies)))
-        differing = [i for i, (a, b) in enumerate(zip(one_bodies, two_bodies)) if a != b]
-        self.check("agent: every upstream body the same bytes as one gateway's", not differing,
-                   "requests %s differ; first:\n  one: %s\n  two: %s" % (
-                       differing, one_bodies[differing[0]][:600] if differing else "",
-                       two_bodies[differing[0]][:600] if differing else ""))
+        self.same_bodies("agent: every upstream body the same bytes as one gateway's",
+                         one_bodies, two_bodies)
         single = stored_items(self.args.ctxd, os.path.join(self.work, "agent-one.db"))
         shared = {k: v for k, v in stored_items(self.args.ctxd, self.pg).items()
                   if any("multi-" in text for _, _, text in v)}

@@ -154,27 +154,21 @@ fn eval_replays_a_session_and_measures_savings_retention_and_the_baseline() {
     assert!(text.contains("render_badge_india_5"), "{text}");
 
     // An unknown classifier is one line and exit code 2.
-    let out = common::ctxd()
-        .args(["eval", "--classifier", "gpt"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = one_line_error(
+        common::ctxd()
+            .args(["eval", "--classifier", "gpt"])
+            .arg(&file),
+    );
     assert!(err.contains("unknown classifier \"gpt\""), "{err}");
 
     // `minilm`: without the feature, how to build it; with it, a directory without the model
     // is named.
-    let out = common::ctxd()
-        .args(["eval", "--classifier", "minilm", "--classifier-model-dir"])
-        .arg(&dir)
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = one_line_error(
+        common::ctxd()
+            .args(["eval", "--classifier", "minilm", "--classifier-model-dir"])
+            .arg(&dir)
+            .arg(&file),
+    );
     if cfg!(feature = "minilm") {
         assert!(err.contains("--classifier-model-dir:"), "{err}");
         assert!(err.contains("lacks config.json"), "{err}");
@@ -188,6 +182,15 @@ fn eval_replays_a_session_and_measures_savings_retention_and_the_baseline() {
 }
 
 /// `ctxd eval --json FLAGS FILE`'s total for ctxd's variant.
+/// The one-line message `cmd` fails with (exit code 2).
+fn one_line_error(cmd: &mut std::process::Command) -> String {
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    err
+}
+
 fn ctxd_total(file: &std::path::Path, flags: &[&str]) -> Value {
     let out = common::succeed(
         common::ctxd()
@@ -374,15 +377,7 @@ fn bad_classifier_flags_say_which_and_exit_2() {
             "--classifier-key-env: names CTXD_EVAL_TEST_NO_SUCH_KEY, which is not set",
         ),
     ] {
-        let out = common::ctxd()
-            .arg("eval")
-            .args(&args)
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8(out.stderr).unwrap();
-        assert_eq!(err.lines().count(), 1, "{err}");
+        let err = one_line_error(common::ctxd().arg("eval").args(&args).arg(&file));
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
