@@ -9,15 +9,6 @@ use std::process::Output;
 
 use serde_json::Value;
 
-fn ctxd(store: &str, args: &[&str]) -> Output {
-    common::ctxd()
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 fn json(o: &Output) -> Value {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&o.stdout).unwrap()
@@ -30,7 +21,7 @@ fn store() -> (PathBuf, String) {
     let db = dir.join("s.db").to_str().unwrap().to_owned();
     let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../ctxd-formats/tests/fixtures/pi/tree-v3.jsonl");
-    let out = ctxd(&db, &["import", fixture.to_str().unwrap()]);
+    let out = common::on_store(&db, &["import", fixture.to_str().unwrap()]);
     assert!(
         out.status.success(),
         "{}",
@@ -42,9 +33,15 @@ fn store() -> (PathBuf, String) {
 #[test]
 fn history_commands_list_read_and_search() {
     let (dir, db) = store();
-    let windows = json(&ctxd(&db, &["history", "windows", "pi:sess-v3", "--json"]));
+    let windows = json(&common::on_store(
+        &db,
+        &["history", "windows", "pi:sess-v3", "--json"],
+    ));
     assert_eq!(windows["total"], 1);
-    let items = json(&ctxd(&db, &["history", "items", "pi:sess-v3", "--json"]));
+    let items = json(&common::on_store(
+        &db,
+        &["history", "items", "pi:sess-v3", "--json"],
+    ));
     let items = items["items"].as_array().unwrap();
     let ids: Vec<&str> = items
         .iter()
@@ -59,7 +56,7 @@ fn history_commands_list_read_and_search() {
     let mut paged = Vec::new();
     let mut offset = 0u64;
     loop {
-        let page = json(&ctxd(
+        let page = json(&common::on_store(
             &db,
             &[
                 "history",
@@ -80,14 +77,14 @@ fn history_commands_list_read_and_search() {
     }
     assert_eq!(paged, ids, "the pages add up to the whole list");
     // By store id too, with a filter.
-    let by_id = json(&ctxd(
+    let by_id = json(&common::on_store(
         &db,
         &["history", "items", "1", "--tool", "bash", "--json"],
     ));
     assert_eq!(by_id["items"][0]["entry_id"], "a2");
 
     let first = &items[0];
-    let read = json(&ctxd(
+    let read = json(&common::on_store(
         &db,
         &[
             "history",
@@ -104,13 +101,13 @@ fn history_commands_list_read_and_search() {
     ));
     assert_eq!(read["text"], "the");
     assert_eq!(read["next_offset"], 8);
-    let text = ctxd(&db, &["history", "search", "pi:sess-v3", "Now count"]);
+    let text = common::on_store(&db, &["history", "search", "pi:sess-v3", "Now count"]);
     let text = String::from_utf8(text.stdout).unwrap();
     assert!(
         text.contains("Now count lines") && text.ends_with("1 hits\n"),
         "{text}"
     );
-    let ranked = json(&ctxd(
+    let ranked = json(&common::on_store(
         &db,
         &[
             "history",
@@ -123,7 +120,8 @@ fn history_commands_list_read_and_search() {
     ));
     assert!(!ranked["hits"].as_array().unwrap().is_empty());
     let windows_text =
-        String::from_utf8(ctxd(&db, &["history", "windows", "pi:sess-v3"]).stdout).unwrap();
+        String::from_utf8(common::on_store(&db, &["history", "windows", "pi:sess-v3"]).stdout)
+            .unwrap();
     assert!(
         windows_text.starts_with("w_") && windows_text.contains("root"),
         "{windows_text}"
@@ -136,7 +134,7 @@ fn history_commands_list_read_and_search() {
         vec!["history", "read", "pi:sess-v3", "w_x", "i_y"],
         vec!["history", "search", "pi:sess-v3", ""],
     ] {
-        let out = ctxd(&db, &args);
+        let out = common::on_store(&db, &args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8(out.stderr).unwrap();
         assert_eq!(err.lines().count(), 1, "{err}");

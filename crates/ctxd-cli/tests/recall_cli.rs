@@ -9,15 +9,6 @@ use std::process::Output;
 
 use serde_json::Value;
 
-fn ctxd(store: &str, args: &[&str]) -> Output {
-    common::ctxd()
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 fn stdout(o: &Output) -> String {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8(o.stdout.clone()).unwrap()
@@ -31,15 +22,18 @@ fn recall_shows_an_entry_whole_by_lines_or_by_pattern_and_fails_in_one_line() {
     let db = dir.join("s.db").to_str().unwrap().to_owned();
     let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../ctxd-formats/tests/fixtures/pi/tree-v3.jsonl");
-    stdout(&ctxd(&db, &["import", fixture.to_str().unwrap()]));
+    stdout(&common::on_store(
+        &db,
+        &["import", fixture.to_str().unwrap()],
+    ));
 
     // a3: a bash result, "a.txt\nb.png" and an image; it was trimmed by a context edit (b4),
     // and recall returns it as written.
-    let whole = stdout(&ctxd(&db, &["recall", "pi:sess-v3", "a3"]));
+    let whole = stdout(&common::on_store(&db, &["recall", "pi:sess-v3", "a3"]));
     assert!(whole.starts_with("a.txt\nb.png\n[image"), "{whole}");
     assert!(!whole.contains("[listing trimmed]"), "{whole}");
 
-    let lines = stdout(&ctxd(
+    let lines = stdout(&common::on_store(
         &db,
         &[
             "recall",
@@ -56,7 +50,7 @@ fn recall_shows_an_entry_whole_by_lines_or_by_pattern_and_fails_in_one_line() {
         "{lines}"
     );
 
-    let doc: Value = serde_json::from_str(&stdout(&ctxd(
+    let doc: Value = serde_json::from_str(&stdout(&common::on_store(
         &db,
         &["recall", "1", "a3", "--pattern", r"\.png$", "--json"],
     )))
@@ -99,7 +93,7 @@ fn recall_shows_an_entry_whole_by_lines_or_by_pattern_and_fails_in_one_line() {
             "not both",
         ),
     ] {
-        let out = ctxd(&db, &args);
+        let out = common::on_store(&db, &args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(out.stdout.is_empty(), "{args:?}");
         let err = String::from_utf8(out.stderr).unwrap();

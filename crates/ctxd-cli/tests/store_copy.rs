@@ -7,21 +7,11 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Output;
 
 use serde_json::Value;
 
-fn ctxd(store: &str, args: &[&str]) -> Output {
-    common::ctxd()
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 fn ok(store: &str, args: &[&str]) -> String {
-    let out = ctxd(store, args);
+    let out = common::on_store(store, args);
     assert!(
         out.status.success(),
         "{args:?}: {}",
@@ -124,14 +114,8 @@ fn same_but_ranked(a: &str, b: &str, ranked: bool) {
 }
 
 fn copy(from: &str, to: &str) -> Value {
-    let out = common::ctxd()
-        .args(["store", "copy", "--from", from, "--to", to, "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeed(
+        common::ctxd().args(["store", "copy", "--from", from, "--to", to, "--json"]),
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -181,15 +165,14 @@ fn postgres_round_trip() {
     };
     let name = format!("ctxd_copy_{}", std::process::id());
     let psql = |sql: &str| {
-        let out = std::process::Command::new("psql")
-            .args([admin.as_str(), "-v", "ON_ERROR_STOP=1", "-q", "-c", sql])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        common::succeed(std::process::Command::new("psql").args([
+            admin.as_str(),
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-q",
+            "-c",
+            sql,
+        ]));
     };
     psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
     psql(&format!("CREATE DATABASE {name}"));

@@ -47,6 +47,16 @@ pub fn default_store(home: &Path) -> PathBuf {
     home.join(".local/share/ctxd/ctxd.db")
 }
 
+/// `ctxd --store STORE ARGS...`, run; its output (success or not).
+pub fn on_store(store: &str, args: &[&str]) -> std::process::Output {
+    ctxd()
+        .arg("--store")
+        .arg(store)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// Run `cmd`, which must succeed (its stderr is the failure message); its output.
 pub fn succeed(cmd: &mut Command) -> std::process::Output {
     let out = cmd.output().unwrap();

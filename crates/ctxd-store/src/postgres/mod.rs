@@ -197,16 +197,9 @@ pub(crate) fn tail(
     after: u64,
 ) -> Result<Vec<ctxd_core::model::Entry>, StoreError> {
     let after = i64::try_from(after).unwrap_or(i64::MAX);
-    store.pool.run(move |c| {
-        c.query_cached(
-            "SELECT id, parent, ts, sidechain, body FROM entries \
-             WHERE session_id = $1 AND seq > $2 ORDER BY seq",
-            &[&session, &after],
-        )?
-        .iter()
-        .map(|row| sessions::entry_row(row, 0))
-        .collect()
-    })
+    store
+        .pool
+        .run(move |c| sessions::entries_after(c, session, after))
 }
 
 impl crate::dump::Dump for PgStore {

@@ -35,6 +35,22 @@ pub(super) fn parse_meta(session: SessionId, meta: &str) -> Result<SessionMeta, 
     })
 }
 
+/// The session's entries with `seq` above `after`, in order.
+pub(super) fn entries_after(
+    c: &mut impl GenericClient,
+    session: SessionId,
+    after: i64,
+) -> Result<Vec<Entry>, StoreError> {
+    c.query_cached(
+        "SELECT id, parent, ts, sidechain, body FROM entries \
+         WHERE session_id = $1 AND seq > $2 ORDER BY seq",
+        &[&session, &after],
+    )?
+    .iter()
+    .map(|row| entry_row(row, 0))
+    .collect()
+}
+
 /// An entry from the columns `id, parent, ts, sidechain, body` starting at `at`.
 pub(super) fn entry_row(row: &Row, at: usize) -> Result<Entry, StoreError> {
     let body: String = row.get(at + 4);
@@ -150,15 +166,8 @@ impl Store for PgStore {
                 .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
             let meta = parse_meta(session, row.get(0))?;
             let leaf: Option<String> = row.get(1);
-            let rows = c.query_cached(
-                "SELECT id, parent, ts, sidechain, body FROM entries \
-                     WHERE session_id = $1 ORDER BY seq",
-                &[&session],
-            )?;
-            let entries = rows
-                .iter()
-                .map(|r| entry_row(r, 0))
-                .collect::<Result<_, _>>()?;
+            // Seq numbers start at 1: the entries after 0 are all of them.
+            let entries = entries_after(c, session, 0)?;
             Ok(Session {
                 meta,
                 entries,

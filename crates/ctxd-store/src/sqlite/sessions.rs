@@ -173,21 +173,8 @@ impl Store for SqliteStore {
             id: format!("session {session}"),
             message: e.to_string(),
         })?;
-        let mut stmt = conn.prepare_cached(
-            "SELECT id, parent, timestamp, sidechain, body FROM entries WHERE session_id = ?1 ORDER BY seq",
-        )?;
-        let mut rows = stmt.query(params![session])?;
-        let mut entries = Vec::new();
-        while let Some(r) = rows.next()? {
-            let body: String = r.get(4)?;
-            entries.push(decode_entry(
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                &body,
-            )?);
-        }
+        // Seq numbers start at 1: the tail after 0 is every entry.
+        let entries = tail(&conn, session, 0)?;
         Ok(Session {
             meta,
             entries,
