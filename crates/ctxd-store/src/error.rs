@@ -19,6 +19,13 @@ pub enum StoreError {
     DuplicateEntry { id: String },
     #[error("store: no entry {0} in this session")]
     NoEntry(String),
+    /// A conditional append found the session's leaf elsewhere: another writer (another
+    /// gateway) moved it since the caller read it. Nothing was written.
+    #[error("store: the session's leaf is {found:?}, not {expected}: it moved")]
+    LeafMoved {
+        expected: String,
+        found: Option<String>,
+    },
     #[error("store: a stored entry is unreadable ({id}): {message}")]
     Corrupt { id: String, message: String },
 }

@@ -254,6 +254,7 @@ fn group_writes_defer_the_indexes_and_index_pending_catches_up_in_steps_to_the_s
             .write_group(&[ctxd_store::GroupWrite::Append {
                 session: b.id,
                 entries: batch,
+                expect_leaf: None,
             }])
             .unwrap();
         assert!(results.iter().all(Result::is_ok));
@@ -342,6 +343,7 @@ fn group_writes_then_index_pending_give_what_inline_appends_give_on_every_backen
                 .write_group(&[ctxd_store::GroupWrite::Append {
                     session: b.id,
                     entries: batch,
+                    expect_leaf: None,
                 }])
                 .unwrap();
             assert!(results.iter().all(Result::is_ok));

@@ -67,6 +67,7 @@ fn two_stores_appending_to_one_session_lose_and_duplicate_nothing() {
                             .write_group(&[GroupWrite::Append {
                                 session: s.id,
                                 entries: &batch,
+                                expect_leaf: None,
                             }])
                             .unwrap();
                         assert!(results.iter().all(Result::is_ok));
@@ -108,6 +109,81 @@ fn two_stores_appending_to_one_session_lose_and_duplicate_nothing() {
     let synced = ctxd_store::HistoryStore::history_sync(&*stores[0], s.id).unwrap();
     assert!(indexed.1);
     assert!(synced as usize + indexed.0 as usize <= WRITERS * BATCHES * 2);
+}
+
+/// Two gateways on one session: one appends turns, the other lands edits only under the leaf
+/// it last read. The database orders them: every edit batch that went in sits right after
+/// the entry it was written under (the leaf did not move between the read and the commit),
+/// and the refused ones left nothing.
+#[test]
+fn conditional_appends_racing_plain_ones_land_only_under_the_leaf_they_read() {
+    let Some(db) = TempDb::create() else { return };
+    let stores: Vec<Arc<PgStore>> = (0..2).map(|_| Arc::new(db.open())).collect();
+    let s = stores[0]
+        .open_session("t", "race", &SessionMeta::default())
+        .unwrap();
+    stores[0]
+        .append(s.id, &[entry("root", None)], None)
+        .unwrap();
+    const TURNS: usize = 150;
+    let turns = {
+        let store = stores[0].clone();
+        std::thread::spawn(move || {
+            for t in 0..TURNS {
+                let leaf = store.load(s.id).unwrap().leaf.unwrap();
+                let id = format!("turn-{t}");
+                store
+                    .append(s.id, &[entry(&id, Some(&leaf.0))], None)
+                    .unwrap();
+            }
+        })
+    };
+    let store = stores[1].clone();
+    let (mut landed, mut refused) = (0, 0);
+    for n in 0.. {
+        if turns.is_finished() && n > 20 {
+            break;
+        }
+        let leaf = store.load(s.id).unwrap().leaf.unwrap();
+        let (x, y) = (format!("edit-{n}-x"), format!("edit-{n}-y"));
+        let batch = [entry(&x, Some(&leaf.0)), entry(&y, Some(&x))];
+        let results = store
+            .write_group(&[GroupWrite::Append {
+                session: s.id,
+                entries: &batch,
+                expect_leaf: Some(&leaf),
+            }])
+            .unwrap();
+        match &results[0] {
+            Ok(()) => landed += 1,
+            Err(StoreError::LeafMoved { expected, .. }) if *expected == leaf.0 => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    turns.join().unwrap();
+    let session = stores[0].load(s.id).unwrap();
+    let mut seen = HashSet::new();
+    for (i, e) in session.entries.iter().enumerate() {
+        assert!(seen.insert(e.id.0.clone()), "duplicate {}", e.id);
+        if e.id.0.ends_with("-x") {
+            assert_eq!(
+                e.parent.as_ref(),
+                Some(&session.entries[i - 1].id),
+                "edit batch {} landed away from the leaf it read",
+                e.id
+            );
+            assert_eq!(session.entries[i + 1].id.0, e.id.0.replace("-x", "-y"));
+        }
+    }
+    let edits = session
+        .entries
+        .iter()
+        .filter(|e| e.id.0.starts_with("edit-"))
+        .count();
+    assert_eq!(edits, landed * 2, "a refused batch left entries");
+    assert_eq!(session.entries.len(), 1 + TURNS + landed * 2);
+    assert!(landed > 0, "no conditional append ever landed");
+    eprintln!("conditional appends: {landed} landed, {refused} refused");
 }
 
 #[test]

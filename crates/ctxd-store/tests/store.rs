@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use ctxd_core::model::{Entry, EntryId, EntryKind, Message, Role, SessionMeta};
-use ctxd_store::{Durability, NewEntry, SqliteStore, Store, StoreError};
+use ctxd_store::{Durability, GroupWrite, NewEntry, SqliteStore, Store, StoreError};
 
 mod common;
 use common::each_backend;
@@ -82,6 +82,67 @@ fn batches_are_atomic_and_read_back_in_order() {
                 .parent,
             Some(EntryId::new("a"))
         );
+    });
+}
+
+/// A conditional append (a distillation pass's edits) lands only while the session's leaf is
+/// the one it names; otherwise nothing of it is written, and the other writes of its group
+/// still are.
+#[test]
+fn a_conditional_append_lands_only_while_the_leaf_is_where_it_was() {
+    each_backend(|store| {
+        let s = store
+            .open_session("t", "k", &SessionMeta::default())
+            .unwrap();
+        store
+            .append(
+                s.id,
+                &[entry("a", None, "one"), entry("b", Some("a"), "two")],
+                None,
+            )
+            .unwrap();
+        let b = EntryId::new("b");
+        let edits = [entry("e1", Some("b"), "edit")];
+        let results = store
+            .write_group(&[GroupWrite::Append {
+                session: s.id,
+                entries: &edits,
+                expect_leaf: Some(&b),
+            }])
+            .unwrap();
+        assert!(results[0].is_ok(), "{results:?}");
+        assert_eq!(store.load(s.id).unwrap().leaf, Some(EntryId::new("e1")));
+        // Another writer moved the leaf (to e1): an append expecting b is refused whole, in a
+        // group beside a write that goes in.
+        let late = [
+            entry("e2", Some("b"), "late"),
+            entry("e3", Some("e2"), "late"),
+        ];
+        let next = [entry("c", Some("e1"), "three")];
+        let results = store
+            .write_group(&[
+                GroupWrite::Append {
+                    session: s.id,
+                    entries: &late,
+                    expect_leaf: Some(&b),
+                },
+                GroupWrite::Append {
+                    session: s.id,
+                    entries: &next,
+                    expect_leaf: None,
+                },
+            ])
+            .unwrap();
+        assert!(
+            matches!(&results[0], Err(StoreError::LeafMoved { expected, found })
+                if expected == "b" && found.as_deref() == Some("e1")),
+            "{results:?}"
+        );
+        assert!(results[1].is_ok(), "{results:?}");
+        let session = store.load(s.id).unwrap();
+        let ids: Vec<&str> = session.entries.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "e1", "c"]);
+        assert_eq!(session.leaf, Some(EntryId::new("c")));
     });
 }
 

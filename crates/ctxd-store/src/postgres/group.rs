@@ -17,6 +17,7 @@ enum Owned {
     Append {
         session: SessionId,
         entries: Vec<NewEntry>,
+        expect_leaf: Option<EntryId>,
     },
     SetLeaf {
         session: SessionId,
@@ -49,9 +50,14 @@ fn owned(writes: &[GroupWrite<'_>]) -> Vec<Owned> {
     writes
         .iter()
         .map(|w| match *w {
-            GroupWrite::Append { session, entries } => Owned::Append {
+            GroupWrite::Append {
+                session,
+                entries,
+                expect_leaf,
+            } => Owned::Append {
                 session,
                 entries: entries.to_vec(),
+                expect_leaf: expect_leaf.cloned(),
             },
             GroupWrite::SetLeaf { session, leaf } => Owned::SetLeaf {
                 session,
@@ -91,9 +97,19 @@ fn write_group_in(c: &mut Client, writes: &[Owned]) -> GroupResult {
 
 fn apply(tx: &mut Transaction<'_>, write: &Owned) -> Result<(), StoreError> {
     match write {
-        Owned::Append { session, entries } => {
-            append_in(tx, *session, entries, None, Indexing::Deferred).map(|_| ())
-        }
+        Owned::Append {
+            session,
+            entries,
+            expect_leaf,
+        } => append_in(
+            tx,
+            *session,
+            entries,
+            None,
+            expect_leaf.as_ref(),
+            Indexing::Deferred,
+        )
+        .map(|_| ()),
         Owned::SetLeaf { session, leaf } => set_leaf_in(tx, *session, leaf),
     }
 }

@@ -7,7 +7,7 @@ use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
 use super::history::index::{indexed_upto, Indexer};
 use super::prepared::Prepared;
 use super::{pg, PgStore, NOW};
-use crate::sqlite::sessions::{decode_entry, kind_tag, Indexing};
+use crate::sqlite::sessions::{check_leaf, decode_entry, kind_tag, Indexing};
 use crate::{NewEntry, SessionId, SessionRecord, Store, StoreError};
 
 const SESSION_COLUMNS: &str = "s.id, s.tenant, s.key, s.meta, s.created_at, s.updated_at, s.leaf, \
@@ -144,7 +144,14 @@ impl Store for PgStore {
         let leaf = leaf.cloned();
         self.pool.run(move |c| {
             let mut tx = c.transaction().map_err(pg)?;
-            let batch_no = append_in(&mut tx, session, &batch, leaf.as_ref(), Indexing::Inline)?;
+            let batch_no = append_in(
+                &mut tx,
+                session,
+                &batch,
+                leaf.as_ref(),
+                None,
+                Indexing::Inline,
+            )?;
             tx.commit().map_err(pg)?;
             Ok(batch_no)
         })
@@ -231,13 +238,18 @@ fn find_session(
 }
 
 /// Lock the session's row for this transaction: appends to one session, from any number of
-/// gateways, take their seq numbers one after another. `NoSession` when there is none.
-pub(super) fn lock_session(tx: &mut Transaction<'_>, session: SessionId) -> Result<(), StoreError> {
+/// gateways, take their seq numbers one after another. The session's leaf as the lock found
+/// it (the latest committed: a locking read waits for the row's writer, then reads its
+/// version); `NoSession` when there is none.
+pub(super) fn lock_session(
+    tx: &mut Transaction<'_>,
+    session: SessionId,
+) -> Result<Option<String>, StoreError> {
     tx.query_opt_cached(
-        "SELECT id FROM sessions WHERE id = $1 FOR UPDATE",
+        "SELECT leaf FROM sessions WHERE id = $1 FOR UPDATE",
         &[&session],
     )?
-    .map(|_| ())
+    .map(|r| r.get(0))
     .ok_or_else(|| StoreError::NoSession(session.to_string()))
 }
 
@@ -252,9 +264,10 @@ pub(super) fn append_in(
     session: SessionId,
     batch: &[NewEntry],
     leaf: Option<&EntryId>,
+    expect_leaf: Option<&EntryId>,
     indexing: Indexing,
 ) -> Result<i64, StoreError> {
-    lock_session(tx, session)?;
+    check_leaf(expect_leaf, lock_session(tx, session)?)?;
     let columns = Columns::of(batch)?;
     let new_leaf = leaf.map(|l| l.0.as_str()).or(columns.id.last().copied());
     if let Some(l) = new_leaf.filter(|l| !columns.id.contains(l)) {

@@ -22,6 +22,11 @@ pub enum GroupWrite<'a> {
     Append {
         session: SessionId,
         entries: &'a [NewEntry],
+        /// Only while the session's leaf is this entry (checked under the write's lock):
+        /// otherwise `StoreError::LeafMoved` and nothing of the batch is written. For writes
+        /// that must not land behind another writer's back (a distillation pass's edits, on a
+        /// store several gateways write).
+        expect_leaf: Option<&'a EntryId>,
     },
     /// [`crate::Store::set_leaf`].
     SetLeaf {
@@ -74,9 +79,19 @@ fn write_group_in(conn: &mut rusqlite::Connection, writes: &[GroupWrite<'_>]) ->
 
 fn apply(conn: &rusqlite::Connection, write: &GroupWrite<'_>) -> Result<(), StoreError> {
     match *write {
-        GroupWrite::Append { session, entries } => {
-            append_in(conn, session, entries, None, Indexing::Deferred).map(|_| ())
-        }
+        GroupWrite::Append {
+            session,
+            entries,
+            expect_leaf,
+        } => append_in(
+            conn,
+            session,
+            entries,
+            None,
+            expect_leaf,
+            Indexing::Deferred,
+        )
+        .map(|_| ()),
         GroupWrite::SetLeaf { session, leaf } => set_leaf_in(conn, session, leaf),
     }
 }
@@ -120,10 +135,12 @@ mod tests {
                 GroupWrite::Append {
                     session: a.id,
                     entries: &first,
+                    expect_leaf: None,
                 },
                 GroupWrite::Append {
                     session: b.id,
                     entries: &dup,
+                    expect_leaf: None,
                 },
                 GroupWrite::SetLeaf {
                     session: b.id,
@@ -132,6 +149,7 @@ mod tests {
                 GroupWrite::Append {
                     session: a.id,
                     entries: &later,
+                    expect_leaf: None,
                 },
                 GroupWrite::SetLeaf {
                     session: a.id,

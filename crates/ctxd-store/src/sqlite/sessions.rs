@@ -146,7 +146,7 @@ impl Store for SqliteStore {
     ) -> Result<i64, StoreError> {
         let mut conn = self.conn();
         let tx = super::write_transaction(&mut conn)?;
-        let batch_no = append_in(&tx, session, batch, leaf, Indexing::Inline)?;
+        let batch_no = append_in(&tx, session, batch, leaf, None, Indexing::Inline)?;
         tx.commit()?;
         Ok(batch_no)
     }
@@ -231,7 +231,20 @@ impl Store for SqliteStore {
     }
 }
 
-/// [`Store::append`] inside the caller's transaction (or savepoint).
+/// `LeafMoved` when an append expects the leaf at `expected` and the session's is `current`.
+pub(crate) fn check_leaf(
+    expected: Option<&EntryId>,
+    current: Option<String>,
+) -> Result<(), StoreError> {
+    match expected {
+        Some(e) if current.as_deref() != Some(e.as_str()) => Err(StoreError::LeafMoved {
+            expected: e.0.clone(),
+            found: current,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Whether an append writes the derived indexes (full-text, history) in its own transaction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Indexing {
@@ -242,20 +255,24 @@ pub enum Indexing {
     Deferred,
 }
 
+/// [`Store::append`] inside the caller's transaction (or savepoint); with `expect_leaf`, only
+/// while the session's leaf is that entry ([`crate::GroupWrite::Append`]).
 pub(crate) fn append_in(
     conn: &rusqlite::Connection,
     session: SessionId,
     batch: &[NewEntry],
     leaf: Option<&EntryId>,
+    expect_leaf: Option<&EntryId>,
     indexing: Indexing,
 ) -> Result<i64, StoreError> {
-    let exists: Option<i64> = conn
-        .prepare_cached("SELECT id FROM sessions WHERE id = ?1")?
+    let current: Option<Option<String>> = conn
+        .prepare_cached("SELECT leaf FROM sessions WHERE id = ?1")?
         .query_row(params![session], |r| r.get(0))
         .optional()?;
-    if exists.is_none() {
+    let Some(current) = current else {
         return Err(StoreError::NoSession(session.to_string()));
-    }
+    };
+    check_leaf(expect_leaf, current)?;
     // Two index probes (the primary key, `entries_batch`): reading `batch` from the last row
     // itself would walk the overflow pages of its `body` and `raw` first.
     let (mut seq, batch_no): (i64, i64) = conn
