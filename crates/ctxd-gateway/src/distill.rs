@@ -16,12 +16,16 @@
 //! branch is handed over for it at the session's next request (once the pass is over).
 //!
 //! A pass plans, asks the classifier and decides on its copy, and leaves the edits on the
-//! session's slot. The session's next request appends them under the previous turn before it
-//! is planned ([`apply_ready`]), in its own batch for the store: they reach the model from that
-//! request on. A request that comes while the pass still runs waits for it at most
-//! `distill-wait` (0 by default), then goes as it would have; the edits land at a later request
-//! instead. Edits of a branch the client has left are dropped (passes keep no state of their
-//! own: the next one judges again from the log).
+//! session's slot. Then they land ([`Landing`]): when the session is still where the pass
+//! judged it (no request came since that turn end, at this gateway or, on a shared store, at
+//! any other), they are committed at once under that turn end, conditionally (the store
+//! refuses them if another gateway moved the leaf meanwhile), so the session's next request
+//! carries them whichever gateway serves it. Otherwise they wait on the slot for the
+//! session's next request here, which appends them before it is planned ([`apply_ready`]).
+//! A request that comes while the pass still runs waits for it at most `distill-wait` (0 by
+//! default), then goes as it would have; the edits land at a later request instead. Edits of
+//! a branch the client has left are dropped (passes keep no state of their own: the next one
+//! judges again from the log).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -35,6 +39,7 @@ use ctxd_store::NewEntry;
 
 use crate::pace::{self, Pacer};
 use crate::sessions::{Loaded, Slot};
+use crate::writer::{Job, WriterHandle};
 
 /// The phase of a pass at the end of `branch`: a run end after an answer without tool calls,
 /// a mid-run checkpoint after one with calls; `None` when the branch does not end with an
@@ -55,6 +60,64 @@ pub(crate) fn phase_at_end(log: &SessionLog, branch: &[usize]) -> Option<Phase> 
         .iter()
         .any(|b| matches!(b, ContentBlock::ToolCall { .. }));
     Some(if calls { Phase::MidRun } else { Phase::RunEnd })
+}
+
+/// Where a pass's edits are committed from: the request runtime (the landing takes the
+/// session's lock; at the passes' lowest priority it could hold a request up), the store
+/// (to catch up with other gateways' writes first) and its writer.
+pub struct Landing {
+    pub runtime: tokio::runtime::Handle,
+    pub engine: Arc<ctxd_engine::Engine<dyn ctxd_store::Backend>>,
+    pub writer: WriterHandle,
+}
+
+impl Landing {
+    /// Commit the edits waiting on `slot` under the turn end their pass judged, if the
+    /// session is still there; otherwise leave them for the session's next request. The
+    /// session's lock is held until the store answers: a request planned on the edits must
+    /// not reach the store before them, nor after the store refused them.
+    async fn land(&self, slot: &Slot) {
+        let mut state = slot.state.lock().await;
+        if slot.stale.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(loaded) = state.as_mut() else {
+            return;
+        };
+        let Some(judged) = slot.passes().ready.as_ref().map(|r| r.leaf.1.clone()) else {
+            return;
+        };
+        if self.engine.store().shared() && !crate::sessions::catch_up(&self.engine, loaded).await {
+            // The store's log is not an extension of this copy: the next request reloads it
+            // and judges the edits against what it reads.
+            slot.stale.store(true, Ordering::Release);
+            return;
+        }
+        let leaf = loaded.log.leaf().and_then(|p| loaded.log.entry(p));
+        if leaf.map(|e| &e.id) != Some(&judged) {
+            metrics::counter!("ctxd_distill_landed_total", "at" => "next_request").increment(1);
+            return;
+        }
+        let entries = apply_ready(slot, loaded);
+        if entries.is_empty() {
+            return;
+        }
+        let (ack, committed) = tokio::sync::oneshot::channel();
+        self.writer.send(Job::Append {
+            session: loaded.record.id,
+            entries,
+            expect_leaf: Some(judged),
+            stale: slot.stale.clone(),
+            ack: Some(ack),
+        });
+        let at = match committed.await {
+            Ok(Ok(())) => "pass_end",
+            // Another gateway's request came first: the writer marked the copy stale (it
+            // holds the refused edits), and the next pass judges again.
+            _ => "refused",
+        };
+        metrics::counter!("ctxd_distill_landed_total", "at" => at).increment(1);
+    }
 }
 
 /// A session's passes, on its slot.
@@ -176,8 +239,10 @@ impl Distiller {
     pub fn start(
         classifier: Configured,
         cpu_percent: u8,
+        landing: Landing,
     ) -> std::io::Result<(Self, DistillThread)> {
         let classifier = Arc::new(classifier);
+        let landing = Arc::new(landing);
         let (queue, mut jobs) = tokio::sync::mpsc::unbounded_channel::<(Arc<Slot>, Snapshot)>();
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -207,7 +272,12 @@ impl Distiller {
                         }
                         // Passes of different sessions overlap while they wait on a remote
                         // classifier; their CPU work shares this one thread.
-                        drop(tokio::spawn(run(slot, snapshot, classifier.clone())));
+                        drop(tokio::spawn(run(
+                            slot,
+                            snapshot,
+                            classifier.clone(),
+                            landing.clone(),
+                        )));
                         // Let the pass do its CPU work before the next one is paced, so
                         // that one is charged for it.
                         tokio::task::yield_now().await;
@@ -280,8 +350,14 @@ fn lowest_priority() {
     }
 }
 
-/// One pass of `slot`'s session on `snapshot`: plan, ask, decide, leave the edits on the slot.
-async fn run(slot: Arc<Slot>, snapshot: Snapshot, classifier: Arc<Configured>) {
+/// One pass of `slot`'s session on `snapshot`: plan, ask, decide, leave the edits on the slot
+/// and land them.
+async fn run(
+    slot: Arc<Slot>,
+    snapshot: Snapshot,
+    classifier: Arc<Configured>,
+    landing: Arc<Landing>,
+) {
     let started = std::time::Instant::now();
     let (ready, mirror) = pass(snapshot, &classifier).await;
     let outcome = if ready.is_some() {
@@ -298,7 +374,16 @@ async fn run(slot: Arc<Slot>, snapshot: Snapshot, classifier: Arc<Configured>) {
     }
     metrics::counter!("ctxd_distill_passes_total", "outcome" => outcome).increment(1);
     metrics::histogram!("ctxd_distill_pass_seconds").record(started.elapsed().as_secs_f64());
-    finish(&slot);
+    if outcome == "nothing" {
+        finish(&slot);
+        return;
+    }
+    // A request waiting for the pass (`distill-wait`) goes once the edits are in the log.
+    let runtime = landing.runtime.clone();
+    drop(runtime.spawn(async move {
+        landing.land(&slot).await;
+        finish(&slot);
+    }));
 }
 
 /// The pass of `slot` is over: wake a request waiting for it.

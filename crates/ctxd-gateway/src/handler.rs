@@ -394,7 +394,7 @@ async fn prepare(
     let mut reload = state.is_none() || slot.take_stale();
     if let Some(loaded) = state.as_mut().filter(|_| !reload) {
         if app.engine.store().shared() {
-            reload = !catch_up(app, loaded).await;
+            reload = !crate::sessions::catch_up(&app.engine, loaded).await;
         }
     }
     if reload {
@@ -482,6 +482,7 @@ async fn prepare(
         app.writer.send(Job::Append {
             session: loaded.record.id,
             entries: appended,
+            expect_leaf: None,
             stale: slot.stale.clone(),
             ack: None,
         });
@@ -645,6 +646,7 @@ async fn recover_overflow(
         app.writer.send(Job::Append {
             session: loaded.record.id,
             entries: drafts,
+            expect_leaf: None,
             stale: slot.stale.clone(),
             ack: None,
         });
@@ -767,64 +769,6 @@ async fn store_unavailable(
     r.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     r
-}
-
-/// On a store other gateways write too: bring the cached `loaded` up to the store's log.
-/// Another gateway's appends come after everything this cache holds (the client waited for
-/// each answer, which was committed before it ended), so they are read as the store's tail
-/// and pushed in order, as a fresh load would. `false` when the cache cannot be extended
-/// (the store's log forked from it: requests of one session at two gateways at once) or the
-/// store could not be read: the caller reloads the session whole.
-///
-/// Entries this gateway queued and has not committed yet make the cache longer than the
-/// store, never unknown to it: that is current.
-async fn catch_up(app: &Arc<Gateway>, loaded: &mut Loaded) -> bool {
-    let engine = app.engine.clone();
-    let session = loaded.record.id;
-    let head = match tokio::task::spawn_blocking(move || engine.store().head(session)).await {
-        Ok(Ok(head)) => head,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "cannot read the session's head; reloading it");
-            return false;
-        }
-        Err(_) => return false,
-    };
-    let len = loaded.log.len() as u64;
-    if head.entries <= len {
-        return head
-            .last
-            .as_ref()
-            .is_none_or(|id| loaded.log.position(id).is_some());
-    }
-    // The store has more: read from our last entry on, which must be the store's `len`th.
-    let ours = loaded
-        .log
-        .entry(loaded.log.len().wrapping_sub(1))
-        .map(|e| e.id.clone());
-    let engine = app.engine.clone();
-    let after = len.saturating_sub(1);
-    let tail = match tokio::task::spawn_blocking(move || engine.store().tail(session, after)).await
-    {
-        Ok(Ok(tail)) => tail,
-        _ => return false,
-    };
-    let mut tail = tail.into_iter();
-    if len > 0 && tail.next().map(|e| e.id) != ours {
-        return false;
-    }
-    let mut added = 0u64;
-    for entry in tail {
-        if loaded.log.position(&entry.id).is_some() {
-            return false;
-        }
-        loaded.log.push(entry);
-        added += 1;
-    }
-    if let Some(pos) = head.leaf.as_ref().and_then(|id| loaded.log.position(id)) {
-        loaded.log.set_leaf(pos);
-    }
-    metrics::counter!("ctxd_session_catch_up_entries_total").increment(added);
-    true
 }
 
 /// Whether an upstream error says the prompt did not fit the context window.

@@ -343,6 +343,7 @@ impl TurnRecord {
                 app.writer.commit(Job::Append {
                     session,
                     entries: batch,
+                    expect_leaf: None,
                     stale,
                     ack: Some(done),
                 });

@@ -337,8 +337,15 @@ impl Server {
         };
         let judge = ctxd_engine::distill::Configured::from_settings(&settings.classifier)
             .map_err(|e| StartError::Classifier(e.to_string()))?;
-        let (distiller, distill_thread) =
-            crate::distill::Distiller::start(classifier, settings.distill_cpu_percent)?;
+        let (distiller, distill_thread) = crate::distill::Distiller::start(
+            classifier,
+            settings.distill_cpu_percent,
+            crate::distill::Landing {
+                runtime: tokio::runtime::Handle::current(),
+                engine: engine.clone(),
+                writer: writer.handle(),
+            },
+        )?;
         if !settings.listen.ip().is_loopback() {
             tracing::warn!(
                 listen = %settings.listen,

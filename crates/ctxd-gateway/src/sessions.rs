@@ -7,6 +7,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use ctxd_engine::Engine;
+use ctxd_store::Backend;
+
 use crate::request::PrevRequest;
 
 /// At most this many bytes of previous request bodies are kept over all sessions (beyond it a
@@ -113,6 +116,64 @@ async fn wait_zero(
             return counter.load(Ordering::Acquire) == 0;
         }
     }
+}
+
+/// On a store other gateways write too: bring the cached `loaded` up to the store's log.
+/// Another gateway's appends come after everything this cache holds (the client waited for
+/// each answer, which was committed before it ended), so they are read as the store's tail
+/// and pushed in order, as a fresh load would. `false` when the cache cannot be extended
+/// (the store's log forked from it: requests of one session at two gateways at once) or the
+/// store could not be read: the caller reloads the session whole.
+///
+/// Entries this gateway queued and has not committed yet make the cache longer than the
+/// store, never unknown to it: that is current.
+pub(crate) async fn catch_up(engine: &Arc<Engine<dyn Backend>>, loaded: &mut Loaded) -> bool {
+    let session = loaded.record.id;
+    let reader = engine.clone();
+    let head = match tokio::task::spawn_blocking(move || reader.store().head(session)).await {
+        Ok(Ok(head)) => head,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot read the session's head; reloading it");
+            return false;
+        }
+        Err(_) => return false,
+    };
+    let len = loaded.log.len() as u64;
+    if head.entries <= len {
+        return head
+            .last
+            .as_ref()
+            .is_none_or(|id| loaded.log.position(id).is_some());
+    }
+    // The store has more: read from our last entry on, which must be the store's `len`th.
+    let ours = loaded
+        .log
+        .entry(loaded.log.len().wrapping_sub(1))
+        .map(|e| e.id.clone());
+    let reader = engine.clone();
+    let after = len.saturating_sub(1);
+    let tail = match tokio::task::spawn_blocking(move || reader.store().tail(session, after)).await
+    {
+        Ok(Ok(tail)) => tail,
+        _ => return false,
+    };
+    let mut tail = tail.into_iter();
+    if len > 0 && tail.next().map(|e| e.id) != ours {
+        return false;
+    }
+    let mut added = 0u64;
+    for entry in tail {
+        if loaded.log.position(&entry.id).is_some() {
+            return false;
+        }
+        loaded.log.push(entry);
+        added += 1;
+    }
+    if let Some(pos) = head.leaf.as_ref().and_then(|id| loaded.log.position(id)) {
+        loaded.log.set_leaf(pos);
+    }
+    metrics::counter!("ctxd_session_catch_up_entries_total").increment(added);
+    true
 }
 
 /// The slots, keyed by tenant and session key.

@@ -28,10 +28,13 @@ pub type Ack = tokio::sync::oneshot::Sender<Result<(), String>>;
 
 /// One unit of work for the writer.
 pub enum Job {
-    /// Append a batch atomically; the leaf moves to its last entry.
+    /// Append a batch atomically; the leaf moves to its last entry. With `expect_leaf`, only
+    /// while the session's leaf is that entry in the store (another gateway may have moved
+    /// it): otherwise nothing is written and the job fails.
     Append {
         session: SessionId,
         entries: Vec<NewEntry>,
+        expect_leaf: Option<EntryId>,
         stale: Arc<AtomicBool>,
         ack: Option<Ack>,
     },
@@ -454,10 +457,14 @@ fn write_group(
         .iter()
         .filter_map(|job| match job {
             Job::Append {
-                session, entries, ..
+                session,
+                entries,
+                expect_leaf,
+                ..
             } => Some(GroupWrite::Append {
                 session: *session,
                 entries,
+                expect_leaf: expect_leaf.as_ref(),
             }),
             Job::SetLeaf { session, leaf, .. } => Some(GroupWrite::SetLeaf {
                 session: *session,
@@ -496,6 +503,24 @@ fn answer(jobs: Vec<Job>, results: Vec<Result<(), String>>) {
     let mut barriers = Vec::new();
     for job in jobs {
         match job {
+            Job::Append {
+                session,
+                stale,
+                ack,
+                expect_leaf: Some(_),
+                ..
+            } => {
+                // A conditional append another writer got ahead of: expected now and then
+                // with several gateways, not an error of the store.
+                let result = results.next().unwrap_or(Ok(()));
+                if let Err(e) = &result {
+                    stale.store(true, Ordering::Release);
+                    tracing::info!(session, error = %e, "conditional append not written");
+                }
+                if let Some(ack) = ack {
+                    waiting.push((ack, result));
+                }
+            }
             Job::Append {
                 session,
                 stale,
@@ -555,6 +580,7 @@ mod tests {
         Job::Append {
             session,
             entries,
+            expect_leaf: None,
             stale: Arc::new(AtomicBool::new(false)),
             ack,
         }
@@ -597,6 +623,7 @@ mod tests {
         h.send(Job::Append {
             session: record.id,
             entries: vec![entry("b", Some("a"))],
+            expect_leaf: None,
             stale: stale.clone(),
             ack: Some(tx),
         });

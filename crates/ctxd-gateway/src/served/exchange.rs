@@ -112,6 +112,7 @@ impl Context {
             self.app.writer.commit(Job::Append {
                 session,
                 entries: batch,
+                expect_leaf: None,
                 stale: self.slot.stale.clone(),
                 ack: Some(tx),
             });
@@ -168,6 +169,7 @@ impl Context {
         self.app.writer.send(Job::Append {
             session,
             entries: batch,
+            expect_leaf: None,
             stale: self.slot.stale.clone(),
             ack: None,
         });

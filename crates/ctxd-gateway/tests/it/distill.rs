@@ -193,19 +193,78 @@ async fn responses_distilled_outputs_go_upstream_and_recall_brings_them_back() {
     session(Api::Responses, true).await;
 }
 
-/// With the default `distill-wait` (0), no request waits for a pass: the edits land at the
-/// first request after the pass is over, each request valid either way.
+/// With the default `distill-wait` (0), no request waits for a pass. A pass over a session
+/// nobody wrote to since its turn end commits its edits itself: they are in the store before
+/// any further request, and the next request carries them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_a_wait_the_edits_land_at_a_later_request() {
+async fn a_pass_commits_its_edits_at_its_end() {
     let api = Api::Anthropic;
     let rig = Rig::with(Config::default(), |s| {
         s.management.mechanisms.digests = false
     })
     .await;
     let mut conversation = grep_run(&rig, api, true).await;
+    let reader = crate::support::Stored(
+        ctxd_store::SqliteStore::open(&rig.store_path, ctxd_store::Durability::Full).unwrap(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let stored_edits = || {
+        reader.sessions().iter().any(|r| {
+            ctxd_store::Store::load(&reader.0, r.id).is_ok_and(|s| {
+                s.entries
+                    .iter()
+                    .any(|e| matches!(e.kind, EntryKind::ContextEdit { .. }))
+            })
+        })
+    };
+    while !stored_edits() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pass's edits were never committed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    rig.mock.script().push(Reply::text("Noted."));
+    conversation.push(user_text(api, "Thanks."));
+    turn(&rig, api, &conversation, true, false).await;
+    let sent = rig.mock.requests();
+    let last = sent.last().unwrap();
+    assert!(last.refused.is_none(), "refused: {:?}", last.refused);
+    assert!(
+        String::from_utf8_lossy(&last.body).contains("[ctxd] Distilled output of bash"),
+        "the committed edits did not reach the next request"
+    );
+}
+
+/// A request that comes while the pass still runs (its classifier is slow) goes without it,
+/// valid either way; the session moved on, so the edits wait for a later request, which
+/// appends them under the turn before it and carries them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_wait_the_edits_land_at_a_later_request() {
+    let api = Api::Anthropic;
+    let slow = Config {
+        shape: ctxd_mock::Shape {
+            first_byte_delay: std::time::Duration::from_millis(300),
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    let judge = ctxd_mock::MockServer::start(slow).await.unwrap();
+    let judge_url = format!("{}/v1", judge.base_url());
+    let mut rig = Rig::with(Config::default(), |s| {
+        s.management.mechanisms.digests = false;
+        s.classifier = ctxd_engine::distill::ClassifierSettings {
+            kind: ctxd_engine::distill::ClassifierKind::OpenAi,
+            base_url: Some(judge_url.clone()),
+            model: Some("judge-mini".into()),
+            ..Default::default()
+        };
+    })
+    .await;
+    let mut conversation = grep_run(&rig, api, true).await;
     let script = rig.mock.script();
     let mut landed = None;
-    for i in 0..50 {
+    for i in 0..100 {
         script.push(Reply::text(format!("Reply {i}.")));
         conversation.push(user_text(api, &format!("Question {i}?")));
         let (_, els) = turn(&rig, api, &conversation, true, false).await;
@@ -217,10 +276,40 @@ async fn without_a_wait_the_edits_land_at_a_later_request() {
             landed = Some(i);
             break;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     let landed = landed.expect("the pass's edits never reached upstream");
     eprintln!("the edits landed at follow-up request {landed}");
+    assert!(
+        landed > 0,
+        "the first follow-up came while the judge was still answering"
+    );
+    let stored = rig.stored().await;
+    let record = stored.sessions().remove(0);
+    let s = stored.load(&record);
+    let edit = s
+        .entries
+        .iter()
+        .find(|e| matches!(e.kind, EntryKind::ContextEdit { .. }))
+        .expect("no edit stored");
+    // The nearest message above the edits: the follow-up answer before the request that
+    // carried them (a turn's accounting events come after its answer).
+    let mut above = edit.parent.clone();
+    let text = loop {
+        let parent = s
+            .entries
+            .iter()
+            .find(|e| Some(&e.id) == above.as_ref())
+            .expect("the edits' ancestors are stored");
+        if let EntryKind::Message(m) = &parent.kind {
+            break ctxd_core::text::message_text(m);
+        }
+        above = parent.parent.clone();
+    };
+    assert!(
+        text.starts_with("Reply "),
+        "the edits went under {text:?}, not under the follow-up before the request that carried them"
+    );
 }
 
 /// With an OpenAI-compatible classifier configured (a second mock serving log-probabilities),
