@@ -10,6 +10,8 @@
    nothing twice).
    An agent too: Pi (from ../shared/clients) runs a seven-request tool loop the same two ways,
    its requests alternating between the two gateways; the same checks, and its own answer.
+   Distillation too: a run's end served by one gateway, whose pass distils a grep's output;
+   the session's next request, served by the other, carries the distilled text.
 2. **A gateway killed mid-stream.** A streamed answer is cut by SIGKILL of the gateway serving
    it; the client retries against the other gateway. Every answer the client received in full
    before is in the store; the retry is answered and stored.
@@ -99,16 +101,28 @@ class SlowMock(Mock):
         self.url = self.process.address
 
 
-def serve(ctxd, store, mock_url, workdir, name):
+def serve(ctxd, store, mock_url, workdir, name, *flags):
     env = dict(os.environ, CTXD_LOG=os.environ.get("CTXD_LOG", "info"))
     return Process(
         name,
         [ctxd, "--store", store, "serve", "--listen", "127.0.0.1:0",
-         "--upstream-anthropic", mock_url, "--upstream-openai", mock_url],
+         "--upstream-anthropic", mock_url, "--upstream-openai", mock_url] + list(flags),
         os.path.join(workdir, name + ".log"),
         r"ctxd serve: listening on http://(\S+)",
         env=env,
     )
+
+
+def metric_lines(gateway, prefix):
+    """The gateway's /metrics lines starting with `prefix`."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % gateway.port(), timeout=10) as r:
+        return [l for l in r.read().decode().splitlines() if l.startswith(prefix)]
+
+
+def landed_at_pass_end(gateway):
+    """How many distillation passes of this gateway committed their edits at their end."""
+    return sum(float(l.rsplit(" ", 1)[1]) for l in metric_lines(gateway, "ctxd_distill_landed_total")
+               if 'at="pass_end"' in l)
 
 
 def cli(ctxd, store, *args):
@@ -145,6 +159,9 @@ AGENT_COMMANDS = ["ls", "cat README.md", "cat main.py", "wc -l notes.txt", "ls -
 
 # Each mock process names its ids with a nonce of its own (`toolu_mock5c1419b2000000000001`):
 # the two runs' ids differ only there.
+BASH_TOOL = {"name": "bash", "description": "Run a shell command",
+             "input_schema": {"type": "object", "properties": {"command": {"type": "string"}},
+                              "required": ["command"]}}
 MOCK_NONCE = re.compile(rb"mock[0-9a-f]{8}")
 
 
@@ -300,6 +317,71 @@ class Run:
                    and len(set(ids)) == len(ids),
                    "%d/%d sessions, %d items vs %d" % (len(single), len(shared), len(a), len(b)))
 
+    # ------------------------------------------------------------------ 1c. distillation
+    def distilled_across_gateways(self):
+        """A grep's large output distilled by the pass that ran on the gateway serving the
+        run's end; the session's next request goes to the other gateway and carries the
+        distilled text (the cited line verbatim, the rest left for `recall`)."""
+        mock = Mock(self.args.mock, self.work)
+        # Digests off: the grep's output is over their threshold, and distillation is tested.
+        gateways = [serve(self.args.ctxd, self.pg, mock.url, self.work, "distill-%d" % i,
+                          "--no-digests") for i in (0, 1)]
+        lb = Alternating([g.port() for g in gateways]).start()
+        url = "http://127.0.0.1:%d" % lb.port
+        headers = {"x-api-key": "sk-ant-ctxd-multi", "anthropic-version": "2023-06-01",
+                   "content-type": "application/json", "x-ctxd-session": "multi-distill"}
+        cited = "src/config.rs:42: pub const WIDGET_LIMIT: usize = 7;"
+        marker = "OMITTED-MARK-91"
+        output = "".join(
+            "src/module_%03d/handler.rs:%d: let retry_limit_%d = backoff(attempt, %d);\n"
+            % (i, 10 + i, i, i * 3)
+            + (cited + "\n" if i == 40 else "")
+            + ("src/module_120/handler.rs:130: // %s legacy limit\n" % marker if i == 120 else "")
+            for i in range(160))
+        mock.queue(['tool:bash:{"command": "grep -rn limit src/"}',
+                    "text:The widget limit is WIDGET_LIMIT in src/config.rs line 42 (set to 7).",
+                    "text:Noted."])
+        try:
+            def ask(messages):
+                # An agent's request: its system prompt and its tools (ctxd offers `recall`
+                # beside them, which distillation needs).
+                return post_json(url + "/v1/messages", headers, {
+                    "model": "claude-sonnet-4-5", "max_tokens": 256,
+                    "system": "You are a coding agent.", "tools": [BASH_TOOL],
+                    "messages": messages})
+
+            messages = [{"role": "user", "content": "Where is the widget limit set? Grep for it."}]
+            call = ask(messages)  # gateway 0
+            use = [b for b in call["content"] if b["type"] == "tool_use"][0]
+            messages += [{"role": "assistant", "content": call["content"]},
+                         {"role": "user", "content": [{"type": "tool_result",
+                                                       "tool_use_id": use["id"], "content": output}]}]
+            answer = ask(messages)  # gateway 1: the run ends there, and its pass runs there
+            messages += [{"role": "assistant", "content": answer["content"]}]
+            deadline = time.time() + 30
+            while time.time() < deadline and landed_at_pass_end(gateways[1]) < 1:
+                time.sleep(0.1)
+            self.check("distill: the pass committed its edits at its end, on the gateway that ran it",
+                       landed_at_pass_end(gateways[1]) >= 1,
+                       "gateway 1's ctxd_distill_landed_total: %s" % metric_lines(gateways[1], "ctxd_distill"))
+            messages.append({"role": "user", "content": "Thanks. Which file would I edit to raise it?"})
+            ask(messages)  # gateway 0, which did not run the pass
+            sent = [r for r in mock.requests() if is_model_request(r["method"], r["path"])]
+            statuses = [r.status for r in lb.take()]
+        finally:
+            lb.stop()
+            for g in gateways:
+                g.stop()
+            mock.stop()
+        self.check("distill: every request answered and accepted upstream",
+                   statuses == [200] * 3 and len(sent) == 3 and not any(r.get("refused") for r in sent),
+                   "statuses %s, refused %s" % (statuses, [r.get("refused") for r in sent]))
+        last = (sent[-1]["decoded"] or b"").decode("utf-8", "replace") if sent else ""
+        self.check("distill: the other gateway's next request carries the distilled output",
+                   "[ctxd] Distilled output of bash" in last and cited in last and marker not in last,
+                   "distilled %s, cited line %s, unrelated marker %s" % (
+                       "[ctxd] Distilled output of bash" in last, cited in last, marker in last))
+
     # ------------------------------------------------------------------ 2. killed mid-stream
     def killed_mid_stream(self):
         # Slow events: a streamed answer takes seconds, long enough to be cut.
@@ -432,7 +514,8 @@ class Run:
         psql(self.args.postgres, "DROP DATABASE IF EXISTS %s" % self.db_name)
         psql(self.args.postgres, "CREATE DATABASE %s" % self.db_name)
         try:
-            for phase in (self.same_bytes, self.agent_alternating, self.killed_mid_stream,
+            for phase in (self.same_bytes, self.agent_alternating,
+                          self.distilled_across_gateways, self.killed_mid_stream,
                           self.restart_under_load):
                 try:
                     phase()
