@@ -454,6 +454,22 @@ fn long_listings_come_whole_and_in_order_or_stop_when_the_visitor_stops() {
             })
             .unwrap();
         assert_eq!(seqs, (1..=300).rev().collect::<Vec<i64>>());
+        // A literal search's matches across its pages (PostgreSQL reads 128 at a time), each
+        // once, in order either way.
+        for recent_first in [false, true] {
+            let mut found = Vec::new();
+            store
+                .history_search_literal(s.id, "giraffe", &all, None, recent_first, &mut |r| {
+                    found.push(r.seq);
+                    true
+                })
+                .unwrap();
+            let mut want: Vec<i64> = (1..=300).collect();
+            if recent_first {
+                want.reverse();
+            }
+            assert_eq!(found, want, "recent first: {recent_first}");
+        }
         let mut taken = 0;
         store
             .history_search_literal(s.id, "giraffe", &all, None, false, &mut |_| {
