@@ -28,6 +28,7 @@ pub mod model;
 pub mod models;
 pub mod notes;
 pub mod offered;
+pub mod pace;
 pub mod recall;
 pub mod report;
 pub mod savings;

@@ -25,6 +25,7 @@ pub use minilm::MiniLmClassifier;
 pub use openai::{LogprobClassifier, LogprobSettings};
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -197,6 +198,23 @@ pub async fn ask<C: Classifier>(classifier: &C, plan: &Plan, limits: &Limits) ->
         usage,
         timed_out,
     }
+}
+
+/// CPU time of classifier work run in the background off its caller's thread (a MiniLM model
+/// on its own thread, [`Configured::in_background`]), in nanoseconds since the process began.
+static MODEL_CPU_NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// The CPU time background classifier work has used so far: a pacer of the passes adds it to
+/// the passes' own thread's clock, so the model is held to the passes' share too.
+pub fn model_cpu() -> Duration {
+    Duration::from_nanos(MODEL_CPU_NANOS.load(Ordering::Relaxed))
+}
+
+/// Count `used` in [`model_cpu`].
+#[cfg_attr(not(feature = "minilm"), allow(dead_code))]
+pub(crate) fn charge_model_cpu(used: Duration) {
+    let nanos = u64::try_from(used.as_nanos()).unwrap_or(u64::MAX);
+    MODEL_CPU_NANOS.fetch_add(nanos, Ordering::Relaxed);
 }
 
 #[cfg(test)]

@@ -343,3 +343,31 @@ fn configured_finds_the_pip_package_and_shares_the_model() {
     let b = MiniLmClassifier::load(Some(&dir)).unwrap();
     assert!(a.shares_model_with(&b), "one model in memory per directory");
 }
+
+/// In the background (a gateway's passes) the model runs on a thread of its own, and its CPU
+/// time is counted for the passes' pacer; the embeddings are the same as on every core.
+#[tokio::test]
+async fn in_the_background_the_model_is_counted_and_embeds_the_same() {
+    let Some(dir) = model_dir() else { return };
+    let everywhere = MiniLmClassifier::load(Some(&dir)).unwrap();
+    let background = MiniLmClassifier::load(Some(&dir))
+        .unwrap()
+        .in_background(100)
+        .unwrap();
+    let texts: Vec<String> = [QUESTION, RELATED, UNRELATED]
+        .iter()
+        .map(|t| (*t).to_owned())
+        .collect();
+    let before = ctxd_engine::distill::model_cpu();
+    let (quiet, tokens) = background.embed(texts.clone()).await.unwrap();
+    assert!(tokens > 0);
+    let used = ctxd_engine::distill::model_cpu().saturating_sub(before);
+    assert!(
+        used > Duration::ZERO,
+        "the model's CPU time was not counted"
+    );
+    let (loud, _) = everywhere.embed(texts).await.unwrap();
+    for (a, b) in quiet.iter().zip(&loud) {
+        assert!((cosine(a, b) - 1.0).abs() < 1e-5);
+    }
+}

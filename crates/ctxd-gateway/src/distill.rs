@@ -260,6 +260,8 @@ impl Distiller {
                             _ = &mut stopped => None,
                         };
                         let Some((slot, snapshot)) = job else { break };
+                        // (A classifier computing on a thread of its own, MiniLM's model, is
+                        // paced there: `Configured::in_background`.)
                         let wait = pacer.delay(std::time::Instant::now(), pace::thread_cpu());
                         if !wait.is_zero() {
                             let stop = tokio::select! {

@@ -304,6 +304,28 @@ impl Configured {
                 .map_err(|e| bad("model_dir", e.0)),
         }
     }
+
+    /// For work that must give way to everything else (a gateway's passes): a classifier that
+    /// computes off the caller's thread does it on one thread of its own at the lowest
+    /// priority, held to `cpu_percent` % of a core, and counts its CPU time in
+    /// [`super::model_cpu`]. The others are unchanged (the local rules run on the caller's
+    /// thread, paced there; a remote model's CPU is not ours).
+    pub fn in_background(self, cpu_percent: u8) -> Result<Self, SettingsError> {
+        match self {
+            #[cfg(feature = "minilm")]
+            Self::MiniLm(c) => c
+                .in_background(cpu_percent)
+                .map(Self::MiniLm)
+                .map_err(|e| bad("kind", e.0)),
+            #[cfg(not(feature = "minilm"))]
+            other => {
+                let _ = cpu_percent;
+                Ok(other)
+            }
+            #[cfg(feature = "minilm")]
+            other => Ok(other),
+        }
+    }
 }
 
 impl Classifier for Configured {

@@ -34,10 +34,11 @@
 //! **Measured** (docs/eval.md, "MiniLM classifier"): on the shared sessions it saves more than
 //! `local` (tokens 0.531 against 0.558) and keeps fewer of the lines the work later uses
 //! (89.1 % against 90.2 %), at about 0.6 ms a token embedded; `local` stays the default. In the
-//! gateway, passes are paced by their thread's CPU clock (`distill-cpu-percent`); the model's
-//! work runs on the blocking pool and candle's rayon threads, off that clock, so the pacing
-//! does not hold it to the share (whether those threads inherit the passes' lowest priority
-//! depends on which thread starts them, and is not checked).
+//! gateway, passes are paced by their thread's CPU clock (`distill-cpu-percent`); its
+//! classifier runs the model in the background ([`MiniLmClassifier::in_background`]): on one
+//! rayon thread of its own at the lowest priority, each batch waiting for its credit on that
+//! thread's CPU clock, so the model is held to the same share of a core (its time counted in
+//! [`super::model_cpu`]). `ctxd eval` runs it on every core.
 
 pub mod encoder;
 pub mod locate;
@@ -50,6 +51,7 @@ use tokio::sync::Semaphore;
 
 use ctxd_core::distill::run::{clip_head, clip_tail};
 use ctxd_core::distill::{local, Answer, Ask, Batch, Item, ItemKind, Plan, Question, Target};
+use ctxd_core::pace::Pacer;
 
 use super::{Classifier, ClassifierError, LocalClassifier, Pass, Reply};
 use encoder::Encoder;
@@ -239,6 +241,9 @@ pub struct MiniLmClassifier {
     memo: Arc<Mutex<Memo>>,
     /// One batch embeds at a time.
     permits: Arc<Semaphore>,
+    /// Where the model runs when it must give way: its own thread, paced (`None`: the
+    /// blocking task's, with candle's threads on every core).
+    background: Option<Arc<Background>>,
     local: LocalClassifier,
 }
 
@@ -253,8 +258,31 @@ impl MiniLmClassifier {
             encoder,
             memo: Arc::default(),
             permits: Arc::new(Semaphore::new(1)),
+            background: None,
             local: LocalClassifier::default(),
         })
+    }
+
+    /// This classifier with its model run on one thread of its own at the lowest CPU
+    /// priority (candle's parallel work stays on that thread), held to `cpu_percent` % of a
+    /// core (each batch waits for its credit, [`ctxd_core::pace::Pacer`]) and its CPU time
+    /// counted in [`super::model_cpu`]: a gateway's passes give way to its requests.
+    pub fn in_background(mut self, cpu_percent: u8) -> Result<Self, ClassifierError> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .thread_name(|_| "ctxd-minilm".into())
+            .start_handler(|_| {
+                if let Err(e) = rustix::process::setpriority_process(None, 19) {
+                    tracing::debug!(error = %e, "cannot lower the model thread's priority");
+                }
+            })
+            .build()
+            .map_err(|e| ClassifierError(format!("minilm: the model's thread: {e}")))?;
+        self.background = Some(Arc::new(Background {
+            pool,
+            pacer: Mutex::new(Pacer::new(cpu_percent)),
+        }));
+        Ok(self)
     }
 
     /// The model's directory.
@@ -284,6 +312,7 @@ impl MiniLmClassifier {
         }
         let encoder = self.encoder.clone();
         let memo = self.memo.clone();
+        let background = self.background.clone();
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
             let mut missing: Vec<usize> = Vec::new();
@@ -297,9 +326,11 @@ impl MiniLmClassifier {
                 }
             }
             let refs: Vec<&str> = missing.iter().map(|&i| texts[i].as_str()).collect();
-            let embedded = encoder
-                .embed(&refs)
-                .map_err(|e| ClassifierError(format!("minilm: {e}")))?;
+            let embedded = match &background {
+                Some(b) => b.run(|| encoder.embed(&refs)),
+                None => encoder.embed(&refs),
+            }
+            .map_err(|e| ClassifierError(format!("minilm: {e}")))?;
             let mut m = lock(&memo)?;
             for (&i, v) in missing.iter().zip(embedded.vectors) {
                 let v: Arc<[f32]> = v.into();
@@ -333,6 +364,43 @@ impl MiniLmClassifier {
     pub fn memo_len(&self) -> usize {
         self.memo.lock().map_or(0, |m| m.len())
     }
+}
+
+/// The model's own thread and its pacing.
+#[derive(Debug)]
+struct Background {
+    pool: rayon::ThreadPool,
+    pacer: Mutex<Pacer>,
+}
+
+impl Background {
+    /// Run `work` on the model's thread once the pacer allows. The thread does all of it
+    /// (nested parallel work included), so its CPU clock is the model's whole cost.
+    fn run<T: Send>(&self, work: impl FnOnce() -> T + Send) -> T {
+        self.pool.install(|| {
+            let wait = self
+                .pacer
+                .lock()
+                .map(|mut p| p.delay(std::time::Instant::now(), thread_cpu()))
+                .unwrap_or_default();
+            if !wait.is_zero() {
+                std::thread::sleep(wait);
+            }
+            let started = thread_cpu();
+            let out = work();
+            super::charge_model_cpu(thread_cpu().saturating_sub(started));
+            out
+        })
+    }
+}
+
+/// The calling thread's CPU clock.
+fn thread_cpu() -> std::time::Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    std::time::Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
 }
 
 fn lock(memo: &Mutex<Memo>) -> Result<std::sync::MutexGuard<'_, Memo>, ClassifierError> {
