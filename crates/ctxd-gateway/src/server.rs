@@ -246,6 +246,15 @@ fn register_metrics() {
         "Time of one WAL checkpoint (on its own thread and connection)"
     );
     describe_gauge!(
+        "ctxd_distill_model_cpu_seconds",
+        Unit::Seconds,
+        "CPU time of the passes' classifier model on its own thread (MiniLM), since start"
+    );
+    describe_counter!(
+        "ctxd_distill_landed_total",
+        "Passes' edits by where they landed: at the pass's end, at a later request, refused"
+    );
+    describe_gauge!(
         "ctxd_distill_pending",
         "Distillation passes queued or running (paced to distill-cpu-percent of one core)"
     );
@@ -735,6 +744,8 @@ async fn healthz(State(app): State<Arc<Gateway>>) -> Response {
 }
 
 async fn metrics_route(State(app): State<Arc<Gateway>>) -> Response {
+    metrics::gauge!("ctxd_distill_model_cpu_seconds")
+        .set(ctxd_engine::distill::model_cpu().as_secs_f64());
     (
         [(
             axum::http::header::CONTENT_TYPE,
