@@ -113,6 +113,14 @@ def serve(ctxd, store, mock_url, workdir, name, *flags):
     )
 
 
+def stop_all(balancer, gateways, mock):
+    """Stop a phase's balancer, gateways and mock (in that order)."""
+    balancer.stop()
+    for g in gateways:
+        g.stop()
+    mock.stop()
+
+
 def metric_lines(gateway, prefix):
     """The gateway's /metrics lines starting with `prefix`."""
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % gateway.port(), timeout=10) as r:
@@ -236,10 +244,7 @@ class Run:
             shared = model_bodies(mock)
             statuses = [r.status for r in lb.take()]
         finally:
-            lb.stop()
-            for g in gateways:
-                g.stop()
-            mock.stop()
+            stop_all(lb, gateways, mock)
         self.check("every request through the alternating gateways answered",
                    statuses and all(s == 200 for s in statuses), "statuses %s" % statuses)
         self.check("as many upstream requests as one gateway sends", len(shared) == len(single),
@@ -369,10 +374,7 @@ class Run:
             sent = [r for r in mock.requests() if is_model_request(r["method"], r["path"])]
             statuses = [r.status for r in lb.take()]
         finally:
-            lb.stop()
-            for g in gateways:
-                g.stop()
-            mock.stop()
+            stop_all(lb, gateways, mock)
         self.check("distill: every request answered and accepted upstream",
                    statuses == [200] * 3 and len(sent) == 3 and not any(r.get("refused") for r in sent),
                    "statuses %s, refused %s" % (statuses, [r.get("refused") for r in sent]))
@@ -425,10 +427,7 @@ class Run:
             post_json(url + "/v1/messages", headers, {
                 "model": "claude-sonnet-4-5", "max_tokens": 64, "messages": messages})
         finally:
-            lb.stop()
-            for g in gateways:
-                g.stop()
-            mock.stop()
+            stop_all(lb, gateways, mock)
         items = stored_items(self.args.ctxd, self.pg).get("multi-kill", [])
         roles = [(role, text if role == "user" else "") for _, role, text in items]
         want = [("user", "turn 0"), ("assistant", ""), ("user", "turn 1"), ("assistant", ""),
@@ -491,10 +490,7 @@ class Run:
             for w in workers:
                 w.join(60)
         finally:
-            lb.stop()
-            for g in gateways:
-                g.stop()
-            mock.stop()
+            stop_all(lb, gateways, mock)
         bad = [o for o in outcomes if o[2] not in (200, 503)]
         self.check("during the outage every request answered 200 or 503 (none hung or reset)", not bad,
                    "%s" % bad[:5])

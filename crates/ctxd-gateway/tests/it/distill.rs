@@ -78,6 +78,26 @@ async fn grep_run(rig: &Rig, api: Api, stream: bool) -> Vec<serde_json::Value> {
     conversation
 }
 
+/// A gateway whose passes ask `judge` (a second mock serving log-probabilities, model
+/// `judge-mini`), digests off (distillation is what is tested), then `tweak`.
+async fn judged_rig(
+    judge: &ctxd_mock::MockServer,
+    tweak: impl FnOnce(&mut ctxd_gateway::Settings),
+) -> Rig {
+    let judge_url = format!("{}/v1", judge.base_url());
+    Rig::with(Config::default(), |s| {
+        s.management.mechanisms.digests = false;
+        s.classifier = ctxd_engine::distill::ClassifierSettings {
+            kind: ctxd_engine::distill::ClassifierKind::OpenAi,
+            base_url: Some(judge_url),
+            model: Some("judge-mini".into()),
+            ..Default::default()
+        };
+        tweak(s);
+    })
+    .await
+}
+
 async fn session(api: Api, stream: bool) {
     let mut rig = Rig::with(Config::default(), |s| {
         // Deterministic: each request waits for the previous turn end's pass.
@@ -250,17 +270,7 @@ async fn without_a_wait_the_edits_land_at_a_later_request() {
         ..Config::default()
     };
     let judge = ctxd_mock::MockServer::start(slow).await.unwrap();
-    let judge_url = format!("{}/v1", judge.base_url());
-    let mut rig = Rig::with(Config::default(), |s| {
-        s.management.mechanisms.digests = false;
-        s.classifier = ctxd_engine::distill::ClassifierSettings {
-            kind: ctxd_engine::distill::ClassifierKind::OpenAi,
-            base_url: Some(judge_url.clone()),
-            model: Some("judge-mini".into()),
-            ..Default::default()
-        };
-    })
-    .await;
+    let mut rig = judged_rig(&judge, |_| {}).await;
     let mut conversation = grep_run(&rig, api, true).await;
     let script = rig.mock.script();
     let mut landed = None;
@@ -320,16 +330,8 @@ async fn a_configured_logprob_classifier_is_asked_at_turn_ends() {
     let judge = ctxd_mock::MockServer::start(Config::default())
         .await
         .unwrap();
-    let judge_url = format!("{}/v1", judge.base_url());
-    let mut rig = Rig::with(Config::default(), |s| {
+    let mut rig = judged_rig(&judge, |s| {
         s.distill_wait = std::time::Duration::from_secs(10);
-        s.management.mechanisms.digests = false;
-        s.classifier = ctxd_engine::distill::ClassifierSettings {
-            kind: ctxd_engine::distill::ClassifierKind::OpenAi,
-            base_url: Some(judge_url.clone()),
-            model: Some("judge-mini".into()),
-            ..Default::default()
-        };
     })
     .await;
     let mut conversation = grep_run(&rig, api, false).await;
