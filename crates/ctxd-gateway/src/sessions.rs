@@ -129,34 +129,29 @@ async fn wait_zero(
 /// store, never unknown to it: that is current.
 pub(crate) async fn catch_up(engine: &Arc<Engine<dyn Backend>>, loaded: &mut Loaded) -> bool {
     let session = loaded.record.id;
-    let reader = engine.clone();
-    let head = match tokio::task::spawn_blocking(move || reader.store().head(session)).await {
-        Ok(Ok(head)) => head,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "cannot read the session's head; reloading it");
-            return false;
-        }
-        Err(_) => return false,
-    };
     let len = loaded.log.len() as u64;
+    let reader = engine.clone();
+    let (head, tail) =
+        match tokio::task::spawn_blocking(move || reader.store().follow(session, len)).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot read the session's head; reloading it");
+                return false;
+            }
+            Err(_) => return false,
+        };
     if head.entries <= len {
         return head
             .last
             .as_ref()
             .is_none_or(|id| loaded.log.position(id).is_some());
     }
-    // The store has more: read from our last entry on, which must be the store's `len`th.
+    // The store has more: its tail starts at our last entry, which must be the store's
+    // `len`th.
     let ours = loaded
         .log
         .entry(loaded.log.len().wrapping_sub(1))
         .map(|e| e.id.clone());
-    let reader = engine.clone();
-    let after = len.saturating_sub(1);
-    let tail = match tokio::task::spawn_blocking(move || reader.store().tail(session, after)).await
-    {
-        Ok(Ok(tail)) => tail,
-        _ => return false,
-    };
     let mut tail = tail.into_iter();
     if len > 0 && tail.next().map(|e| e.id) != ours {
         return false;

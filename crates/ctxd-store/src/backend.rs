@@ -43,18 +43,18 @@ pub trait Backend: GroupStore + crate::Dump + Send + Sync {
     fn integrity_check(&self) -> Result<String, StoreError>;
 
     /// Other processes may append to the sessions this one serves (several gateways on one
-    /// server), so a cached copy of a session is checked against [`Backend::head`] before use.
+    /// server), so a cached copy of a session is checked with [`Backend::follow`] before use.
     /// A SQLite store is served by one gateway alone (its lock file).
     fn shared(&self) -> bool {
         false
     }
 
-    /// How far the session's log goes: a cheap read, for checking a cached copy.
-    fn head(&self, session: SessionId) -> Result<Head, StoreError>;
-
-    /// The session's entries after the first `after`, in append order: what a cached copy
-    /// holding the first `after` lacks.
-    fn tail(&self, session: SessionId, after: u64) -> Result<Vec<Entry>, StoreError>;
+    /// For a cached copy of the session holding its first `known` entries: how far the
+    /// session's log goes ([`Head`]) and, when it holds more, its entries from the copy's last
+    /// on (the `known`th first, for the copy to check it is its own), in append order. One
+    /// consistent read (on PostgreSQL one round trip: it runs before every request of a
+    /// session whose cache another gateway may have outdated).
+    fn follow(&self, session: SessionId, known: u64) -> Result<(Head, Vec<Entry>), StoreError>;
 }
 
 /// The end of a session's log: how many entries it holds, the last appended, and the leaf.
@@ -170,17 +170,18 @@ impl Backend for SqliteStore {
         SqliteStore::integrity_check(self)
     }
 
-    fn head(&self, session: SessionId) -> Result<Head, StoreError> {
+    fn follow(&self, session: SessionId, known: u64) -> Result<(Head, Vec<Entry>), StoreError> {
         use rusqlite::OptionalExtension;
-        let conn = self.conn();
-        let leaf: Option<String> = conn
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let leaf: Option<String> = tx
             .query_row("SELECT leaf FROM sessions WHERE id = ?1", [session], |r| {
                 r.get(0)
             })
             .optional()?
             .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
         // `seq` numbers a session's entries from 1 without gaps: the last one is the count.
-        let last: Option<(i64, String)> = conn
+        let last: Option<(i64, String)> = tx
             .query_row(
                 "SELECT seq, id FROM entries WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1",
                 [session],
@@ -193,15 +194,17 @@ impl Backend for SqliteStore {
                 Some(EntryId::new(id)),
             )
         });
-        Ok(Head {
+        let tail = if entries > known {
+            crate::sqlite::sessions::tail(&tx, session, known.saturating_sub(1))?
+        } else {
+            Vec::new()
+        };
+        let head = Head {
             entries,
             last,
             leaf: leaf.map(EntryId::new),
-        })
-    }
-
-    fn tail(&self, session: SessionId, after: u64) -> Result<Vec<Entry>, StoreError> {
-        crate::sqlite::sessions::tail(&self.conn(), session, after)
+        };
+        Ok((head, tail))
     }
 }
 
@@ -242,12 +245,8 @@ impl Backend for PgStore {
         true
     }
 
-    fn head(&self, session: SessionId) -> Result<Head, StoreError> {
-        crate::postgres::head(self, session)
-    }
-
-    fn tail(&self, session: SessionId, after: u64) -> Result<Vec<Entry>, StoreError> {
-        crate::postgres::tail(self, session, after)
+    fn follow(&self, session: SessionId, known: u64) -> Result<(Head, Vec<Entry>), StoreError> {
+        crate::postgres::follow(self, session, known)
     }
 }
 

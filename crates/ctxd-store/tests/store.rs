@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use ctxd_core::model::{Entry, EntryId, EntryKind, Message, Role, SessionMeta};
-use ctxd_store::{Durability, GroupWrite, NewEntry, SqliteStore, Store, StoreError};
+use ctxd_store::{Durability, GroupWrite, Head, NewEntry, SqliteStore, Store, StoreError};
 
 mod common;
 use common::each_backend;
@@ -143,6 +143,48 @@ fn a_conditional_append_lands_only_while_the_leaf_is_where_it_was() {
         let ids: Vec<&str> = session.entries.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, ["a", "b", "e1", "c"]);
         assert_eq!(session.leaf, Some(EntryId::new("c")));
+    });
+}
+
+/// A cached copy's check (`follow`): the head always, and the entries from the copy's last
+/// on only when the store holds more than the copy.
+#[test]
+fn follow_gives_the_head_and_what_a_copy_lacks() {
+    each_backend(|store| {
+        let s = store
+            .open_session("t", "k", &SessionMeta::default())
+            .unwrap();
+        let (head, tail) = store.follow(s.id, 0).unwrap();
+        assert_eq!(head, Head::default());
+        assert!(tail.is_empty());
+        store
+            .append(
+                s.id,
+                &[
+                    entry("a", None, "one"),
+                    entry("b", Some("a"), "two"),
+                    entry("c", Some("b"), "three"),
+                ],
+                None,
+            )
+            .unwrap();
+        store.set_leaf(s.id, &EntryId::new("b")).unwrap();
+        let ids = |known| {
+            let (head, tail) = store.follow(s.id, known).unwrap();
+            assert_eq!(head.entries, 3);
+            assert_eq!(head.last, Some(EntryId::new("c")));
+            assert_eq!(head.leaf, Some(EntryId::new("b")));
+            tail.into_iter().map(|e| e.id.0).collect::<Vec<_>>()
+        };
+        assert_eq!(ids(0), ["a", "b", "c"]);
+        assert_eq!(ids(1), ["a", "b", "c"]);
+        assert_eq!(ids(2), ["b", "c"]);
+        assert!(ids(3).is_empty());
+        assert!(ids(7).is_empty());
+        assert!(matches!(
+            store.follow(s.id + 1000, 0),
+            Err(StoreError::NoSession(_))
+        ));
     });
 }
 

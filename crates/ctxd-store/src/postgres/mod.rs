@@ -168,38 +168,45 @@ pub(crate) fn pg(e: postgres::Error) -> StoreError {
 pub(crate) const NOW: &str =
     "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')";
 
-/// [`crate::Backend::head`] on PostgreSQL: two indexed reads in one round trip.
-pub(crate) fn head(store: &PgStore, session: crate::SessionId) -> Result<crate::Head, StoreError> {
-    store.pool.run(move |c| {
-        let row = c
-            .query_opt_cached(
-                "SELECT s.leaf, e.seq, e.id FROM sessions s \
-                 LEFT JOIN LATERAL (SELECT seq, id FROM entries WHERE session_id = s.id \
-                 ORDER BY seq DESC LIMIT 1) e ON TRUE WHERE s.id = $1",
-                &[&session],
-            )?
-            .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
-        let leaf: Option<String> = row.get(0);
-        let seq: Option<i64> = row.get(1);
-        let last: Option<String> = row.get(2);
-        Ok(crate::Head {
-            entries: seq.map_or(0, |s| u64::try_from(s).unwrap_or_default()),
-            last: last.map(ctxd_core::model::EntryId),
-            leaf: leaf.map(ctxd_core::model::EntryId),
-        })
-    })
-}
-
-/// [`crate::Backend::tail`] on PostgreSQL.
-pub(crate) fn tail(
+/// [`crate::Backend::follow`] on PostgreSQL: the session's leaf, its last entry and, past
+/// `known`, its entries from the `known`th on, in one statement (one snapshot, one round
+/// trip; indexed reads).
+pub(crate) fn follow(
     store: &PgStore,
     session: crate::SessionId,
-    after: u64,
-) -> Result<Vec<ctxd_core::model::Entry>, StoreError> {
-    let after = i64::try_from(after).unwrap_or(i64::MAX);
-    store
-        .pool
-        .run(move |c| sessions::entries_after(c, session, after))
+    known: u64,
+) -> Result<(crate::Head, Vec<ctxd_core::model::Entry>), StoreError> {
+    let known = i64::try_from(known).unwrap_or(i64::MAX);
+    store.pool.run(move |c| {
+        let rows = c.query_cached(
+            "SELECT s.leaf, h.seq, h.id, e.id, e.parent, e.ts, e.sidechain, e.body \
+             FROM sessions s \
+             LEFT JOIN LATERAL (SELECT seq, id FROM entries WHERE session_id = s.id \
+                                ORDER BY seq DESC LIMIT 1) h ON TRUE \
+             LEFT JOIN entries e ON e.session_id = s.id AND h.seq > $2 AND e.seq >= $2 \
+             WHERE s.id = $1 ORDER BY e.seq",
+            &[&session, &known],
+        )?;
+        let first = rows
+            .first()
+            .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
+        let seq: Option<i64> = first.get(1);
+        let head = crate::Head {
+            entries: seq.map_or(0, |s| u64::try_from(s).unwrap_or_default()),
+            last: first
+                .get::<_, Option<String>>(2)
+                .map(ctxd_core::model::EntryId),
+            leaf: first
+                .get::<_, Option<String>>(0)
+                .map(ctxd_core::model::EntryId),
+        };
+        let tail = rows
+            .iter()
+            .filter(|r| r.get::<_, Option<String>>(3).is_some())
+            .map(|r| sessions::entry_row(r, 3))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((head, tail))
+    })
 }
 
 impl crate::dump::Dump for PgStore {
