@@ -77,7 +77,7 @@ async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Res
     // writes nothing, as on the real API).
     let prompt = (api == Api::Anthropic
         && memchr::memmem::find(&decoded, b"\"cache_control\"").is_some())
-    .then(|| cache::Prompt::read(&decoded, head.model(), &s.config))
+    .then(|| s.cache.prompt(&decoded, head.model(), &s.config))
     .flatten();
     if let Some(p) = &prompt {
         if s.config.strict && p.markers > cache::MAX_BREAKPOINTS {
