@@ -204,8 +204,8 @@ pub async fn ask<C: Classifier>(classifier: &C, plan: &Plan, limits: &Limits) ->
 /// on its own thread, [`Configured::in_background`]), in nanoseconds since the process began.
 static MODEL_CPU_NANOS: AtomicU64 = AtomicU64::new(0);
 
-/// The CPU time background classifier work has used so far: a pacer of the passes adds it to
-/// the passes' own thread's clock, so the model is held to the passes' share too.
+/// The CPU time background classifier work has used so far (the gateway exports it as
+/// `ctxd_distill_model_cpu_seconds`).
 pub fn model_cpu() -> Duration {
     Duration::from_nanos(MODEL_CPU_NANOS.load(Ordering::Relaxed))
 }

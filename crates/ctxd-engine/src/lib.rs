@@ -9,6 +9,7 @@
 //! entry, [`Engine::call_tool`].
 
 pub mod amnesia;
+pub mod background;
 pub mod digest;
 pub mod distill;
 mod error;

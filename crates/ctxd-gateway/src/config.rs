@@ -405,7 +405,7 @@ impl Settings {
             ui_refresh: Duration::from_secs(2),
             max_bodies_in_flight_bytes: 256 * 1024 * 1024,
             distill_wait: Duration::ZERO,
-            distill_cpu_percent: crate::pace::DEFAULT_CPU_PERCENT,
+            distill_cpu_percent: ctxd_core::pace::DEFAULT_CPU_PERCENT,
             classifier: ctxd_engine::distill::ClassifierSettings::default(),
             management: Management::default(),
             digest: ctxd_core::wm::digest::Config::default(),

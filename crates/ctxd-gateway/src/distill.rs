@@ -6,7 +6,7 @@
 //! its way, the branch is handed to a pass ([`Snapshot`]): a run-end pass after an answer
 //! without tool calls, a mid-run checkpoint after one that called tools (the planner decides
 //! whether a checkpoint pays off). Passes run on a thread of their own at the lowest CPU
-//! priority, held to a share of one core (`distill-cpu-percent`, [`crate::pace`]), and never
+//! priority, held to a share of one core (`distill-cpu-percent`, [`ctxd_core::pace`]), and never
 //! take the session's lock, so they cost a request nothing but the copy. The copy is
 //! incremental: each session keeps the branch its last pass read ([`Mirror`]), and a turn end
 //! clones only the entries after the part of it the branch shares from the root (log entries
@@ -37,9 +37,10 @@ use ctxd_engine::turn::hash;
 use ctxd_engine::turn::SessionLog;
 use ctxd_store::NewEntry;
 
-use crate::pace::{self, Pacer};
 use crate::sessions::{Loaded, Slot};
 use crate::writer::{Job, WriterHandle};
+use ctxd_core::pace::Pacer;
+use ctxd_engine::background::{lowest_priority, thread_cpu};
 
 /// The phase of a pass at the end of `branch`: a run end after an answer without tool calls,
 /// a mid-run checkpoint after one with calls; `None` when the branch does not end with an
@@ -235,7 +236,7 @@ pub struct DistillThread {
 
 impl Distiller {
     /// Start the passes' thread (its own single-threaded runtime, at the lowest priority,
-    /// held to `cpu_percent` % of one core: [`crate::pace`]), asking `classifier`.
+    /// held to `cpu_percent` % of one core: [`ctxd_core::pace`]), asking `classifier`.
     pub fn start(
         classifier: Configured,
         cpu_percent: u8,
@@ -251,7 +252,9 @@ impl Distiller {
         let thread = std::thread::Builder::new()
             .name("ctxd-distill".into())
             .spawn(move || {
-                lowest_priority();
+                // Passes give way to everything else on the machine: a late pass costs
+                // nothing (its edits land one request later), a request slowed by one would.
+                lowest_priority("ctxd-distill");
                 let mut pacer = Pacer::new(cpu_percent);
                 runtime.block_on(async {
                     loop {
@@ -262,7 +265,7 @@ impl Distiller {
                         let Some((slot, snapshot)) = job else { break };
                         // (A classifier computing on a thread of its own, MiniLM's model, is
                         // paced there: `Configured::in_background`.)
-                        let wait = pacer.delay(std::time::Instant::now(), pace::thread_cpu());
+                        let wait = pacer.delay(std::time::Instant::now(), thread_cpu());
                         if !wait.is_zero() {
                             let stop = tokio::select! {
                                 () = tokio::time::sleep(wait) => false,
@@ -340,15 +343,6 @@ impl DistillThread {
         if self.thread.join().is_err() {
             tracing::error!("the distillation thread panicked");
         }
-    }
-}
-
-/// Passes give way to everything else on the machine: a late pass costs nothing (its edits
-/// land one request later), a request slowed by one would.
-fn lowest_priority() {
-    #[cfg(unix)]
-    if let Err(e) = rustix::process::setpriority_process(None, 19) {
-        tracing::debug!(error = %e, "cannot lower the distillation thread's priority");
     }
 }
 

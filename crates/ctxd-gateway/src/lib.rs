@@ -20,7 +20,6 @@ mod handler;
 pub mod identity;
 mod lazy;
 mod mcp;
-mod pace;
 pub mod policy;
 pub mod project;
 mod relay;

@@ -328,7 +328,7 @@ impl Server {
             store.kind() == "sqlite" && settings.store_sync == ctxd_store::Durability::Normal;
         let engine: Arc<Engine<dyn Backend>> = Arc::new(Engine::from_boxed(store));
         let writer = Writer::start(engine.clone(), inline)?;
-        // The passes' classifier gives way to requests (`distill-cpu-percent`, `pace.rs`).
+        // The passes' classifier gives way to requests (`distill-cpu-percent`, `ctxd_core::pace`).
         let classifier = ctxd_engine::distill::Configured::from_settings(&settings.classifier)
             .and_then(|c| c.in_background(settings.distill_cpu_percent))
             .map_err(|e| StartError::Classifier(e.to_string()))?;

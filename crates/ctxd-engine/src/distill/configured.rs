@@ -311,20 +311,15 @@ impl Configured {
     /// [`super::model_cpu`]. The others are unchanged (the local rules run on the caller's
     /// thread, paced there; a remote model's CPU is not ours).
     pub fn in_background(self, cpu_percent: u8) -> Result<Self, SettingsError> {
-        match self {
-            #[cfg(feature = "minilm")]
-            Self::MiniLm(c) => c
+        #[cfg(feature = "minilm")]
+        if let Self::MiniLm(c) = self {
+            return c
                 .in_background(cpu_percent)
                 .map(Self::MiniLm)
-                .map_err(|e| bad("kind", e.0)),
-            #[cfg(not(feature = "minilm"))]
-            other => {
-                let _ = cpu_percent;
-                Ok(other)
-            }
-            #[cfg(feature = "minilm")]
-            other => Ok(other),
+                .map_err(|e| bad("kind", e.0));
         }
+        let _ = cpu_percent;
+        Ok(self)
     }
 }
 

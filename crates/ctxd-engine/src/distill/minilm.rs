@@ -53,6 +53,8 @@ use ctxd_core::distill::run::{clip_head, clip_tail};
 use ctxd_core::distill::{local, Answer, Ask, Batch, Item, ItemKind, Plan, Question, Target};
 use ctxd_core::pace::Pacer;
 
+use crate::background::thread_cpu;
+
 use super::{Classifier, ClassifierError, LocalClassifier, Pass, Reply};
 use encoder::Encoder;
 
@@ -271,11 +273,7 @@ impl MiniLmClassifier {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .thread_name(|_| "ctxd-minilm".into())
-            .start_handler(|_| {
-                if let Err(e) = rustix::process::setpriority_process(None, 19) {
-                    tracing::debug!(error = %e, "cannot lower the model thread's priority");
-                }
-            })
+            .start_handler(|_| crate::background::lowest_priority("ctxd-minilm"))
             .build()
             .map_err(|e| ClassifierError(format!("minilm: the model's thread: {e}")))?;
         self.background = Some(Arc::new(Background {
@@ -392,15 +390,6 @@ impl Background {
             out
         })
     }
-}
-
-/// The calling thread's CPU clock.
-fn thread_cpu() -> std::time::Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    std::time::Duration::new(
-        u64::try_from(t.tv_sec).unwrap_or(0),
-        u32::try_from(t.tv_nsec).unwrap_or(0),
-    )
 }
 
 fn lock(memo: &Mutex<Memo>) -> Result<std::sync::MutexGuard<'_, Memo>, ClassifierError> {

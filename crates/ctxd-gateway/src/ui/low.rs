@@ -39,20 +39,12 @@ fn queue() -> Option<&'static Sender<Job>> {
 }
 
 fn work(rx: &Mutex<Receiver<Job>>) {
-    lowest_priority();
+    ctxd_engine::background::lowest_priority("ctxd-ui");
     loop {
         let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
         let Ok(job) = job else { return };
         // A panicking job drops its answer (the request gets a 503); the thread goes on.
         let _ = catch_unwind(AssertUnwindSafe(job));
-    }
-}
-
-/// Nice 19 on this thread only (Linux: the nice value is per thread).
-fn lowest_priority() {
-    #[cfg(unix)]
-    if let Err(e) = rustix::process::setpriority_process(None, 19) {
-        tracing::debug!(error = %e, "cannot lower the dashboard thread's priority");
     }
 }
 

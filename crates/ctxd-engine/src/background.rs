@@ -1,8 +1,19 @@
-//! The distillation thread's pacing ([`ctxd_core::pace`]) and the CPU clock it reads.
-
-pub use ctxd_core::pace::{Pacer, DEFAULT_CPU_PERCENT};
+//! Work that must give way to requests (distillation passes, their model, the dashboard's
+//! reads): the lowest CPU priority for a thread, and a thread's own CPU clock to pace it by
+//! ([`ctxd_core::pace::Pacer`]).
 
 use std::time::Duration;
+
+/// Nice 19 on the calling thread only (Linux: the nice value is per thread). `thread` names it
+/// in the log when it cannot be lowered.
+pub fn lowest_priority(thread: &str) {
+    #[cfg(unix)]
+    if let Err(e) = rustix::process::setpriority_process(None, 19) {
+        tracing::debug!(error = %e, thread, "cannot lower the thread's priority");
+    }
+    #[cfg(not(unix))]
+    let _ = thread;
+}
 
 /// The calling thread's CPU clock (zero where there is none: no pacing then).
 pub fn thread_cpu() -> Duration {
