@@ -76,17 +76,28 @@ fn stream_rows(
     let portal = tx.bind(sql, params).map_err(pg)?;
     loop {
         let rows = tx.query_portal(&portal, FETCH).map_err(pg)?;
-        for r in &rows {
-            if let Some(row) = kept(r, filter, branch, literal)? {
-                if !sink(row) {
-                    return Ok(());
-                }
-            }
-        }
-        if rows.len() < FETCH as usize {
+        if !feed(&rows, filter, branch, literal, sink)? || rows.len() < FETCH as usize {
             return Ok(());
         }
     }
+}
+
+/// Give `sink` the rows the filter (and the literal recheck) keep; `false` once it said stop.
+fn feed(
+    rows: &[Row],
+    filter: &ItemFilter,
+    branch: Option<&BranchLanes>,
+    literal: Option<&str>,
+    sink: &mut dyn FnMut(HistoryRow) -> bool,
+) -> Result<bool, StoreError> {
+    for r in rows {
+        if let Some(row) = kept(r, filter, branch, literal)? {
+            if !sink(row) {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// Rows a literal search asks for at a time: keyset pages, each continuing after the last row
@@ -230,14 +241,12 @@ impl HistoryStore for PgStore {
                     let rows = tx
                         .query(sql.as_str(), &[&session, &pattern, &last])
                         .map_err(pg)?;
-                    for r in &rows {
-                        last = r.get(0);
-                        let kept = kept(r, &filter, branch.as_ref(), Some(&query))?;
-                        if kept.is_some_and(|row| !sink(row)) {
-                            return Ok(());
-                        }
-                    }
-                    if rows.len() < LITERAL_PAGE {
+                    let Some(end) = rows.last() else {
+                        return Ok(());
+                    };
+                    last = end.get(0);
+                    let more = feed(&rows, &filter, branch.as_ref(), Some(&query), sink)?;
+                    if !more || rows.len() < LITERAL_PAGE {
                         return Ok(());
                     }
                 }
