@@ -163,14 +163,15 @@ struct RawMessage<'a> {
     content: Option<&'a RawValue>,
 }
 
-/// A string, or an array of raw blocks, or neither.
-fn blocks_of(raw: &RawValue) -> Option<Result<Vec<&RawValue>, &RawValue>> {
+/// The blocks of a `system` or a message's `content`: a string is one text block (`true`),
+/// an array its blocks; anything else none.
+fn blocks_of(raw: &RawValue) -> Vec<(&RawValue, bool)> {
     match raw.get().trim_start().as_bytes().first() {
-        Some(b'"') => Some(Err(raw)),
+        Some(b'"') => vec![(raw, true)],
         Some(b'[') => serde_json::from_str::<Vec<&RawValue>>(raw.get())
-            .ok()
-            .map(Ok),
-        _ => None,
+            .map(|blocks| blocks.into_iter().map(|b| (b, false)).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
     }
 }
 
@@ -210,25 +211,13 @@ impl Prompt {
         for t in raw.tools.unwrap_or_default() {
             push(&mut prompt, "tool", memo.canon(t, false)?);
         }
-        match raw.system.and_then(blocks_of) {
-            Some(Err(s)) => push(&mut prompt, "system", memo.canon(s, true)?),
-            Some(Ok(blocks)) => {
-                for b in blocks {
-                    push(&mut prompt, "system", memo.canon(b, false)?);
-                }
-            }
-            None => {}
+        for (b, text) in raw.system.map(blocks_of).unwrap_or_default() {
+            push(&mut prompt, "system", memo.canon(b, text)?);
         }
         for m in raw.messages.unwrap_or_default() {
             let role = m.role.as_deref().unwrap_or("user");
-            match m.content.and_then(blocks_of) {
-                Some(Err(s)) => push(&mut prompt, role, memo.canon(s, true)?),
-                Some(Ok(blocks)) => {
-                    for b in blocks {
-                        push(&mut prompt, role, memo.canon(b, false)?);
-                    }
-                }
-                None => {}
+            for (b, text) in m.content.map(blocks_of).unwrap_or_default() {
+                push(&mut prompt, role, memo.canon(b, text)?);
             }
         }
         Some(prompt)
