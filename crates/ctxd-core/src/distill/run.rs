@@ -243,6 +243,10 @@ pub fn collect(items: &[ViewItem<'_>]) -> Run {
                     arguments,
                 } => {
                     last_assistant_has_calls = true;
+                    // What the agent wrote, not what the model is shown: write facts strip a
+                    // write's content from its arguments, but the text an edit quotes from a
+                    // read is still what the agent cited.
+                    let arguments = own_arguments(m, id).unwrap_or(arguments);
                     text.push_str(name);
                     text.push(' ');
                     text.push_str(&arguments_text(arguments));
@@ -313,6 +317,16 @@ fn earlier(items: &[ViewItem<'_>], end: usize) -> String {
         }
     }
     out
+}
+
+/// The arguments the agent gave call `id` in its own message `m` (before any edit).
+fn own_arguments<'a>(m: &'a Message, id: &str) -> Option<&'a serde_json::Value> {
+    m.content.iter().find_map(|b| match b {
+        ContentBlock::ToolCall {
+            id: own, arguments, ..
+        } if own == id => Some(arguments),
+        _ => None,
+    })
 }
 
 fn message_text_of(content: &[ContentBlock]) -> String {

@@ -110,7 +110,19 @@ pub fn read_path(name: &str, args: &Value) -> Option<String> {
     if n.contains("read") || n == "view" || (n.contains("editor") && sub == "view") {
         return str_arg(args, PATH_KEYS).map(normal_path);
     }
-    let cmd = command(args)?;
+    let line = command(args)?;
+    // `bash -lc SCRIPT` as an argv, and the `cd DIR && ` hops agents put before a read
+    // (`cd /testbed && cat astropy/modeling/separable.py`): the read is what follows.
+    let mut cmd = ["bash -lc ", "bash -c ", "sh -c ", "sh -lc "]
+        .iter()
+        .find_map(|w| line.strip_prefix(w))
+        .unwrap_or(&line);
+    while let Some((hop, rest)) = cmd.split_once(" && ") {
+        if !hop.starts_with("cd ") || hop.contains(['|', ';', '>', '&', '$', '`']) {
+            break;
+        }
+        cmd = rest;
+    }
     let mut words = cmd.split(' ');
     let first = words.next()?;
     if !matches!(first, "cat" | "head" | "tail" | "nl" | "sed" | "less") {
@@ -490,6 +502,33 @@ mod tests {
             Some("src/lib.rs")
         );
         assert_eq!(read_path("bash", &json!({"command": "cat a | wc"})), None);
+        assert_eq!(
+            read_path(
+                "bash",
+                &json!({"command": "cd /testbed && cat astropy/modeling/separable.py"})
+            )
+            .as_deref(),
+            Some("astropy/modeling/separable.py")
+        );
+        assert_eq!(
+            read_path(
+                "shell",
+                &json!({"command": ["bash", "-lc", "sed -n 1,80p src/a.rs"]})
+            )
+            .as_deref(),
+            Some("src/a.rs")
+        );
+        assert_eq!(
+            read_path("bash", &json!({"command": "cd /t && cat a.py > b.py"})),
+            None
+        );
+        assert_eq!(
+            read_path(
+                "bash",
+                &json!({"command": "cd /t && pytest && cat log.txt"})
+            ),
+            None
+        );
         let patch = json!({"input": "*** Begin Patch\n*** Update File: src/lib.rs\n@@\n-    let old_value = 1;\n+    let new = 2;\n*** End Patch"});
         assert_eq!(edit_paths("apply_patch", &patch), vec!["src/lib.rs"]);
         let q = quoted_lines([&call("apply_patch", patch, 1)]);

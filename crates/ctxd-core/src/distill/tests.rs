@@ -466,6 +466,51 @@ fn the_text_a_later_edit_quotes_stays_verbatim() {
     assert!(!shown.contains("let util_value_2 = "));
 }
 
+#[test]
+fn the_text_an_edit_quotes_stays_verbatim_after_write_facts_strip_the_edit() {
+    let mut log = Log::default();
+    log.user("rename the helper");
+    let read = log.tool(
+        "c1",
+        "read",
+        json!({"path": "src/util.rs"}),
+        &source("util", 120),
+    );
+    // Pi's edit quoting lines 70-79 of the read: enough bytes for write facts to strip.
+    let quoted: String = (70..80)
+        .map(|i| format!("    let util_value_{i} = compute_util_{i}(offset);\n"))
+        .collect();
+    log.call(
+        "",
+        "c2",
+        "edit",
+        json!({"path": "src/util.rs", "oldText": quoted, "newText": "    let x = 1;\n"}),
+    );
+    let result = log.result("c2", "edit", "Successfully replaced text in src/util.rs.");
+    let branch = active_branch(&log.s);
+    let fresh = [branch[branch.len() - 1]];
+    let drafts = crate::wm::writes::plan(
+        &log.s,
+        &branch,
+        &fresh,
+        &crate::wm::writes::Settings::default(),
+    );
+    assert_eq!(drafts.len(), 1, "the edit is stripped (entry {result})");
+    for d in drafts {
+        log.push(d.kind);
+    }
+    log.say("Renamed.");
+    let (_, d) = log.pass(Phase::RunEnd);
+    let r = Log::result_of(&d, &read);
+    assert_eq!(r.outcome, Outcome::Distilled, "{r:?}");
+    let shown = log.shown(&read).unwrap();
+    assert!(
+        shown.contains("    77→    let util_value_77 = compute_util_77(offset);"),
+        "the stripped edit still pins what it quoted: {shown}"
+    );
+    assert!(!shown.contains("let util_value_2 = "));
+}
+
 /// `earlier` short exchanges, then an old exchange about a staging proxy (its prompt, and its
 /// call's entry), a correction of it, two recent exchanges and a run about something else,
 /// judged at its end. The old prompt, its call, the correction, and the pass's decisions.

@@ -214,6 +214,12 @@ pub fn candidates(
             if !cfg.shell_tools.is_shell(agent, &tool) {
                 continue;
             }
+            // A file shown through the shell (`cat`, `sed -n`, `head`) is a read, not a log: its
+            // lines are what the agent's next edit quotes, so distillation judges it by what
+            // the work cites instead of a digest keeping its errors and ends.
+            if call.is_some_and(|(name, args)| signals::read_path(name, args).is_some()) {
+                continue;
+            }
             let text = result_text(content);
             if text.trim_start().starts_with(MARKER) {
                 continue;

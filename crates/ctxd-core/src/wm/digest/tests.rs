@@ -160,6 +160,36 @@ fn small_outputs_other_tools_images_and_ctxds_own_are_left_alone() {
         }
     }
     assert!(found(&img, "claude-code").is_empty());
+    // A file shown through the shell is a read: left to distillation, not digested.
+    for (tool, agent, args) in [
+        (
+            "bash",
+            "other",
+            json!({"command": "cd /testbed && cat astropy/modeling/separable.py"}),
+        ),
+        (
+            "shell",
+            "codex",
+            json!({"command": ["bash", "-lc", "sed -n 1,400p src/main.rs"]}),
+        ),
+        (
+            "Bash",
+            "claude-code",
+            json!({"command": "head -n 3000 src/lib.rs"}),
+        ),
+    ] {
+        let read = session(tool, args.clone(), Role::Tool, Some(tool), &log);
+        assert!(found(&read, agent).is_empty(), "{args}");
+    }
+    // A pipeline that filters a file is not a plain read: digested.
+    let piped = session(
+        "bash",
+        json!({"command": "cd /testbed && cat build.log | grep -v DEBUG"}),
+        Role::Tool,
+        Some("bash"),
+        &log,
+    );
+    assert_eq!(found(&piped, "other").len(), 1);
     // ctxd's own text (a recall's output, say).
     let own = session(
         "Bash",
