@@ -532,14 +532,15 @@ fn write_text(
         for (file, m) in misses {
             writeln!(
                 out,
-                "  {} request {}: {} {} line {} ({}): {}",
+                "  {} request {}: {} {} line {} ({}): {}\n    hidden by: {}",
                 name_of(file),
                 m.request,
                 m.tool,
                 m.entry,
                 m.line,
                 m.term,
-                m.text
+                m.text,
+                m.hidden_by
             )?;
         }
     }

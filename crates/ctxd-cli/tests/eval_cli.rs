@@ -123,6 +123,12 @@ fn eval_replays_a_session_and_measures_savings_retention_and_the_baseline() {
     assert_eq!(miss["entry"], "m3");
     assert_eq!(miss["term"], "render_badge_india_5");
     assert_eq!(miss["request"], 4);
+    // What hid it: the first run's end distilled the grep, keeping other chunks.
+    let hidden = miss["hidden_by"].as_str().unwrap();
+    assert!(
+        hidden.starts_with("distilled large/chunks at request 2"),
+        "{hidden}"
+    );
     assert!(miss["text"]
         .as_str()
         .unwrap()

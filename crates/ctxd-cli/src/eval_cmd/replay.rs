@@ -95,6 +95,9 @@ pub struct Miss {
     /// The term the agent used, and the request (1-based) that used it.
     pub term: String,
     pub request: usize,
+    /// What took the line out of view: the last distillation pass that edited the output
+    /// (`distilled/chunks at request 130: kw.15 keep 9/29`), or another mechanism's edit.
+    pub hidden_by: String,
 }
 
 /// What a replay measured.
@@ -121,6 +124,9 @@ pub struct Outcome {
     /// Items judged, by kind and reason: (count, characters before, characters after).
     pub reasons: std::collections::BTreeMap<String, (usize, usize, usize)>,
     pub misses: Vec<Miss>,
+    /// Entry id → the last pass result that edited it, for [`Miss::hidden_by`].
+    #[serde(skip)]
+    pub edited_by: HashMap<String, String>,
     /// Write calls whose content write facts stripped, and the tokens that saved over every
     /// later request of the replay (the stripped arguments' tokens net of their facts).
     pub write_facts: usize,
@@ -555,6 +561,11 @@ pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcom
                         text: line.chars().take(160).collect(),
                         term,
                         request: out.requests,
+                        hidden_by: out
+                            .edited_by
+                            .get(output.entry.as_str())
+                            .cloned()
+                            .unwrap_or_else(|| "another mechanism's edit".to_owned()),
                     });
                 }
                 if state.last_n && !visible(&pr, Some(o), line, Some(&mask_set)) {
@@ -816,6 +827,18 @@ fn run_pass<C: Classifier>(
                 .unwrap_or_default(),
             r.reason
         );
+        if r.outcome != distill::record::Outcome::Kept {
+            let how = format!(
+                "{:?} {key} at request {}: {}",
+                r.outcome,
+                out.requests,
+                r.trace.join("; ")
+            )
+            .to_lowercase();
+            for id in std::iter::once(&r.entry_id).chain(&r.omitted) {
+                out.edited_by.insert(id.clone(), how.clone());
+            }
+        }
         let e = out.reasons.entry(key).or_default();
         e.0 += 1;
         e.1 += r.before_chars;
