@@ -348,18 +348,16 @@ fn text_of(blocks: &[ContentBlock], out: &mut String) {
     }
 }
 
+/// The text of a message's tool results: the lines the tools printed (an older Codex's JSON
+/// wrapper unwrapped, as distillation reads it).
 fn result_text(blocks: &[ContentBlock]) -> String {
     let mut out = String::new();
     for b in blocks {
         if let ContentBlock::ToolResult { content, .. } = b {
-            for c in content {
-                if let ContentBlock::Text { text } = c {
-                    if !out.is_empty() {
-                        out.push('\n');
-                    }
-                    out.push_str(text);
-                }
+            if !out.is_empty() {
+                out.push('\n');
             }
+            out.push_str(&distill::result_text(content));
         }
     }
     out

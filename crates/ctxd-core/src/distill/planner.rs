@@ -293,7 +293,10 @@ fn quoted_after(quoted: &HashMap<String, usize>, text: &str, at: usize) -> bool 
     })
 }
 
-/// The text blocks of a tool result, joined by newlines.
+/// The text blocks of a tool result, joined by newlines: the text the tool printed. An older
+/// Codex's shell wraps its output as one JSON line, `{"output": "...", "metadata": {...}}`
+/// (what the model is sent); its `output` is unwrapped, so outputs are judged, chunked and
+/// kept by their own lines.
 pub fn result_text(blocks: &[ContentBlock]) -> String {
     let mut out = String::new();
     for b in blocks {
@@ -301,10 +304,26 @@ pub fn result_text(blocks: &[ContentBlock]) -> String {
             if !out.is_empty() {
                 out.push('\n');
             }
-            out.push_str(text);
+            out.push_str(unwrap_codex_output(text).as_deref().unwrap_or(text));
         }
     }
     out
+}
+
+/// The `output` of an older Codex shell result (`{"output": "...", "metadata": {...}}`, no
+/// other key), or `None` for any other text.
+pub fn unwrap_codex_output(text: &str) -> Option<String> {
+    if !text.starts_with('{') || !text.contains("\"output\"") {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Wrapped {
+        output: String,
+        #[serde(default, rename = "metadata")]
+        _metadata: Option<serde_json::Value>,
+    }
+    serde_json::from_str::<Wrapped>(text).ok().map(|w| w.output)
 }
 
 fn item_chars(item: &ViewItem<'_>) -> usize {

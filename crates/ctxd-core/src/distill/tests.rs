@@ -511,6 +511,51 @@ fn the_text_an_edit_quotes_stays_verbatim_after_write_facts_strip_the_edit() {
     assert!(!shown.contains("let util_value_2 = "));
 }
 
+#[test]
+fn an_older_codex_shell_output_is_judged_by_its_own_lines() {
+    let mut log = Log::default();
+    log.user("rename the helper");
+    // An older Codex's `shell`: the output and its metadata as one JSON line.
+    let printed = source("util", 120);
+    let wrapped = json!({"output": printed, "metadata": {"exit_code": 0, "duration_seconds": 0.1}})
+        .to_string();
+    assert!(!wrapped.contains('\n'));
+    let read = log.tool(
+        "c1",
+        "shell",
+        json!({"command": ["bash", "-lc", "sed -n 1,120p src/util.rs"]}),
+        &wrapped,
+    );
+    log.call(
+        "",
+        "c2",
+        "edit",
+        json!({"path": "src/other.rs", "old_string": "    let util_value_77 = compute_util_77(offset);", "new_string": "x"}),
+    );
+    log.result("c2", "edit", "ok");
+    log.say("Renamed.");
+    let (_, d) = log.pass(Phase::RunEnd);
+    let r = Log::result_of(&d, &read);
+    assert_eq!(r.outcome, Outcome::Distilled, "{r:?}");
+    let shown = log.shown(&read).unwrap();
+    assert!(
+        shown.contains("    77→    let util_value_77 = compute_util_77(offset);\n"),
+        "the cited line, unescaped: {shown}"
+    );
+    assert!(!shown.contains("let util_value_2 = "), "{shown}");
+    // Codex's own key order, output first.
+    let codex_order = format!(
+        r#"{{"output":{},"metadata":{{"exit_code":0}}}}"#,
+        serde_json::to_string("a\nb").unwrap()
+    );
+    assert_eq!(result_text(&[ContentBlock::text(&codex_order)]), "a\nb");
+    assert_eq!(
+        result_text(&[ContentBlock::text(r#"{"output":"a\nb","extra":1}"#)]),
+        r#"{"output":"a\nb","extra":1}"#,
+        "only the wrapper's own shape is unwrapped"
+    );
+}
+
 /// `earlier` short exchanges, then an old exchange about a staging proxy (its prompt, and its
 /// call's entry), a correction of it, two recent exchanges and a run about something else,
 /// judged at its end. The old prompt, its call, the correction, and the pass's decisions.
