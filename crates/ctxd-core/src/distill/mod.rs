@@ -36,7 +36,7 @@ pub mod signals;
 mod tests;
 
 pub use decide::{decide, Decisions, Outcome};
-pub use planner::{base_line, plan, result_text, unwrap_codex_output};
+pub use planner::{base_line, plan, result_text};
 
 use crate::model::EntryId;
 

@@ -312,7 +312,7 @@ pub fn result_text(blocks: &[ContentBlock]) -> String {
 
 /// The `output` of an older Codex shell result (`{"output": "...", "metadata": {...}}`, no
 /// other key), or `None` for any other text.
-pub fn unwrap_codex_output(text: &str) -> Option<String> {
+fn unwrap_codex_output(text: &str) -> Option<String> {
     if !text.starts_with('{') || !text.contains("\"output\"") {
         return None;
     }
