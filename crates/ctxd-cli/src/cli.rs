@@ -233,6 +233,8 @@ mod tests {
                 Some("URL") => "\"http://127.0.0.1:1\"",
                 Some("NAME") => "\"CTXD_ADMIN_TOKEN\"",
                 Some("TOKENS") => "2500",
+                Some("NAMES") => "[\"Read\"]",
+                Some("P") => "0.5",
                 _ if key == "store" => "\"elsewhere.db\"",
                 _ => "7",
             };

@@ -62,6 +62,15 @@ pub struct EvalArgs {
     #[arg(long, value_name = "BYTES", default_value_t = ctxd_core::wm::writes::DEFAULT_MIN_BYTES,
           value_parser = parse_min_bytes)]
     pub write_facts_min_bytes: usize,
+    /// Old exchanges are omitted when the classifier's P(relevant) is below this (0: never),
+    /// as `ctxd serve --exchange-omit`.
+    #[arg(long, value_name = "P", default_value_t = ctxd_core::distill::Config::default().exchange_omit,
+          value_parser = crate::serve_cmd::parse_exchange_omit)]
+    pub exchange_omit: f32,
+    /// Tools whose outputs distillation never edits, comma-separated, as `ctxd serve
+    /// --distill-exclude-tools`.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub distill_exclude_tools: Vec<String>,
     /// Measure each mechanism on and off instead: every mechanism alone, all of them together
     /// (meta-amnesia included), and all but each one; a table of tokens saved, cost saved,
     /// retention and estimated cache hit rate (the switches above set only the thresholds).
@@ -230,7 +239,11 @@ fn options<'a, C>(
 ) -> anyhow::Result<replay::Options<'a, C>> {
     Ok(replay::Options {
         distill: switches.distill,
-        config: ctxd_core::distill::Config::default(),
+        config: ctxd_core::distill::Config {
+            exchange_omit: args.exchange_omit,
+            exclude_tools: args.distill_exclude_tools.clone(),
+            ..ctxd_core::distill::Config::default()
+        },
         last_n: args.baseline_last,
         counter,
         runtime,

@@ -184,10 +184,32 @@ pub struct ServeArgs {
     #[arg(long, env = "CTXD_DISTILL_CPU_PERCENT", value_name = "PERCENT",
           value_parser = parse_cpu_percent)]
     pub distill_cpu_percent: Option<u8>,
+    /// Tools whose outputs distillation never edits, comma-separated, as the agent names them
+    /// (`Read,Grep`; config: `distill-exclude-tools = ["Read"]`) [default: none].
+    #[arg(
+        long,
+        env = "CTXD_DISTILL_EXCLUDE_TOOLS",
+        value_name = "NAMES",
+        value_delimiter = ','
+    )]
+    pub distill_exclude_tools: Option<Vec<String>>,
+    /// An old exchange (a prompt and its run) is omitted whole, behind a stub naming its
+    /// `recall`, when the classifier's P(relevant to the current work) is below this: 0 never
+    /// omits one, keeping more of what later work comes back to at the cost of tokens
+    /// (config: `exchange-omit`) [default: 0.2].
+    #[arg(long, env = "CTXD_EXCHANGE_OMIT", value_name = "P",
+          value_parser = parse_exchange_omit)]
+    pub exchange_omit: Option<f32>,
     /// Log lines (stderr) as JSON objects instead of text. Which lines: `CTXD_LOG` (or
     /// `RUST_LOG`), a filter such as `debug` or `ctxd_gateway=debug`; default `info`.
     #[arg(long)]
     pub log_json: bool,
+}
+
+/// An `--exchange-omit` value (`ctxd serve`, `ctxd eval`).
+pub(crate) fn parse_exchange_omit(s: &str) -> Result<f32, String> {
+    let p: f32 = s.trim().parse().map_err(|e| format!("{s:?}: {e}"))?;
+    ctxd_gateway::config::parse_exchange_omit(p)
 }
 
 fn parse_digest_min_tokens(s: &str) -> Result<u64, String> {
@@ -291,6 +313,16 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     }
     if let Some(p) = args.distill_cpu_percent {
         settings.distill_cpu_percent = p;
+    }
+    if let Some(tools) = &args.distill_exclude_tools {
+        settings.distill_exclude_tools = tools
+            .iter()
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty())
+            .collect();
+    }
+    if let Some(p) = args.exchange_omit {
+        settings.exchange_omit = p;
     }
     if let Some(ms) = args.distill_wait_ms {
         settings.distill_wait = Duration::from_millis(ms);

@@ -70,6 +70,13 @@ pub struct Settings {
     /// The share of one core distillation passes may use, in percent (1-100): a pass waits
     /// until the ones before it are within it.
     pub distill_cpu_percent: u8,
+    /// Tools whose outputs distillation never edits (names as the agent calls them, e.g.
+    /// `Read`): what the user wants the model to keep seeing whole.
+    pub distill_exclude_tools: Vec<String>,
+    /// An old exchange is omitted whole when the classifier's P(relevant) is below this (0:
+    /// never omitted; the seed's 0.2). Omission saves the most after distillation's own edits
+    /// and is what retention trades for it (docs/eval.md).
+    pub exchange_omit: f32,
     /// The classifier distillation asks (`[classifier]` in the file; local by default).
     pub classifier: ctxd_engine::distill::ClassifierSettings,
     /// What ctxd changes in what the model sees.
@@ -346,6 +353,15 @@ pub fn parse_store_sync(s: &str) -> Result<ctxd_store::Durability, String> {
     }
 }
 
+/// An `--exchange-omit` probability: 0 (old exchanges are never omitted) to 1.
+pub fn parse_exchange_omit(p: f32) -> Result<f32, String> {
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{p}: expected a probability from 0 to 1"))
+    }
+}
+
 /// A meta-amnesia threshold in tokens, in [`ctxd_core::wm::amnesia::MIN_TOKENS_RANGE`].
 pub fn parse_amnesia_min_tokens(n: u64) -> Result<u64, String> {
     let r = &ctxd_core::wm::amnesia::MIN_TOKENS_RANGE;
@@ -406,6 +422,8 @@ impl Settings {
             max_bodies_in_flight_bytes: 256 * 1024 * 1024,
             distill_wait: Duration::ZERO,
             distill_cpu_percent: ctxd_core::pace::DEFAULT_CPU_PERCENT,
+            distill_exclude_tools: Vec::new(),
+            exchange_omit: ctxd_core::distill::Config::default().exchange_omit,
             classifier: ctxd_engine::distill::ClassifierSettings::default(),
             management: Management::default(),
             digest: ctxd_core::wm::digest::Config::default(),
@@ -491,6 +509,13 @@ impl Settings {
             self.distill_cpu_percent = parse_cpu_percent(p)
                 .map_err(|e| format!("config {}: distill-cpu-percent: {e}", path.display()))?;
         }
+        if let Some(tools) = file.distill_exclude_tools {
+            self.distill_exclude_tools = tools;
+        }
+        if let Some(p) = file.exchange_omit {
+            self.exchange_omit = parse_exchange_omit(p)
+                .map_err(|e| format!("config {}: exchange-omit: {e}", path.display()))?;
+        }
         if let Some(c) = file.classifier {
             self.classifier = c;
         }
@@ -575,6 +600,15 @@ impl Settings {
     }
 
     /// Check the upstream URLs (trailing slashes removed) and the worker count.
+    /// Distillation's settings before a pass fills in its session (store id, provider).
+    pub fn distill_config(&self) -> ctxd_core::distill::Config {
+        ctxd_core::distill::Config {
+            exclude_tools: self.distill_exclude_tools.clone(),
+            exchange_omit: self.exchange_omit,
+            ..ctxd_core::distill::Config::default()
+        }
+    }
+
     pub fn validate(&mut self) -> Result<(), String> {
         if !(1..=1024).contains(&self.workers) {
             return Err(format!("--workers {} must be 1 to 1024", self.workers));
@@ -666,6 +700,10 @@ struct FileSettings {
     distill_wait_ms: Option<u64>,
     /// Percent of one core, as `--distill-cpu-percent`.
     distill_cpu_percent: Option<u64>,
+    /// Tool names, as `--distill-exclude-tools`.
+    distill_exclude_tools: Option<Vec<String>>,
+    /// A probability, as `--exchange-omit`.
+    exchange_omit: Option<f32>,
     /// `[classifier]` table: `kind`, `base_url`, `model`, `api_key_env`, `timeout_ms`,
     /// `concurrency`, `price_per_mtok`.
     classifier: Option<ctxd_engine::distill::ClassifierSettings>,
@@ -742,6 +780,20 @@ mod tests {
         std::fs::write(&path, "distill-cpu-percent = 40\n").unwrap();
         s.apply_file(&path).unwrap();
         assert_eq!(s.distill_cpu_percent, 40);
+        // Distillation's tuning reaches the passes' config.
+        assert_eq!(s.distill_config(), ctxd_core::distill::Config::default());
+        std::fs::write(
+            &path,
+            "distill-exclude-tools = [\"Read\", \"Grep\"]\nexchange-omit = 0.0\n",
+        )
+        .unwrap();
+        s.apply_file(&path).unwrap();
+        let c = s.distill_config();
+        assert_eq!(c.exclude_tools, ["Read", "Grep"]);
+        assert_eq!(c.exchange_omit, 0.0);
+        std::fs::write(&path, "exchange-omit = 1.5\n").unwrap();
+        let e = s.apply_file(&path).unwrap_err();
+        assert!(e.contains("exchange-omit") && e.contains("0 to 1"), "{e}");
         for bad in [0, 101] {
             std::fs::write(&path, format!("distill-cpu-percent = {bad}\n")).unwrap();
             let e = s.apply_file(&path).unwrap_err();

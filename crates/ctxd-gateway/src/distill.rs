@@ -240,9 +240,11 @@ impl Distiller {
     pub fn start(
         classifier: Configured,
         cpu_percent: u8,
+        config: Config,
         landing: Landing,
     ) -> std::io::Result<(Self, DistillThread)> {
         let classifier = Arc::new(classifier);
+        let config = Arc::new(config);
         let landing = Arc::new(landing);
         let (queue, mut jobs) = tokio::sync::mpsc::unbounded_channel::<(Arc<Slot>, Snapshot)>();
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
@@ -281,6 +283,7 @@ impl Distiller {
                             slot,
                             snapshot,
                             classifier.clone(),
+                            config.clone(),
                             landing.clone(),
                         )));
                         // Let the pass do its CPU work before the next one is paced, so
@@ -352,10 +355,11 @@ async fn run(
     slot: Arc<Slot>,
     snapshot: Snapshot,
     classifier: Arc<Configured>,
+    config: Arc<Config>,
     landing: Arc<Landing>,
 ) {
     let started = std::time::Instant::now();
-    let (ready, mirror) = pass(snapshot, &classifier).await;
+    let (ready, mirror) = pass(snapshot, &classifier, &config).await;
     let outcome = if ready.is_some() {
         "decided"
     } else {
@@ -392,7 +396,11 @@ fn finish(slot: &Slot) {
 
 /// Plan, ask and decide on `snapshot`: the edits (`None` when there is nothing to judge), and
 /// the branch copy back for the session's next pass.
-async fn pass(snapshot: Snapshot, classifier: &Configured) -> (Option<Ready>, Mirror) {
+async fn pass(
+    snapshot: Snapshot,
+    classifier: &Configured,
+    base: &Config,
+) -> (Option<Ready>, Mirror) {
     let Snapshot {
         mirror: Mirror { positions, entries },
         phase,
@@ -408,7 +416,7 @@ async fn pass(snapshot: Snapshot, classifier: &Configured) -> (Option<Ready>, Mi
     let config = Config {
         store_session: Some(store_session),
         provider,
-        ..Config::default()
+        ..base.clone()
     };
     let branch: Vec<usize> = (0..session.entries.len()).collect();
     let plan = distill::plan(&session, &branch, &config, phase);

@@ -351,6 +351,7 @@ impl Server {
         let (distiller, distill_thread) = crate::distill::Distiller::start(
             classifier,
             settings.distill_cpu_percent,
+            settings.distill_config(),
             crate::distill::Landing {
                 runtime: tokio::runtime::Handle::current(),
                 engine: engine.clone(),

@@ -213,6 +213,47 @@ async fn responses_distilled_outputs_go_upstream_and_recall_brings_them_back() {
     session(Api::Responses, true).await;
 }
 
+/// `--distill-exclude-tools bash`: the pass judges the run but leaves the grep's output
+/// whole, so the next request carries every line of it, and the pass's record says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_excluded_tool_keeps_its_outputs_whole() {
+    let api = Api::Anthropic;
+    let mut rig = Rig::with(Config::default(), |s| {
+        s.distill_wait = std::time::Duration::from_secs(10);
+        s.management.mechanisms.digests = false;
+        s.distill_exclude_tools = vec!["bash".into()];
+    })
+    .await;
+    let mut conversation = grep_run(&rig, api, true).await;
+    rig.mock.script().push(Reply::text("Noted."));
+    conversation.push(user_text(
+        api,
+        "Thanks. Which file would I edit to raise it?",
+    ));
+    turn(&rig, api, &conversation, true, false).await;
+    let sent = rig.mock.requests();
+    assert_eq!(sent.len(), 3);
+    let body = String::from_utf8_lossy(&sent[2].body).into_owned();
+    assert!(sent.iter().all(|r| r.refused.is_none()));
+    assert!(
+        !body.contains("[ctxd] Distilled output of bash"),
+        "distilled"
+    );
+    assert!(
+        body.contains("OMITTED-MARK-91") && body.contains("retry_limit_159"),
+        "the excluded tool's output is not whole"
+    );
+    let stored = rig.stored().await;
+    let record = stored.sessions().remove(0);
+    let s = stored.load(&record);
+    assert!(
+        !s.entries
+            .iter()
+            .any(|e| matches!(e.kind, EntryKind::ContextEdit { .. })),
+        "an edit was stored"
+    );
+}
+
 /// With the default `distill-wait` (0), no request waits for a pass. A pass over a session
 /// nobody wrote to since its turn end commits its edits itself: they are in the store before
 /// any further request, and the next request carries them.
