@@ -437,6 +437,31 @@ fn a_kept_output_is_judged_again_at_run_end() {
         .contains("out of date: this file was changed after this read"));
 }
 
+/// An edit of another file quoting line 77 of a `source("util", 120)` read, and its result.
+fn edit_quoting_line_77(log: &mut Log) {
+    log.call(
+        "",
+        "c2",
+        "edit",
+        json!({"path": "src/other.rs", "old_string": "    let util_value_77 = compute_util_77(offset);", "new_string": "x"}),
+    );
+    log.result("c2", "edit", "ok");
+}
+
+/// The run ends; its pass distils `read`, keeping line 77 (which an edit quoted) verbatim.
+fn run_end_keeps_the_quoted_line(log: &mut Log, read: &str) {
+    log.say("Renamed.");
+    let (_, d) = log.pass(Phase::RunEnd);
+    let r = Log::result_of(&d, read);
+    assert_eq!(r.outcome, Outcome::Distilled, "{r:?}");
+    let shown = log.shown(read).unwrap();
+    assert!(
+        shown.contains("    77→    let util_value_77 = compute_util_77(offset);\n"),
+        "{shown}"
+    );
+    assert!(!shown.contains("let util_value_2 = "), "{shown}");
+}
+
 #[test]
 fn the_text_a_later_edit_quotes_stays_verbatim() {
     let mut log = Log::default();
@@ -447,23 +472,8 @@ fn the_text_a_later_edit_quotes_stays_verbatim() {
         json!({"path": "src/util.rs"}),
         &source("util", 120),
     );
-    log.call(
-        "",
-        "c2",
-        "edit",
-        json!({"path": "src/other.rs", "old_string": "    let util_value_77 = compute_util_77(offset);", "new_string": "x"}),
-    );
-    log.result("c2", "edit", "ok");
-    log.say("Renamed.");
-    let (_, d) = log.pass(Phase::RunEnd);
-    let r = Log::result_of(&d, &read);
-    assert_eq!(r.outcome, Outcome::Distilled, "{r:?}");
-    let shown = log.shown(&read).unwrap();
-    assert!(
-        shown.contains("    77→    let util_value_77 = compute_util_77(offset);"),
-        "{shown}"
-    );
-    assert!(!shown.contains("let util_value_2 = "));
+    edit_quoting_line_77(&mut log);
+    run_end_keeps_the_quoted_line(&mut log, &read);
 }
 
 #[test]
@@ -486,7 +496,7 @@ fn the_text_an_edit_quotes_stays_verbatim_after_write_facts_strip_the_edit() {
         "edit",
         json!({"path": "src/util.rs", "oldText": quoted, "newText": "    let x = 1;\n"}),
     );
-    let result = log.result("c2", "edit", "Successfully replaced text in src/util.rs.");
+    log.result("c2", "edit", "Successfully replaced text in src/util.rs.");
     let branch = active_branch(&log.s);
     let fresh = [branch[branch.len() - 1]];
     let drafts = crate::wm::writes::plan(
@@ -495,27 +505,20 @@ fn the_text_an_edit_quotes_stays_verbatim_after_write_facts_strip_the_edit() {
         &fresh,
         &crate::wm::writes::Settings::default(),
     );
-    assert_eq!(drafts.len(), 1, "the edit is stripped (entry {result})");
+    assert_eq!(drafts.len(), 1, "the edit is stripped");
     for d in drafts {
         log.push(d.kind);
     }
-    log.say("Renamed.");
-    let (_, d) = log.pass(Phase::RunEnd);
-    let r = Log::result_of(&d, &read);
-    assert_eq!(r.outcome, Outcome::Distilled, "{r:?}");
-    let shown = log.shown(&read).unwrap();
-    assert!(
-        shown.contains("    77→    let util_value_77 = compute_util_77(offset);"),
-        "the stripped edit still pins what it quoted: {shown}"
-    );
-    assert!(!shown.contains("let util_value_2 = "));
+    // The stripped edit still pins what it quoted.
+    run_end_keeps_the_quoted_line(&mut log, &read);
 }
 
 #[test]
 fn an_older_codex_shell_output_is_judged_by_its_own_lines() {
     let mut log = Log::default();
     log.user("rename the helper");
-    // An older Codex's `shell`: the output and its metadata as one JSON line.
+    // An older Codex's `shell`: the output and its metadata as one JSON line; the kept line
+    // is shown unescaped.
     let printed = source("util", 120);
     let wrapped = json!({"output": printed, "metadata": {"exit_code": 0, "duration_seconds": 0.1}})
         .to_string();
@@ -526,23 +529,8 @@ fn an_older_codex_shell_output_is_judged_by_its_own_lines() {
         json!({"command": ["bash", "-lc", "sed -n 1,120p src/util.rs"]}),
         &wrapped,
     );
-    log.call(
-        "",
-        "c2",
-        "edit",
-        json!({"path": "src/other.rs", "old_string": "    let util_value_77 = compute_util_77(offset);", "new_string": "x"}),
-    );
-    log.result("c2", "edit", "ok");
-    log.say("Renamed.");
-    let (_, d) = log.pass(Phase::RunEnd);
-    let r = Log::result_of(&d, &read);
-    assert_eq!(r.outcome, Outcome::Distilled, "{r:?}");
-    let shown = log.shown(&read).unwrap();
-    assert!(
-        shown.contains("    77→    let util_value_77 = compute_util_77(offset);\n"),
-        "the cited line, unescaped: {shown}"
-    );
-    assert!(!shown.contains("let util_value_2 = "), "{shown}");
+    edit_quoting_line_77(&mut log);
+    run_end_keeps_the_quoted_line(&mut log, &read);
     // Codex's own key order, output first.
     let codex_order = format!(
         r#"{{"output":{},"metadata":{{"exit_code":0}}}}"#,
