@@ -791,6 +791,10 @@ mod tests {
         let c = s.distill_config();
         assert_eq!(c.exclude_tools, ["Read", "Grep"]);
         assert_eq!(c.exchange_omit, 0.0);
+        // A whole number is a probability too.
+        std::fs::write(&path, "exchange-omit = 1\n").unwrap();
+        s.apply_file(&path).unwrap();
+        assert_eq!(s.distill_config().exchange_omit, 1.0);
         std::fs::write(&path, "exchange-omit = 1.5\n").unwrap();
         let e = s.apply_file(&path).unwrap_err();
         assert!(e.contains("exchange-omit") && e.contains("0 to 1"), "{e}");
