@@ -158,6 +158,9 @@ struct Report<'a> {
     /// The classifier's name in records (`local`, `openai:MODEL`).
     classifier_name: &'a str,
     baseline_last: usize,
+    /// Distillation's settings (`--exchange-omit`, `--distill-exclude-tools`).
+    exchange_omit: f32,
+    distill_exclude_tools: &'a [String],
     sessions: &'a [SessionRow],
     total: &'a Total,
 }
@@ -365,6 +368,8 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
             classifier: args.classifier.classifier.as_deref().unwrap_or("local"),
             classifier_name: classifier.name(),
             baseline_last: args.baseline_last,
+            exchange_omit: args.exchange_omit,
+            distill_exclude_tools: &args.distill_exclude_tools,
             sessions: &rows,
             total: &total,
         };
@@ -520,6 +525,21 @@ fn write_text(
     } else {
         writeln!(out, "lazy tools: off")?;
     }
+    writeln!(
+        out,
+        "old exchanges: omitted below P(relevant) {}{}; tools never distilled: {}",
+        args.exchange_omit,
+        if args.exchange_omit == 0.0 {
+            " (never)"
+        } else {
+            ""
+        },
+        if args.distill_exclude_tools.is_empty() {
+            "none".to_owned()
+        } else {
+            args.distill_exclude_tools.join(", ")
+        }
+    )?;
     if total.classifier.input_tokens > 0 {
         writeln!(
             out,

@@ -158,6 +158,38 @@ fn eval_replays_a_session_and_measures_savings_retention_and_the_baseline() {
         "{text}"
     );
     assert!(text.contains("render_badge_india_5"), "{text}");
+    assert!(
+        text.contains("old exchanges: omitted below P(relevant) 0.2; tools never distilled: none"),
+        "{text}"
+    );
+
+    // The grep's tool excluded: nothing is edited, so nothing used is missed.
+    let out = common::ctxd()
+        .args([
+            "eval",
+            "--json",
+            "--no-digests",
+            "--distill-exclude-tools",
+            "bash",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["distill_exclude_tools"], serde_json::json!(["bash"]));
+    let s = &v["sessions"][0];
+    assert_eq!(s["edits"], 0, "{s}");
+    assert_eq!(s["retention_ctxd"]["retained"], 2, "{s}");
+    // A probability out of range: clap's usage error, exit code 2.
+    let out = common::ctxd()
+        .args(["eval", "--exchange-omit", "2"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("expected a probability from 0 to 1"), "{err}");
 
     // An unknown classifier is one line and exit code 2.
     let err = one_line_error(
