@@ -49,6 +49,16 @@ pub(crate) fn recall_id(text: &str) -> Option<String> {
 /// Run 1, the same in every test here: the model greps (a large output), then answers citing
 /// one line of it. The conversation as the client holds it afterwards.
 async fn grep_run(rig: &Rig, api: Api, stream: bool) -> Vec<serde_json::Value> {
+    grep_run_printing(rig, api, stream, &grep_output()).await
+}
+
+/// [`grep_run`] with the tool's result text `output`.
+async fn grep_run_printing(
+    rig: &Rig,
+    api: Api,
+    stream: bool,
+    output: &str,
+) -> Vec<serde_json::Value> {
     let script = rig.mock.script();
     script.push(Reply::tool_call(
         "bash",
@@ -69,7 +79,7 @@ async fn grep_run(rig: &Rig, api: Api, stream: bool) -> Vec<serde_json::Value> {
     }
     let (a1, els) = turn(rig, api, &conversation, stream, false).await;
     no_ctxd_calls(api, &a1);
-    let results = api.results(&els, &grep_output());
+    let results = api.results(&els, output);
     conversation.extend(els);
     conversation.extend(results);
     let (a2, els) = turn(rig, api, &conversation, stream, false).await;
@@ -252,6 +262,49 @@ async fn an_excluded_tool_keeps_its_outputs_whole() {
             .any(|e| matches!(e.kind, EntryKind::ContextEdit { .. })),
         "an edit was stored"
     );
+}
+
+/// An older Codex's shell result is one JSON line (`{"output": …, "metadata": …}`): the pass
+/// distils it by the lines inside, so the next request carries the cited line and not the
+/// unrelated ones, and the strict mock accepts it. Responses (Codex's API), JSON and SSE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrapped_codex_output_is_distilled_by_its_lines() {
+    for stream in [false, true] {
+        let api = Api::Responses;
+        let rig = Rig::with(Config::default(), |s| {
+            s.distill_wait = std::time::Duration::from_secs(10);
+            s.management.mechanisms.digests = false;
+        })
+        .await;
+        let wrapped = json!({
+            "output": grep_output(),
+            "metadata": {"exit_code": 0, "duration_seconds": 0.2}
+        })
+        .to_string();
+        let mut conversation = grep_run_printing(&rig, api, stream, &wrapped).await;
+        rig.mock.script().push(Reply::text("Noted."));
+        conversation.push(user_text(
+            api,
+            "Thanks. Which file would I edit to raise it?",
+        ));
+        turn(&rig, api, &conversation, stream, false).await;
+        let sent = rig.mock.requests();
+        assert_eq!(sent.len(), 3);
+        assert!(
+            sent.iter().all(|r| r.refused.is_none()),
+            "stream={stream}: refused"
+        );
+        let body = String::from_utf8_lossy(&sent[2].body).into_owned();
+        assert!(
+            body.contains("[ctxd] Distilled output of bash"),
+            "stream={stream}: not distilled"
+        );
+        assert!(
+            body.contains("src/config.rs:42: pub const WIDGET_LIMIT: usize = 7;")
+                && !body.contains("OMITTED-MARK-91"),
+            "stream={stream}: not distilled by its lines"
+        );
+    }
 }
 
 /// With the default `distill-wait` (0), no request waits for a pass. A pass over a session
