@@ -223,6 +223,29 @@ async fn responses_distilled_outputs_go_upstream_and_recall_brings_them_back() {
     session(Api::Responses, true).await;
 }
 
+/// After [`grep_run`]: the next question, answered "Noted."; every upstream request accepted.
+/// The body of that question's upstream request (the third).
+async fn next_question(
+    rig: &Rig,
+    api: Api,
+    stream: bool,
+    mut conversation: Vec<serde_json::Value>,
+) -> String {
+    rig.mock.script().push(Reply::text("Noted."));
+    conversation.push(user_text(
+        api,
+        "Thanks. Which file would I edit to raise it?",
+    ));
+    turn(rig, api, &conversation, stream, false).await;
+    let sent = rig.mock.requests();
+    assert_eq!(sent.len(), 3, "{api:?} stream={stream}");
+    assert!(
+        sent.iter().all(|r| r.refused.is_none()),
+        "{api:?} stream={stream}: refused"
+    );
+    String::from_utf8_lossy(&sent[2].body).into_owned()
+}
+
 /// `--distill-exclude-tools bash`: the pass judges the run but leaves the grep's output
 /// whole, so the next request carries every line of it, and the pass's record says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,17 +257,8 @@ async fn an_excluded_tool_keeps_its_outputs_whole() {
         s.distill_exclude_tools = vec!["bash".into()];
     })
     .await;
-    let mut conversation = grep_run(&rig, api, true).await;
-    rig.mock.script().push(Reply::text("Noted."));
-    conversation.push(user_text(
-        api,
-        "Thanks. Which file would I edit to raise it?",
-    ));
-    turn(&rig, api, &conversation, true, false).await;
-    let sent = rig.mock.requests();
-    assert_eq!(sent.len(), 3);
-    let body = String::from_utf8_lossy(&sent[2].body).into_owned();
-    assert!(sent.iter().all(|r| r.refused.is_none()));
+    let conversation = grep_run(&rig, api, true).await;
+    let body = next_question(&rig, api, true, conversation).await;
     assert!(
         !body.contains("[ctxd] Distilled output of bash"),
         "distilled"
@@ -281,20 +295,8 @@ async fn a_wrapped_codex_output_is_distilled_by_its_lines() {
             "metadata": {"exit_code": 0, "duration_seconds": 0.2}
         })
         .to_string();
-        let mut conversation = grep_run_printing(&rig, api, stream, &wrapped).await;
-        rig.mock.script().push(Reply::text("Noted."));
-        conversation.push(user_text(
-            api,
-            "Thanks. Which file would I edit to raise it?",
-        ));
-        turn(&rig, api, &conversation, stream, false).await;
-        let sent = rig.mock.requests();
-        assert_eq!(sent.len(), 3);
-        assert!(
-            sent.iter().all(|r| r.refused.is_none()),
-            "stream={stream}: refused"
-        );
-        let body = String::from_utf8_lossy(&sent[2].body).into_owned();
+        let conversation = grep_run_printing(&rig, api, stream, &wrapped).await;
+        let body = next_question(&rig, api, stream, conversation).await;
         assert!(
             body.contains("[ctxd] Distilled output of bash"),
             "stream={stream}: not distilled"
