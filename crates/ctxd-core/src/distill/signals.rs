@@ -53,7 +53,12 @@ pub fn command(args: &Value) -> Option<String> {
         },
         _ => None,
     }?;
-    let mut norm = raw.split_whitespace().collect::<Vec<_>>().join(" ");
+    normalized(&raw)
+}
+
+/// `line` with its whitespace collapsed and a trailing `2>&1` dropped (`None`: empty).
+fn normalized(line: &str) -> Option<String> {
+    let mut norm = line.split_whitespace().collect::<Vec<_>>().join(" ");
     while let Some(s) = norm.strip_suffix("2>&1") {
         norm = s.trim_end().to_owned();
     }
@@ -103,6 +108,59 @@ fn lower(name: &str) -> String {
     name.to_ascii_lowercase()
 }
 
+/// The command line a shell call runs, from its arguments: Claude Code and Pi (`command` as a
+/// string), Codex `shell` / `local_shell` (`command` as an argv, `bash -lc SCRIPT` unwrapped;
+/// `action.command` for `local_shell`), Codex `exec_command` (`cmd`).
+pub fn command_of(arguments: &Value) -> Option<String> {
+    let args = match arguments {
+        // Freeform and stringified arguments.
+        Value::String(s) => match serde_json::from_str::<Value>(s) {
+            Ok(v @ Value::Object(_)) => return command_of(&v),
+            _ => return Some(s.clone()),
+        },
+        Value::Object(o) => o,
+        _ => return None,
+    };
+    let v = args
+        .get("command")
+        .or_else(|| args.get("cmd"))
+        .or_else(|| args.get("action").and_then(|a| a.get("command")))?;
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => {
+            let words: Option<Vec<&str>> = parts.iter().map(Value::as_str).collect();
+            let words = words?;
+            match words.as_slice() {
+                [shell, flag, script]
+                    if matches!(*shell, "bash" | "sh" | "zsh" | "/bin/bash" | "/bin/sh")
+                        && matches!(*flag, "-c" | "-lc" | "-l" | "-ic") =>
+                {
+                    Some((*script).to_owned())
+                }
+                [] => None,
+                // An argv: each word as its own (quoted when it needs it).
+                words => Some(
+                    words
+                        .iter()
+                        .map(|w| {
+                            if w.chars()
+                                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+".contains(c))
+                                && !w.is_empty()
+                            {
+                                (*w).to_owned()
+                            } else {
+                                format!("'{}'", w.replace('\'', "'\\''"))
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                ),
+            }
+        }
+        _ => None,
+    }
+}
+
 /// The file a call reads, when it is a read.
 pub fn read_path(name: &str, args: &Value) -> Option<String> {
     let n = lower(name);
@@ -110,13 +168,10 @@ pub fn read_path(name: &str, args: &Value) -> Option<String> {
     if n.contains("read") || n == "view" || (n.contains("editor") && sub == "view") {
         return str_arg(args, PATH_KEYS).map(normal_path);
     }
-    let line = command(args)?;
-    // `bash -lc SCRIPT` as an argv, and the `cd DIR && ` hops agents put before a read
-    // (`cd /testbed && cat astropy/modeling/separable.py`): the read is what follows.
-    let mut cmd = ["bash -lc ", "bash -c ", "sh -c ", "sh -lc "]
-        .iter()
-        .find_map(|w| line.strip_prefix(w))
-        .unwrap_or(&line);
+    let line = normalized(&command_of(args)?)?;
+    // The `cd DIR && ` hops agents put before a read (`cd /testbed && cat
+    // astropy/modeling/separable.py`): the read is what follows.
+    let mut cmd = line.as_str();
     while let Some((hop, rest)) = cmd.split_once(" && ") {
         if !hop.starts_with("cd ") || hop.contains(['|', ';', '>', '&', '$', '`']) {
             break;

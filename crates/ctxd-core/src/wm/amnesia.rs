@@ -34,7 +34,8 @@ mod shell;
 #[cfg(test)]
 mod tests;
 
-pub use shell::{command_of, is_read_only, READERS};
+pub use crate::distill::signals::command_of;
+pub use shell::{is_read_only, READERS};
 
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;

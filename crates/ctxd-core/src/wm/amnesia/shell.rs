@@ -8,8 +8,6 @@
 //! without actions that run or delete, `git` only with a reading subcommand). Anything the
 //! parser is unsure of (unbalanced quotes, variables assigned before a command) is not a read.
 
-use serde_json::Value;
-
 /// Commands that only read files or print what they are given.
 pub const READERS: &[&str] = &[
     "cat", "head", "tail", "sed", "rg", "grep", "egrep", "fgrep", "ls", "find", "fd", "wc", "nl",
@@ -33,59 +31,6 @@ const GIT_READS: &[&str] = &[
 const FIND_ACTIONS: &[&str] = &[
     "-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprint0", "-fprintf", "-fls",
 ];
-
-/// The command line a shell call runs, from its arguments: Claude Code and Pi (`command` as a
-/// string), Codex `shell` / `local_shell` (`command` as an argv, `bash -lc SCRIPT` unwrapped;
-/// `action.command` for `local_shell`), Codex `exec_command` (`cmd`).
-pub fn command_of(arguments: &Value) -> Option<String> {
-    let args = match arguments {
-        // Freeform and stringified arguments.
-        Value::String(s) => match serde_json::from_str::<Value>(s) {
-            Ok(v @ Value::Object(_)) => return command_of(&v),
-            _ => return Some(s.clone()),
-        },
-        Value::Object(o) => o,
-        _ => return None,
-    };
-    let v = args
-        .get("command")
-        .or_else(|| args.get("cmd"))
-        .or_else(|| args.get("action").and_then(|a| a.get("command")))?;
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(parts) => {
-            let words: Option<Vec<&str>> = parts.iter().map(Value::as_str).collect();
-            let words = words?;
-            match words.as_slice() {
-                [shell, flag, script]
-                    if matches!(*shell, "bash" | "sh" | "zsh" | "/bin/bash" | "/bin/sh")
-                        && matches!(*flag, "-c" | "-lc" | "-l" | "-ic") =>
-                {
-                    Some((*script).to_owned())
-                }
-                [] => None,
-                // An argv: each word as its own (quoted when it needs it).
-                words => Some(
-                    words
-                        .iter()
-                        .map(|w| {
-                            if w.chars()
-                                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+".contains(c))
-                                && !w.is_empty()
-                            {
-                                (*w).to_owned()
-                            } else {
-                                format!("'{}'", w.replace('\'', "'\\''"))
-                            }
-                        })
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                ),
-            }
-        }
-        _ => None,
-    }
-}
 
 /// Whether `command` (a shell command line) only reads.
 pub fn is_read_only(command: &str) -> bool {
