@@ -357,9 +357,12 @@ impl TurnRecord {
             } else {
                 let _ = done.send(Ok(()));
             }
-            // After the commit is on its way (the client's answer does not wait for the copy),
-            // and before the session's next request can come (it may wait for the pass).
+            // After the commit, and before the session's next request can come (it may wait
+            // for the pass). The yield lets the response's end, woken by the commit's ack, go
+            // out first: the branch copy took 0.1 ms at the median (up to 8 ms) of every
+            // acknowledged response on this worker.
             if distill {
+                tokio::task::yield_now().await;
                 app.distiller.turn_ended(&slot, loaded);
             }
         });
