@@ -265,22 +265,22 @@ pub(crate) fn append_in(
     expect_leaf: Option<&EntryId>,
     indexing: Indexing,
 ) -> Result<i64, StoreError> {
-    let current: Option<Option<String>> = conn
-        .prepare_cached("SELECT leaf FROM sessions WHERE id = ?1")?
-        .query_row(params![session], |r| r.get(0))
+    // One statement (this runs before every response the gateway acknowledges): the leaf, and
+    // two index probes (`(session_id, seq)`, `entries_batch`); reading `batch` from the last
+    // row itself would walk the overflow pages of its `body` and `raw` first.
+    let found: Option<(Option<String>, i64, i64)> = conn
+        .prepare_cached(
+            "SELECT leaf, \
+                    COALESCE((SELECT MAX(seq) FROM entries WHERE session_id = ?1), 0), \
+                    COALESCE((SELECT MAX(batch) FROM entries WHERE session_id = ?1), 0) + 1 \
+             FROM sessions WHERE id = ?1",
+        )?
+        .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
-    let Some(current) = current else {
+    let Some((current, mut seq, batch_no)) = found else {
         return Err(StoreError::NoSession(session.to_string()));
     };
     check_leaf(expect_leaf, current)?;
-    // Two index probes (the primary key, `entries_batch`): reading `batch` from the last row
-    // itself would walk the overflow pages of its `body` and `raw` first.
-    let (mut seq, batch_no): (i64, i64) = conn
-        .prepare_cached(
-            "SELECT COALESCE((SELECT MAX(seq) FROM entries WHERE session_id = ?1), 0), \
-                    COALESCE((SELECT MAX(batch) FROM entries WHERE session_id = ?1), 0) + 1",
-        )?
-        .query_row(params![session], |r| Ok((r.get(0)?, r.get(1)?)))?;
     // The indexes follow in the same transaction when asked and current (not behind: a
     // session stored by an older build, or appended with `Indexing::Deferred`); otherwise
     // `history_sync` catches them up later.
@@ -330,18 +330,19 @@ pub(crate) fn append_in(
             }
         }
     }
-    let new_leaf = leaf
-        .map(|l| l.0.clone())
-        .or_else(|| batch.last().map(|n| n.entry.id.0.clone()));
-    if let Some(l) = &new_leaf {
+    // A leaf named by the caller must exist; the batch's last entry was just inserted.
+    if let Some(l) = leaf {
         let known: Option<i64> = conn
             .prepare_cached("SELECT seq FROM entries WHERE session_id = ?1 AND id = ?2")?
-            .query_row(params![session, l], |r| r.get(0))
+            .query_row(params![session, l.0], |r| r.get(0))
             .optional()?;
         if known.is_none() {
-            return Err(StoreError::NoEntry(l.clone()));
+            return Err(StoreError::NoEntry(l.0.clone()));
         }
     }
+    let new_leaf = leaf
+        .map(|l| l.0.as_str())
+        .or_else(|| batch.last().map(|n| n.entry.id.0.as_str()));
     conn.prepare_cached(&format!(
         "UPDATE sessions SET leaf = COALESCE(?2, leaf), updated_at = {NOW} WHERE id = ?1"
     ))?
