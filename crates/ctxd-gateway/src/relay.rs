@@ -6,8 +6,10 @@
 //! Durable before acknowledged: a complete response's terminal part (the bytes from the event
 //! that completes it; a JSON body whole) reaches the client only once the store has committed
 //! the turn, usage and ids included. What came before flows as it arrives, so the time to the
-//! first byte is unchanged. A commit that fails or takes longer than `commit-timeout` ends the
-//! response with the API's error instead: the client never holds an answer the store lacks.
+//! first byte is unchanged; the stream's end leaves in the same write as the terminal part when
+//! the upstream's end is at hand by then (`Relay::fold_trailing`). A commit that fails or takes
+//! longer than `commit-timeout` ends the response with the API's error instead: the client
+//! never holds an answer the store lacks.
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -138,7 +140,7 @@ impl Completion {
     /// client holds depends on it); `upstream` is the time spent waiting on the provider.
     pub fn finish(self, outcome: Outcome, upstream: Duration) {
         if let Some(work) = self.finish_later(outcome, upstream) {
-            drop(work.spawn());
+            drop(work.spawn(false));
         }
     }
 
@@ -147,7 +149,7 @@ impl Completion {
     pub async fn finish_durable(self, outcome: Outcome, upstream: Duration) -> Result<(), String> {
         let limit = self.app.settings.commit_timeout;
         match self.finish_later(outcome, upstream) {
-            Some(work) => committed(work.spawn(), limit).await,
+            Some(work) => committed(work.spawn(false), limit).await,
             None => Ok(()),
         }
     }
@@ -253,8 +255,11 @@ impl TurnRecord {
     /// Run on this worker once the current task yields (a spawned task waits in the worker's
     /// LIFO slot: no thread is woken for it). The decision is CPU work over the indexed log;
     /// the one I/O, the notes for a new window's boot, runs on a blocking thread. The answer
-    /// comes once the store has committed the batch.
-    fn spawn(self) -> CommitRx {
+    /// comes once the store has committed the batch. `after_ready`: tasks already woken on
+    /// this worker run first; a stream's relay asks for it so the upstream connection's task
+    /// delivers the body's end before the commit holds the worker (the terminal part and the
+    /// client stream's end then leave in one write, see `Relay::fold_trailing`).
+    fn spawn(self, after_ready: bool) -> CommitRx {
         let (done, rx) = oneshot::channel();
         let TurnRecord {
             ticket,
@@ -272,6 +277,9 @@ impl TurnRecord {
         let distill = distill && matches!(outcome, Outcome::Response(_));
         tokio::spawn(async move {
             let _ticket = ticket;
+            if after_ready {
+                tokio::task::yield_now().await;
+            }
             let mut state = slot.state.lock().await;
             if slot.stale.load(std::sync::atomic::Ordering::Acquire) {
                 // An earlier write of the session failed: the log here is not the store's, and
@@ -409,7 +417,7 @@ impl Drop for Completion {
         if !self.done {
             self.done = true;
             if let Some(work) = self.settle(Outcome::Aborted, Duration::ZERO) {
-                drop(work.spawn());
+                drop(work.spawn(false));
             }
         }
     }
@@ -496,7 +504,7 @@ impl Relay {
         let limit = c.app.settings.commit_timeout;
         if let Some(work) = c.finish_later(outcome, self.upstream) {
             self.held_end = Some(Held {
-                commit: committed(work.spawn(), limit).boxed(),
+                commit: committed(work.spawn(true), limit).boxed(),
                 tail,
             });
         }
@@ -592,9 +600,36 @@ impl Relay {
         }
     }
 
+    /// While the terminal part waits for its commit, what the upstream sends after it (its
+    /// body's end, as a rule) is read into it: the terminal part and the stream's end then
+    /// leave in one write when the commit answers. Otherwise the client's stream ends one
+    /// scheduler round later, when the upstream connection's task has delivered its end.
+    fn fold_trailing(&mut self, cx: &mut Context<'_>) {
+        while !self.ended && self.closing.is_none() {
+            let Some(held) = self.held_end.as_mut() else {
+                return;
+            };
+            if held.tail.len() >= COALESCE {
+                return;
+            }
+            match self.inner.as_mut().poll_next(cx) {
+                Poll::Pending => return,
+                Poll::Ready(Some(Ok(chunk))) => {
+                    let mut tail = BytesMut::with_capacity(held.tail.len() + chunk.len());
+                    tail.extend_from_slice(&held.tail);
+                    tail.extend_from_slice(&chunk);
+                    held.tail = tail.freeze();
+                }
+                Poll::Ready(Some(Err(e))) => self.closing = Some(Some(e)),
+                Poll::Ready(None) => self.closing = Some(None),
+            }
+        }
+    }
+
     /// The held terminal part, once its commit has answered: the bytes, or the API's error
     /// event when the store did not commit (and the stream ends there).
     fn poll_held(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        self.fold_trailing(cx);
         let Some(held) = self.held_end.as_mut() else {
             return Poll::Ready(None);
         };
