@@ -429,7 +429,8 @@ type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>>;
 /// The response's terminal part, held until the store has committed the turn.
 struct Held {
     commit: BoxFuture<'static, Result<(), String>>,
-    /// The bytes from the completing event on (empty when the upstream's end completed it).
+    /// The bytes from the completing event on, and what the upstream sent after it while the
+    /// commit ran (empty when the upstream's end completed it).
     tail: Bytes,
 }
 

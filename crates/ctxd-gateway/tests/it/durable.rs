@@ -171,9 +171,8 @@ async fn a_store_refusing_writes_withholds_the_end_with_the_apis_error() {
 /// The reads a plain HTTP/1.1 client made of one streamed response, until the chunked
 /// body's end: a blocking socket on a thread of its own, so each read returns what had
 /// arrived by then.
-fn streamed_reads(base: &str, path: &str, key: &str) -> Vec<Vec<u8>> {
+fn streamed_reads(addr: &str, path: &str, key: &str) -> Vec<Vec<u8>> {
     use std::io::{Read, Write};
-    let addr = base.trim_start_matches("http://");
     let mut socket = std::net::TcpStream::connect(addr).unwrap();
     let payload = serde_json::to_vec(&body(path, "hello", true)).unwrap();
     let auth = if path == "/v1/messages" {
@@ -211,9 +210,9 @@ async fn a_streams_terminal_event_and_its_end_reach_the_client_in_one_write() {
     for path in CASES {
         let mut apart = Vec::new();
         for round in 0..ROUNDS {
-            let base = rig.base.clone();
+            let addr = rig.addr();
             let key = format!("one-write{path}-{round}");
-            let reads = tokio::task::spawn_blocking(move || streamed_reads(&base, path, &key))
+            let reads = tokio::task::spawn_blocking(move || streamed_reads(&addr, path, &key))
                 .await
                 .unwrap();
             let last = String::from_utf8_lossy(reads.last().unwrap()).into_owned();

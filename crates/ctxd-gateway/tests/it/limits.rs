@@ -11,10 +11,6 @@ use tokio::net::TcpStream;
 
 use crate::support::Rig;
 
-fn addr(rig: &Rig) -> String {
-    rig.base.trim_start_matches("http://").to_owned()
-}
-
 /// Read until the peer closes (or `limit` passes: then the test fails).
 async fn read_to_close(s: &mut TcpStream, limit: Duration) -> String {
     let mut out = Vec::new();
@@ -32,7 +28,7 @@ async fn stalled_headers_are_dropped_and_a_trickled_body_is_answered_408() {
         s.body_timeout = Duration::from_secs(1);
     })
     .await;
-    let mut stalled = TcpStream::connect(addr(&rig)).await.unwrap();
+    let mut stalled = TcpStream::connect(rig.addr()).await.unwrap();
     stalled
         .write_all(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n")
         .await
@@ -44,7 +40,7 @@ async fn stalled_headers_are_dropped_and_a_trickled_body_is_answered_408() {
         "{answer}"
     );
 
-    let mut trickle = TcpStream::connect(addr(&rig)).await.unwrap();
+    let mut trickle = TcpStream::connect(rig.addr()).await.unwrap();
     trickle
         .write_all(
             b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
@@ -70,14 +66,14 @@ async fn connections_over_the_cap_get_503_at_once_and_idle_ones_are_reaped() {
     })
     .await;
     let idle = [
-        TcpStream::connect(addr(&rig)).await.unwrap(),
-        TcpStream::connect(addr(&rig)).await.unwrap(),
+        TcpStream::connect(rig.addr()).await.unwrap(),
+        TcpStream::connect(rig.addr()).await.unwrap(),
     ];
     // Both slots are taken once the gateway has accepted them: a third connection is
     // answered at once, in a body both APIs' clients read as an error.
     let started = Instant::now();
     let refused = loop {
-        let mut third = TcpStream::connect(addr(&rig)).await.unwrap();
+        let mut third = TcpStream::connect(rig.addr()).await.unwrap();
         third
             .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
             .await
@@ -130,7 +126,7 @@ async fn shutdown_ends_by_its_deadline_with_a_stalled_client_and_a_long_stream()
         )
         .await;
     assert_eq!(long.status(), 200);
-    let mut stalled = TcpStream::connect(addr(&rig)).await.unwrap();
+    let mut stalled = TcpStream::connect(rig.addr()).await.unwrap();
     stalled
         .write_all(b"POST /v1/messages HTTP/1.1\r\nhost: x\r\n")
         .await
@@ -207,7 +203,7 @@ async fn a_huge_body_in_flight_leaves_small_requests_served_and_refuses_another_
     })
     .await;
     // A client declares a 4 MiB body and trickles it: it holds the whole budget.
-    let mut hog = TcpStream::connect(addr(&rig)).await.unwrap();
+    let mut hog = TcpStream::connect(rig.addr()).await.unwrap();
     hog.write_all(
         format!(
             "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\

@@ -49,6 +49,11 @@ impl Rig {
         }
     }
 
+    /// The gateway's `host:port`, for clients that speak HTTP on a raw socket.
+    pub fn addr(&self) -> String {
+        self.base.trim_start_matches("http://").to_owned()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
