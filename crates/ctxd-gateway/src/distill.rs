@@ -13,15 +13,17 @@
 //! never change once appended), whether the branch extends it or forks from it. A full copy of a 1 MB branch at every turn
 //! end was the gateway's largest cost per request at 1 MB of history (docs/benchmarks.md). At
 //! most one pass per session is queued or running; a turn end meanwhile is noted, and the
-//! branch is handed over for it at the session's next request (once the pass is over).
+//! branch is handed over for it when the pass is over (or at the session's next request, if
+//! one is in flight then).
 //!
 //! A pass plans, asks the classifier and decides on its copy, and leaves the edits on the
-//! session's slot. Then they land ([`Landing`]): when the session is still where the pass
-//! judged it (no request came since that turn end, at this gateway or, on a shared store, at
-//! any other), they are committed at once under that turn end, conditionally (the store
-//! refuses them if another gateway moved the leaf meanwhile), so the session's next request
-//! carries them whichever gateway serves it. Otherwise they wait on the slot for the
-//! session's next request here, which appends them before it is planned ([`apply_ready`]).
+//! session's slot. Then they land ([`Landing`]): when the session is idle at a turn end of the
+//! branch the pass judged (the one it judged, or a later one: no request in flight, at this
+//! gateway or, on a shared store, at any other), they are committed at once under it,
+//! conditionally (the store refuses them if another gateway moved the leaf meanwhile), so the
+//! session's next request carries them whichever gateway serves it. Otherwise they wait on
+//! the slot for the session's next request here, which appends them before it is planned
+//! ([`apply_ready`]).
 //! A request that comes while the pass still runs waits for it at most `distill-wait` (0 by
 //! default), then goes as it would have; the edits land at a later request instead. Edits of
 //! a branch the client has left are dropped (passes keep no state of their own: the next one
@@ -73,12 +75,24 @@ pub struct Landing {
 }
 
 impl Landing {
-    /// Commit the edits waiting on `slot` under the turn end their pass judged, if the
-    /// session is still there; otherwise leave them for the session's next request. The
-    /// session's lock is held until the store answers: a request planned on the edits must
-    /// not reach the store before them, nor after the store refused them.
-    async fn land(&self, slot: &Slot) {
+    /// The end of `slot`'s pass, on the request runtime: commit the edits it left, if the
+    /// session is idle where they can go, then let a request waiting for the pass go, and
+    /// hand the branch to the pass for a turn end that came while this one ran.
+    async fn settle(&self, slot: &Arc<Slot>, distiller: &Distiller) {
         let mut state = slot.state.lock().await;
+        self.land(slot, &mut state).await;
+        if finish(slot) {
+            distiller.queue_noted(slot, &state);
+        }
+    }
+
+    /// Commit the edits waiting on `slot` under the session's leaf when the session is idle
+    /// there: still at the turn end their pass judged, or at a later turn end of the same
+    /// branch (turns ended while the pass ran, and no request came since). Otherwise leave
+    /// them for the session's next request. The session's lock is held until the store
+    /// answers: a request planned on the edits must not reach the store before them, nor
+    /// after the store refused them.
+    async fn land(&self, slot: &Slot, state: &mut Option<Loaded>) {
         if slot.stale.load(Ordering::Acquire) {
             return;
         }
@@ -94,11 +108,19 @@ impl Landing {
             slot.stale.store(true, Ordering::Release);
             return;
         }
-        let leaf = loaded.log.leaf().and_then(|p| loaded.log.entry(p));
-        if leaf.map(|e| &e.id) != Some(&judged) {
+        let log = &loaded.log;
+        let Some(leaf) = log.leaf().and_then(|p| log.entry(p)).map(|e| e.id.clone()) else {
+            return;
+        };
+        // A turn end is where no request is in flight (a request's own messages move the leaf
+        // off it when it is planned).
+        let idle =
+            leaf == judged || (slot.passes().again && phase_at_end(log, &log.branch()).is_some());
+        if !idle {
             metrics::counter!("ctxd_distill_landed_total", "at" => "next_request").increment(1);
             return;
         }
+        // (Edits of a branch the session has left are dropped here.)
         let entries = apply_ready(slot, loaded);
         if entries.is_empty() {
             return;
@@ -107,7 +129,7 @@ impl Landing {
         self.writer.send(Job::Append {
             session: loaded.record.id,
             entries,
-            expect_leaf: Some(judged),
+            expect_leaf: Some(leaf),
             stale: slot.stale.clone(),
             ack: Some(ack),
         });
@@ -126,7 +148,7 @@ impl Landing {
 pub struct SlotPasses {
     /// A pass is queued or running.
     busy: bool,
-    /// A turn ended while it was: the next request copies the branch for another.
+    /// A turn ended while it was: its end (or the next request) copies the branch for another.
     again: bool,
     /// Edits waiting for the session's next request.
     ready: Option<Ready>,
@@ -224,6 +246,7 @@ impl Snapshot {
 type Queue = tokio::sync::mpsc::UnboundedSender<(Arc<Slot>, Snapshot)>;
 
 /// The queue to the passes' thread.
+#[derive(Clone)]
 pub struct Distiller {
     queue: Queue,
 }
@@ -247,6 +270,11 @@ impl Distiller {
         let config = Arc::new(config);
         let landing = Arc::new(landing);
         let (queue, mut jobs) = tokio::sync::mpsc::unbounded_channel::<(Arc<Slot>, Snapshot)>();
+        // The passes queue the pass for a turn end that came while they ran (the loop ends at
+        // `stop`, not when every sender is gone).
+        let distiller = Distiller {
+            queue: queue.clone(),
+        };
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -285,6 +313,7 @@ impl Distiller {
                             classifier.clone(),
                             config.clone(),
                             landing.clone(),
+                            distiller.clone(),
                         )));
                         // Let the pass do its CPU work before the next one is paced, so
                         // that one is charged for it.
@@ -311,17 +340,29 @@ impl Distiller {
         }
     }
 
-    /// At a request of `slot`'s session: the pass for a turn end noted while another ran,
-    /// once that one is over (on the branch as that turn left it).
+    /// The pass for a turn end noted while another ran, once that one is over: at its end
+    /// ([`Landing::settle`]), or at the session's next request. The branch must end at a turn
+    /// end (the noted one or a later one): otherwise a request is in flight, whose own turn
+    /// end queues a pass, and the note stays for the next request.
     pub fn catch_up(&self, slot: &Arc<Slot>, loaded: &Loaded) {
         let mut passes = slot.passes();
-        if passes.busy || !std::mem::take(&mut passes.again) {
+        if passes.busy || !passes.again {
             return;
         }
         let prior = passes.mirror.take();
         drop(passes);
         if let Some(snapshot) = Snapshot::take(loaded, slot, prior) {
             self.enqueue(slot, snapshot);
+        }
+    }
+
+    /// [`Distiller::catch_up`] at the end of a pass, holding the session's lock (`state`).
+    fn queue_noted(&self, slot: &Arc<Slot>, state: &Option<Loaded>) {
+        if slot.stale.load(Ordering::Acquire) {
+            return; // the next request reloads the session, and catches up then
+        }
+        if let Some(loaded) = state {
+            self.catch_up(slot, loaded);
         }
     }
 
@@ -357,6 +398,7 @@ async fn run(
     classifier: Arc<Configured>,
     config: Arc<Config>,
     landing: Arc<Landing>,
+    distiller: Distiller,
 ) {
     let started = std::time::Instant::now();
     let (ready, mirror) = pass(snapshot, &classifier, &config).await;
@@ -374,24 +416,35 @@ async fn run(
     }
     metrics::counter!("ctxd_distill_passes_total", "outcome" => outcome).increment(1);
     metrics::histogram!("ctxd_distill_pass_seconds").record(started.elapsed().as_secs_f64());
+    let runtime = landing.runtime.clone();
     if outcome == "nothing" {
-        finish(&slot);
+        // Over without the session's lock, unless a turn ended meanwhile.
+        if finish(&slot) {
+            drop(runtime.spawn(async move {
+                let state = slot.state.lock().await;
+                distiller.queue_noted(&slot, &state);
+            }));
+        }
         return;
     }
     // A request waiting for the pass (`distill-wait`) goes once the edits are in the log.
-    let runtime = landing.runtime.clone();
     drop(runtime.spawn(async move {
-        landing.land(&slot).await;
-        finish(&slot);
+        landing.settle(&slot, &distiller).await;
     }));
 }
 
-/// The pass of `slot` is over: wake a request waiting for it.
-fn finish(slot: &Slot) {
+/// The pass of `slot` is over: wake a request waiting for it. Whether a turn ended while it
+/// ran (its pass is still to be queued).
+fn finish(slot: &Slot) -> bool {
     metrics::gauge!("ctxd_distill_pending").decrement(1.0);
-    slot.passes().busy = false;
+    let again = {
+        let mut passes = slot.passes();
+        passes.busy = false;
+        passes.again
+    };
     slot.distilling.store(0, Ordering::Release);
     slot.distilled.notify_waiters();
+    again
 }
 
 /// Plan, ask and decide on `snapshot`: the edits (`None` when there is nothing to judge), and
