@@ -8,7 +8,8 @@
 //! sends a plan's batches (one per segment of a large output, or per group of whole items) to a
 //! [`Classifier`] with at most `concurrency` in flight, inside a time budget. A batch that fails,
 //! answers the wrong number of questions or is not back in time leaves its questions without an
-//! answer, and the core keeps their items (asked again at the next pass). Usage (requests,
+//! answer, and the core keeps their items (asked again at the next pass, or at the next run
+//! end once the run is over: `ctxd_core::distill::plan`). Usage (requests,
 //! tokens, ms) goes into the pass's record.
 
 mod configured;

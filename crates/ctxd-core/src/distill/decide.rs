@@ -222,18 +222,22 @@ pub fn decide(
     // own edits: that extra rewrite must pay off, or they wait for a later run end.
     let old_wait = old_items_wait(plan, &blocks, &exchange_omits, &d.results);
     if old_wait {
-        for item in plan.items.iter().filter(|it| it.kind == ItemKind::Image) {
-            if !is_old(plan, item.entry) {
+        // Old images, and earlier runs' outputs judged again (`planner::Memo::retry`).
+        for item in plan.items.iter().filter(|it| it.kind != ItemKind::Exchange) {
+            let edited = is_old(plan, item.entry)
+                && blocks
+                    .get_mut(&item.entry)
+                    .and_then(|b| b.remove(&item.block))
+                    .is_some();
+            if !edited {
                 continue;
             }
-            if let Some(b) = blocks.get_mut(&item.entry) {
-                b.remove(&item.block);
-            }
-            if let Some(r) = d
-                .results
-                .iter_mut()
-                .find(|r| r.kind == ItemKind::Image && r.entry_id == item.entry_id.0)
-            {
+            // (Results name an entry, not a block: every edited result of the entry waits.)
+            for r in d.results.iter_mut().filter(|r| {
+                r.kind == item.kind
+                    && r.entry_id == item.entry_id.0
+                    && r.outcome != RecordOutcome::Kept
+            }) {
                 r.outcome = RecordOutcome::Kept;
                 r.reason = "deferred".to_owned();
                 r.after_chars = r.before_chars;
@@ -337,11 +341,11 @@ fn old_items_wait(
         }
         saving += item.before_chars;
     }
-    for item in plan.items.iter().filter(|it| it.kind == ItemKind::Image) {
+    for item in plan.items.iter().filter(|it| it.kind != ItemKind::Exchange) {
         if is_old(plan, item.entry) && blocks.contains_key(&item.entry) {
             saving += results
                 .iter()
-                .find(|r| r.kind == ItemKind::Image && r.entry_id == item.entry_id.0)
+                .find(|r| r.kind == item.kind && r.entry_id == item.entry_id.0)
                 .map_or(0, |r| r.before_chars.saturating_sub(r.after_chars));
         }
     }

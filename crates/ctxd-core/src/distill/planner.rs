@@ -13,8 +13,9 @@ use crate::view::{self, Item as ViewItem, ItemKind as ViewKind};
 
 /// Lay out the pass `phase` on `branch` (positions, root first).
 ///
-/// Run end: every output of the run that is not already ctxd's (large, small), old images,
-/// old exchanges. Mid-run: outputs of the run at least `mid_run_min_age_turns` old not judged
+/// Run end: every output of the run that is not already ctxd's (large, small), the outputs of
+/// earlier runs a pass judged without an answer (its classifier timed out or failed) or whose
+/// edit waited for the cache, old images, old exchanges. Mid-run: outputs of the run at least `mid_run_min_age_turns` old not judged
 /// mid-run before, only when they reach `mid_run_batch_chars` and the break-even rule says the
 /// one-time cache rewrite pays off; otherwise an empty plan.
 pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> Plan {
@@ -61,7 +62,13 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
     // Per item, its projection index (where later calls start).
     let mut output_at: Vec<usize> = Vec::new();
     let start = out.run.prompt.map_or(0, |p| p + 1);
-    for (at, vitem) in items.iter().enumerate().skip(start) {
+    // Before the run, only the outputs still to be judged ([`Memo::retry`]).
+    let from = if phase == Phase::RunEnd && !memo.retry.is_empty() {
+        0
+    } else {
+        start
+    };
+    for (at, vitem) in items.iter().enumerate().skip(from) {
         let ViewKind::Message {
             content,
             edited: false,
@@ -80,20 +87,35 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
             else {
                 continue;
             };
+            let entry_id = session.entries[vitem.entry].id.clone();
+            // An earlier run's output: its call is not among this run's; its record names it.
+            let earlier = if at < start {
+                match memo.retry.get(entry_id.as_str()) {
+                    Some(named) => Some(named),
+                    None => continue,
+                }
+            } else {
+                None
+            };
             let text = result_text(result);
             if text.len() < cfg.small_min_chars {
                 continue;
             }
             let call = out.run.calls.get(call_id);
-            let tool = call
-                .map(|c| c.name.clone())
-                .or_else(|| tool_name.clone())
-                .unwrap_or_else(|| "tool".to_owned());
-            let label =
-                call.map_or_else(|| tool.clone(), |c| signals::label(&c.name, &c.arguments));
-            let entry_id = session.entries[vitem.entry].id.clone();
-            let turn = call.map_or(out.run.turns, |c| c.turn);
-            let age_turns = out.run.turns.saturating_sub(turn + 1);
+            let (tool, label) = match (call, earlier) {
+                (Some(c), _) => (c.name.clone(), signals::label(&c.name, &c.arguments)),
+                (None, Some((tool, label))) => (tool.clone(), label.clone()),
+                (None, None) => {
+                    let tool = tool_name.clone().unwrap_or_else(|| "tool".to_owned());
+                    (tool.clone(), tool)
+                }
+            };
+            let age_turns = match call {
+                Some(c) => out.run.turns.saturating_sub(c.turn + 1),
+                // An earlier run's output is older than every turn of this one.
+                None if earlier.is_some() => out.run.turns,
+                None => 0,
+            };
             let first_later = calls.partition_point(|c| c.at <= at);
             let superseded = call.and_then(|c| {
                 let own = &facts[*facts_of.get(c.id.as_str())?];
@@ -339,6 +361,10 @@ struct Memo {
     mid_run: HashSet<String>,
     /// Exchange prompts judged in this run (not deferred).
     exchanges: HashSet<String>,
+    /// Outputs (by entry) whose latest judgement on the branch has no answer (the classifier
+    /// timed out or failed) or waited for the cache: judged again at the next run end, with
+    /// the tool and label their record gives.
+    retry: HashMap<String, (String, String)>,
 }
 
 impl Memo {
@@ -346,10 +372,26 @@ impl Memo {
         let mut memo = Memo {
             mid_run: HashSet::default(),
             exchanges: HashSet::default(),
+            retry: HashMap::default(),
         };
         let after = prompt_entry
             .and_then(|p| branch.iter().position(|&q| q == p))
             .unwrap_or(0);
+        // Every record on the branch, read without copying its strings: only what decides a
+        // retry (this runs at every run end of a long session).
+        for &p in &branch[..after] {
+            let Some(r) = session
+                .entries
+                .get(p)
+                .and_then(|e| e.kind.event_detail::<Judged<'_>>(super::record::EVENT))
+                .filter(|r| r.v == 1)
+            else {
+                continue;
+            };
+            for res in &r.results {
+                memo.note_output(res.kind, res.entry_id, res.reason, res.tool, res.label);
+            }
+        }
         for &p in &branch[after..] {
             let Some(r) = session
                 .entries
@@ -359,9 +401,8 @@ impl Memo {
                 continue;
             };
             for res in &r.results {
-                let unanswered = ["no-answer", "error", "timeout"]
-                    .iter()
-                    .any(|m| res.reason.split(',').any(|r| r == *m));
+                memo.note_output(res.kind, &res.entry_id, &res.reason, &res.tool, &res.label);
+                let unanswered = is_unanswered(&res.reason);
                 if r.phase == Phase::MidRun && res.kind != ItemKind::Exchange && !unanswered {
                     memo.mid_run.insert(res.entry_id.clone());
                 }
@@ -372,6 +413,43 @@ impl Memo {
         }
         memo
     }
+
+    /// An output's judgement, in branch order: the latest one decides whether it is retried.
+    fn note_output(&mut self, kind: ItemKind, entry: &str, reason: &str, tool: &str, label: &str) {
+        if !matches!(kind, ItemKind::Large | ItemKind::Small) {
+            return;
+        }
+        if is_unanswered(reason) || reason == "deferred" {
+            self.retry
+                .insert(entry.to_owned(), (tool.to_owned(), label.to_owned()));
+        } else {
+            self.retry.remove(entry);
+        }
+    }
+}
+
+/// A result's reason says the classifier gave no answer for it.
+fn is_unanswered(reason: &str) -> bool {
+    reason
+        .split(',')
+        .any(|r| matches!(r, "no-answer" | "error" | "timeout"))
+}
+
+/// What [`Memo`] reads of a record before the run: borrowed, the rest skipped.
+#[derive(serde::Deserialize)]
+struct Judged<'a> {
+    v: u32,
+    #[serde(borrow)]
+    results: Vec<JudgedItem<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct JudgedItem<'a> {
+    kind: ItemKind,
+    entry_id: &'a str,
+    reason: &'a str,
+    tool: &'a str,
+    label: &'a str,
 }
 
 /// Tool results with images that at least `image_keep_turns` assistant messages follow.

@@ -696,6 +696,109 @@ fn missing_answers_keep_everything() {
     assert_eq!(d.results[0].reason, "timeout");
 }
 
+/// A pass whose classifier timed out kept the run's outputs; the next run end asks about them
+/// again (they are not in its run), and once answered they are not asked a third time.
+#[test]
+fn an_earlier_runs_output_left_without_an_answer_is_judged_at_the_next_run_end() {
+    let mut log = Log::default();
+    history(&mut log, 30);
+    log.user("where is the status badge rendered?");
+    let grep = log.tool("c1", "grep", json!({"pattern": "status"}), &grep_output());
+    log.say("It is rendered in src/charlie.rs.");
+    let cfg = Config::default();
+    let branch = active_branch(&log.s);
+    let p = plan(&log.s, &branch, &cfg, Phase::RunEnd);
+    let answers = vec![Err(Missing::Timeout); p.questions.len()];
+    let d = decide(&log.s, &p, &answers, &cfg);
+    assert_eq!(Log::result_of(&d, &grep).reason, "timeout");
+    for draft in d.drafts(local::NAME, record::Usage::default(), true) {
+        log.push(draft);
+    }
+
+    log.user("now make the badge green");
+    log.tool(
+        "c2",
+        "edit",
+        json!({"path": "src/charlie.rs", "old_string": "red", "new_string": "green"}),
+        "ok",
+    );
+    log.say("The badge in render_status_badge_charlie is green now.");
+    let (plan2, d2) = log.pass(Phase::RunEnd);
+    let item = plan2
+        .items
+        .iter()
+        .find(|i| i.entry_id.as_str() == grep)
+        .expect("the earlier output is judged again");
+    assert_eq!(item.label, Log::result_of(&d, &grep).label);
+    assert!(item.signals.age_turns >= 2, "{:?}", item.signals);
+    let r = Log::result_of(&d2, &grep);
+    assert_eq!(r.outcome, Outcome::Distilled, "{r:?}");
+    let shown = log.shown(&grep).unwrap();
+    assert!(
+        shown.starts_with("[ctxd] Distilled output of grep"),
+        "{shown}"
+    );
+    assert!(shown.contains("src/charlie.rs:30:"), "{shown}");
+
+    log.user("thanks");
+    log.say("You're welcome.");
+    let (plan3, _) = log.pass(Phase::RunEnd);
+    assert!(
+        plan3.items.iter().all(|i| i.entry_id.as_str() != grep),
+        "an answered output was asked again"
+    );
+}
+
+/// An earlier run's output judged again is old: its edit rewrites the cache from further back,
+/// so in a short session it waits ("deferred"), and is judged again until the rewrite pays off.
+#[test]
+fn an_earlier_runs_output_waits_for_the_cache_and_is_judged_again() {
+    let mut log = Log::default();
+    log.user("where is the status badge rendered?");
+    let grep = log.tool("c1", "grep", json!({"pattern": "status"}), &grep_output());
+    log.say("It is rendered in src/charlie.rs.");
+    let cfg = Config::default();
+    let p = plan(&log.s, &active_branch(&log.s), &cfg, Phase::RunEnd);
+    let d = decide(
+        &log.s,
+        &p,
+        &vec![Err(Missing::Error); p.questions.len()],
+        &cfg,
+    );
+    for draft in d.drafts(local::NAME, record::Usage::default(), false) {
+        log.push(draft);
+    }
+    log.user("and the badge's colour?");
+    log.say("Red, set in render_status_badge_charlie.");
+    let (_, d2) = log.pass(Phase::RunEnd);
+    let r = Log::result_of(&d2, &grep);
+    assert_eq!((r.outcome, r.reason.as_str()), (Outcome::Kept, "deferred"));
+    assert_eq!(log.shown(&grep).unwrap(), grep_output());
+    // Many turns later the one-time rewrite pays for itself.
+    history(&mut log, 40);
+    log.user("remind me where the badge is");
+    log.say("src/charlie.rs, render_status_badge_charlie.");
+    let (_, d3) = log.pass(Phase::RunEnd);
+    let r = Log::result_of(&d3, &grep);
+    assert_eq!(r.outcome, Outcome::Distilled, "{r:?}");
+}
+
+/// Outputs answered in their own run are never asked again at later run ends.
+#[test]
+fn an_earlier_runs_answered_output_is_not_judged_again() {
+    let mut log = Log::default();
+    log.user("where is the status badge rendered?");
+    let grep = log.tool("c1", "grep", json!({"pattern": "status"}), &grep_output());
+    log.say("I am not sure yet.");
+    let (first, d) = log.pass(Phase::RunEnd);
+    assert!(first.items.iter().any(|i| i.entry_id.as_str() == grep));
+    assert_ne!(Log::result_of(&d, &grep).reason, "timeout");
+    log.user("look again");
+    log.say("Still not sure.");
+    let (second, _) = log.pass(Phase::RunEnd);
+    assert!(second.items.iter().all(|i| i.entry_id.as_str() != grep));
+}
+
 #[test]
 fn a_read_the_question_asks_for_is_kept_whole_and_pins_its_exchange() {
     let mut log = Log::default();
