@@ -83,6 +83,17 @@ impl Log {
         }
         (plan, d)
     }
+    /// A run-end pass whose classifier gave no answer (`missing`), its record appended.
+    fn pass_unanswered(&mut self, missing: Missing) -> Decisions {
+        let cfg = Config::default();
+        let p = plan(&self.s, &active_branch(&self.s), &cfg, Phase::RunEnd);
+        let timed_out = missing == Missing::Timeout;
+        let d = decide(&self.s, &p, &vec![Err(missing); p.questions.len()], &cfg);
+        for draft in d.drafts(local::NAME, record::Usage::default(), timed_out) {
+            self.push(draft);
+        }
+        d
+    }
     /// The text the model now sees of a tool result entry (`None`: omitted).
     fn shown(&self, id: &str) -> Option<String> {
         let branch = active_branch(&self.s);
@@ -705,15 +716,8 @@ fn an_earlier_runs_output_left_without_an_answer_is_judged_at_the_next_run_end()
     log.user("where is the status badge rendered?");
     let grep = log.tool("c1", "grep", json!({"pattern": "status"}), &grep_output());
     log.say("It is rendered in src/charlie.rs.");
-    let cfg = Config::default();
-    let branch = active_branch(&log.s);
-    let p = plan(&log.s, &branch, &cfg, Phase::RunEnd);
-    let answers = vec![Err(Missing::Timeout); p.questions.len()];
-    let d = decide(&log.s, &p, &answers, &cfg);
+    let d = log.pass_unanswered(Missing::Timeout);
     assert_eq!(Log::result_of(&d, &grep).reason, "timeout");
-    for draft in d.drafts(local::NAME, record::Usage::default(), true) {
-        log.push(draft);
-    }
 
     log.user("now make the badge green");
     log.tool(
@@ -757,17 +761,8 @@ fn an_earlier_runs_output_waits_for_the_cache_and_is_judged_again() {
     log.user("where is the status badge rendered?");
     let grep = log.tool("c1", "grep", json!({"pattern": "status"}), &grep_output());
     log.say("It is rendered in src/charlie.rs.");
-    let cfg = Config::default();
-    let p = plan(&log.s, &active_branch(&log.s), &cfg, Phase::RunEnd);
-    let d = decide(
-        &log.s,
-        &p,
-        &vec![Err(Missing::Error); p.questions.len()],
-        &cfg,
-    );
-    for draft in d.drafts(local::NAME, record::Usage::default(), false) {
-        log.push(draft);
-    }
+    let d = log.pass_unanswered(Missing::Error);
+    assert_eq!(Log::result_of(&d, &grep).reason, "error");
     log.user("and the badge's colour?");
     log.say("Red, set in render_status_badge_charlie.");
     let (_, d2) = log.pass(Phase::RunEnd);

@@ -88,6 +88,28 @@ async fn grep_run_printing(
     conversation
 }
 
+/// The text of the nearest message above the first stored edit: the answer whose turn end
+/// the edits went under (a turn's accounting events come after its answer).
+fn text_above_the_edits(s: &ctxd_core::model::Session) -> String {
+    let edit = s
+        .entries
+        .iter()
+        .find(|e| matches!(e.kind, EntryKind::ContextEdit { .. }))
+        .expect("no edit stored");
+    let mut above = edit.parent.clone();
+    loop {
+        let parent = s
+            .entries
+            .iter()
+            .find(|e| Some(&e.id) == above.as_ref())
+            .expect("the edits' ancestors are stored");
+        if let EntryKind::Message(m) = &parent.kind {
+            return ctxd_core::text::message_text(m);
+        }
+        above = parent.parent.clone();
+    }
+}
+
 /// A gateway whose passes ask `judge` (a second mock serving log-probabilities, model
 /// `judge-mini`), digests off (distillation is what is tested), then `tweak`.
 async fn judged_rig(
@@ -402,26 +424,8 @@ async fn without_a_wait_the_edits_land_at_a_later_request() {
     );
     let stored = rig.stored().await;
     let record = stored.sessions().remove(0);
-    let s = stored.load(&record);
-    let edit = s
-        .entries
-        .iter()
-        .find(|e| matches!(e.kind, EntryKind::ContextEdit { .. }))
-        .expect("no edit stored");
-    // The nearest message above the edits: the follow-up answer before the request that
-    // carried them (a turn's accounting events come after its answer).
-    let mut above = edit.parent.clone();
-    let text = loop {
-        let parent = s
-            .entries
-            .iter()
-            .find(|e| Some(&e.id) == above.as_ref())
-            .expect("the edits' ancestors are stored");
-        if let EntryKind::Message(m) = &parent.kind {
-            break ctxd_core::text::message_text(m);
-        }
-        above = parent.parent.clone();
-    };
+    // The follow-up answer before the request that carried them.
+    let text = text_above_the_edits(&stored.load(&record));
     assert!(
         text.starts_with("Reply "),
         "the edits went under {text:?}, not under the follow-up before the request that carried them"
@@ -500,23 +504,7 @@ async fn a_turn_end_during_a_pass_is_judged_when_the_pass_is_over() {
         "the later pass did not ask the classifier"
     );
     // The held pass's edits went under the later turn end (the "Noted." answer).
-    let edit = s
-        .entries
-        .iter()
-        .find(|e| matches!(e.kind, EntryKind::ContextEdit { .. }))
-        .expect("no edit stored");
-    let mut above = edit.parent.clone();
-    let text = loop {
-        let parent = s
-            .entries
-            .iter()
-            .find(|e| Some(&e.id) == above.as_ref())
-            .expect("the edits' ancestors are stored");
-        if let EntryKind::Message(m) = &parent.kind {
-            break ctxd_core::text::message_text(m);
-        }
-        above = parent.parent.clone();
-    };
+    let text = text_above_the_edits(&s);
     assert_eq!(text, "Noted.", "the edits went under {text:?}");
     for r in rig.mock.requests() {
         assert!(r.refused.is_none(), "refused: {:?}", r.refused);
