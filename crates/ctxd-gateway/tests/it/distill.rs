@@ -512,6 +512,78 @@ async fn a_turn_end_during_a_pass_is_judged_when_the_pass_is_over() {
     rig.stop().await;
 }
 
+/// A run-end pass whose classifier failed kept the run's outputs; the next run end asks about
+/// them again (through the gateway, with the classifier back), and the requests stay valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_a_failed_classifier_left_are_judged_at_the_next_run_end() {
+    let api = Api::Chat;
+    let judge = ctxd_mock::MockServer::start(Config::default())
+        .await
+        .unwrap();
+    judge
+        .script()
+        .extend(std::iter::repeat_with(|| Reply::error(400, "overloaded")).take(1_000));
+    let mut rig = judged_rig(&judge, |_| {}).await;
+    let mut conversation = grep_run(&rig, api, true).await;
+    let reader = crate::support::Stored(
+        ctxd_store::SqliteStore::open(&rig.store_path, ctxd_store::Durability::Full).unwrap(),
+    );
+    // The results of every stored pass, in order: (entry, reason).
+    let judged = || -> Vec<Vec<(String, String)>> {
+        let record = reader.sessions().remove(0);
+        reader
+            .load(&record)
+            .entries
+            .iter()
+            .filter_map(|e| ctxd_core::distill::record::Record::from_entry(&e.kind))
+            .map(|r| {
+                r.results
+                    .into_iter()
+                    .filter(|i| i.tool == "bash")
+                    .map(|i| (i.entry_id, i.reason))
+                    .collect()
+            })
+            .collect()
+    };
+    let wait_for = |passes: usize| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        async move {
+            loop {
+                let j = judged();
+                if j.len() >= passes {
+                    return j;
+                }
+                assert!(std::time::Instant::now() < deadline, "{j:?}");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let first = wait_for(1).await;
+    let (output, reason) = first[0].first().cloned().expect("the output was judged");
+    assert_eq!(reason, "error");
+    judge.script().clear();
+    let asked_before = judge.requests().len();
+
+    rig.mock
+        .script()
+        .push(Reply::text("It is used by the widget counter."));
+    conversation.push(user_text(api, "Where is the widget limit used?"));
+    turn(&rig, api, &conversation, true, false).await;
+    let all = wait_for(2).await;
+    let again = all[1..]
+        .iter()
+        .flatten()
+        .find(|(entry, _)| *entry == output)
+        .expect("the output the failed pass kept was not judged again");
+    eprintln!("judged again: {again:?}");
+    assert_ne!(again.1, "error", "{again:?}");
+    assert!(judge.requests().len() > asked_before);
+    for r in rig.mock.requests() {
+        assert!(r.refused.is_none(), "refused: {:?}", r.refused);
+    }
+    rig.stop().await;
+}
+
 /// With an OpenAI-compatible classifier configured (a second mock serving log-probabilities),
 /// the gateway's passes ask it, and their records name it and count its requests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
