@@ -363,10 +363,18 @@ async fn ui_a_2000_turn_session_page_is_built_within_budget() {
     let wall = start.elapsed();
     assert_eq!(resp.status(), 200);
     let timing = resp.headers()["server-timing"].to_str().unwrap().to_owned();
-    let built: f64 = timing.trim_start_matches("build;dur=").parse().unwrap();
+    let metric = |name: &str| -> f64 {
+        timing
+            .split(", ")
+            .find_map(|m| m.strip_prefix(name)?.strip_prefix(";dur="))
+            .unwrap_or_else(|| panic!("no {name} in {timing:?}"))
+            .parse()
+            .unwrap()
+    };
+    let (built, cpu) = (metric("build"), metric("build-cpu"));
     let html = resp.text().await.unwrap();
     eprintln!(
-        "2,000-turn session page: built in {built:.1} ms, {wall:?} end to end, {} KB",
+        "2,000-turn session page: built in {built:.1} ms ({cpu:.1} ms of CPU), {wall:?} end to end, {} KB",
         html.len() / 1024
     );
     // The chart has both series and the three resets; the pruned list every record's item.
@@ -376,13 +384,22 @@ async fn ui_a_2000_turn_session_page_is_built_within_budget() {
     assert_eq!(html.matches(r#"class="mark reset""#).count(), 4);
     assert_eq!(html.matches(r#"class="raw" data-entry="r"#).count(), 40);
     // Release builds (what ships, what `.ci/run`'s browser step runs) meet the 200 ms budget;
-    // unoptimised test builds are several times slower, so they only get a sanity bound.
+    // unoptimised test builds are several times slower, so they only get a sanity bound. The
+    // bound is on the build's CPU time: its wall time at the dashboard's lowest priority is
+    // the machine's load (60 s beside three busy processes on two cores).
     let budget = if cfg!(debug_assertions) {
         30_000.0
     } else {
         200.0
     };
-    assert!(built < budget, "built in {built} ms (budget {budget} ms)");
+    assert!(
+        cpu < budget,
+        "built with {cpu} ms of CPU (budget {budget} ms)"
+    );
+    assert!(
+        cpu <= built + 1.0,
+        "CPU {cpu} ms beyond the wall time {built} ms"
+    );
 
     let (_, body) = get(&rig, &format!("/ui/api/session/{id}"), &[]).await;
     let page: Value = serde_json::from_str(&body).unwrap();
