@@ -3,7 +3,7 @@
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::chunk::{chunk_output, segments};
-use super::record::{blocks_chars, ItemResult, Outcome, Record};
+use super::record::{blocks_chars, ItemResult, Outcome};
 use super::run::{self, Call, Run};
 use super::signals;
 use super::{Ask, Batch, Config, Item, ItemKind, Phase, Plan, Question, Signals, Target};
@@ -15,9 +15,10 @@ use crate::view::{self, Item as ViewItem, ItemKind as ViewKind};
 ///
 /// Run end: every output of the run that is not already ctxd's (large, small), the outputs of
 /// earlier runs a pass judged without an answer (its classifier timed out or failed) or whose
-/// edit waited for the cache, old images, old exchanges. Mid-run: outputs of the run at least `mid_run_min_age_turns` old not judged
-/// mid-run before, only when they reach `mid_run_batch_chars` and the break-even rule says the
-/// one-time cache rewrite pays off; otherwise an empty plan.
+/// edit waited for the cache, old images, old exchanges. Mid-run: outputs of the run at least
+/// `mid_run_min_age_turns` old not judged mid-run before, only when they reach
+/// `mid_run_batch_chars` and the break-even rule says the one-time cache rewrite pays off;
+/// otherwise an empty plan.
 pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> Plan {
     let empty = |run: Run| Plan {
         phase,
@@ -377,9 +378,9 @@ impl Memo {
         let after = prompt_entry
             .and_then(|p| branch.iter().position(|&q| q == p))
             .unwrap_or(0);
-        // Every record on the branch, read without copying its strings: only what decides a
-        // retry (this runs at every run end of a long session).
-        for &p in &branch[..after] {
+        // Every record on the branch (this runs at every run end of a long session), read
+        // without copying its strings.
+        for (i, &p) in branch.iter().enumerate() {
             let Some(r) = session
                 .entries
                 .get(p)
@@ -389,25 +390,16 @@ impl Memo {
                 continue;
             };
             for res in &r.results {
-                memo.note_output(res.kind, res.entry_id, res.reason, res.tool, res.label);
-            }
-        }
-        for &p in &branch[after..] {
-            let Some(r) = session
-                .entries
-                .get(p)
-                .and_then(|e| Record::from_entry(&e.kind))
-            else {
-                continue;
-            };
-            for res in &r.results {
-                memo.note_output(res.kind, &res.entry_id, &res.reason, &res.tool, &res.label);
-                let unanswered = is_unanswered(&res.reason);
+                memo.note_output(res);
+                if i < after {
+                    continue; // the rest is about this run's records
+                }
+                let unanswered = is_unanswered(res.reason);
                 if r.phase == Phase::MidRun && res.kind != ItemKind::Exchange && !unanswered {
-                    memo.mid_run.insert(res.entry_id.clone());
+                    memo.mid_run.insert(res.entry_id.to_owned());
                 }
                 if res.kind == ItemKind::Exchange && !unanswered && res.reason != "deferred" {
-                    memo.exchanges.insert(res.entry_id.clone());
+                    memo.exchanges.insert(res.entry_id.to_owned());
                 }
             }
         }
@@ -415,30 +407,36 @@ impl Memo {
     }
 
     /// An output's judgement, in branch order: the latest one decides whether it is retried.
-    fn note_output(&mut self, kind: ItemKind, entry: &str, reason: &str, tool: &str, label: &str) {
-        if !matches!(kind, ItemKind::Large | ItemKind::Small) {
+    fn note_output(&mut self, res: &JudgedItem<'_>) {
+        if !matches!(res.kind, ItemKind::Large | ItemKind::Small) {
             return;
         }
-        if is_unanswered(reason) || reason == "deferred" {
-            self.retry
-                .insert(entry.to_owned(), (tool.to_owned(), label.to_owned()));
+        if is_unanswered(res.reason) || res.reason == "deferred" {
+            self.retry.insert(
+                res.entry_id.to_owned(),
+                (res.tool.to_owned(), res.label.to_owned()),
+            );
         } else {
-            self.retry.remove(entry);
+            self.retry.remove(res.entry_id);
         }
     }
 }
 
 /// A result's reason says the classifier gave no answer for it.
 fn is_unanswered(reason: &str) -> bool {
-    reason
-        .split(',')
-        .any(|r| matches!(r, "no-answer" | "error" | "timeout"))
+    use super::Missing;
+    reason.split(',').any(|r| {
+        [Missing::NoAnswer, Missing::Error, Missing::Timeout]
+            .iter()
+            .any(|m| m.as_str() == r)
+    })
 }
 
-/// What [`Memo`] reads of a record before the run: borrowed, the rest skipped.
+/// What [`Memo`] reads of a pass's record (`record::Record`): borrowed, the rest skipped.
 #[derive(serde::Deserialize)]
 struct Judged<'a> {
     v: u32,
+    phase: Phase,
     #[serde(borrow)]
     results: Vec<JudgedItem<'a>>,
 }
