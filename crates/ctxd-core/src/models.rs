@@ -45,6 +45,40 @@ pub const PI_RESERVE_TOKENS: u64 = 16_384;
 /// Claude Code reserves room for its output (20k) and an auto-compact buffer (13k).
 pub const CLAUDE_CODE_RESERVE_TOKENS: u64 = 33_000;
 
+/// The context window a provider states in its "prompt too long" error, in tokens: what the
+/// provider really allows, where ctxd's table may say more (a deployment with a smaller
+/// window, an OpenAI-compatible server started with a small context). The wordings of
+/// Anthropic ("prompt is too long: 37400 tokens > 30000 maximum"), OpenAI and vLLM ("maximum
+/// context length is 8192 tokens"), OpenAI's Responses ("context window of 8192 tokens"),
+/// llama.cpp ("exceeds the available context size (4096 tokens)") and LM Studio / Ollama-style
+/// "n_ctx" messages.
+pub fn stated_window(error: &str) -> Option<u64> {
+    static PATTERNS: std::sync::OnceLock<Vec<regex::Regex>> = std::sync::OnceLock::new();
+    let patterns = PATTERNS.get_or_init(|| {
+        [
+            r"(?i)\d[\d,_]*\s*tokens?\s*>\s*([\d,_]+)",
+            r"(?i)maximum context length is\s*([\d,_]+)",
+            r"(?i)context (?:window|length|size) (?:of|is)\s*([\d,_]+)",
+            r"(?i)available context size \(([\d,_]+)",
+            r"(?i)n_ctx(?:_slot|_train)?\s*[=:]?\s*([\d,_]+)",
+            r"(?i)context (?:window|length|size)[^\d]{0,24}?\(([\d,_]+) tokens?\)",
+        ]
+        .iter()
+        .filter_map(|p| regex::Regex::new(p).ok())
+        .collect()
+    });
+    patterns.iter().find_map(|re| {
+        let digits: String = re
+            .captures(error)?
+            .get(1)?
+            .as_str()
+            .chars()
+            .filter(char::is_ascii_digit)
+            .collect();
+        digits.parse::<u64>().ok().filter(|&n| n >= 256)
+    })
+}
+
 /// The automatic compaction threshold of `agent` for a model with `window` tokens.
 pub fn compaction_threshold(agent: Option<Agent>, window: u64) -> Option<Threshold> {
     match agent? {
@@ -100,6 +134,50 @@ pub fn input_usd_per_mtok(model: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_window_a_provider_states_is_read_from_its_overflow_error() {
+        let cases = [
+            (
+                "prompt is too long: 37400 tokens > 30000 maximum",
+                Some(30_000),
+            ),
+            (
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210,345 tokens > 200,000 maximum"}}"#,
+                Some(200_000),
+            ),
+            (
+                "This model's maximum context length is 128000 tokens. However, your messages \
+                 resulted in 130512 tokens. Please reduce the length of the messages.",
+                Some(128_000),
+            ),
+            (
+                "This model's maximum context length is 4096 tokens. However, you requested 5000 \
+                 tokens (4000 in the messages, 1000 in the completion).",
+                Some(4_096),
+            ),
+            (
+                "request (5000 tokens) exceeds the available context size (4096 tokens), try \
+                 increasing it",
+                Some(4_096),
+            ),
+            (
+                "the request exceeds the available context size (n_ctx = 8192)",
+                Some(8_192),
+            ),
+            (
+                "Input exceeds the context window of 32768 tokens",
+                Some(32_768),
+            ),
+            // No number: nothing to learn.
+            ("Your input exceeds the context window of this model.", None),
+            ("context_length_exceeded", None),
+            ("rate limited; try again in 20 seconds", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(stated_window(text), want, "{text}");
+        }
+    }
 
     #[test]
     fn windows_by_name() {

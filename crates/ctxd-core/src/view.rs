@@ -5,8 +5,9 @@
 //! target); compactions (everything before is replaced by the summary, plus the entries from
 //! `first_kept` on, or exactly Codex's `replacement` messages); branch summaries; context
 //! windows (a [`EntryKind::WindowMarker`] and the [`EntryKind::WindowBoot`] with the same
-//! `window_id`: everything before the boot folds away except the system prompt and tool
-//! definitions, and the entries after the boot follow in order). Injected messages are messages
+//! `window_id`: everything before the boot folds away except the system prompt, the tool
+//! definitions and the client's instructions that open the conversation (Chat's system message,
+//! Responses' developer message), and the entries after the boot follow in order). Injected messages are messages
 //! like any other. The walk reports each change, so the report can follow the context size turn
 //! by turn without rebuilding it.
 //!
@@ -59,6 +60,13 @@ impl<'a> Item<'a> {
     }
 
     /// A message shown as it was written (no edit).
+    /// A system or developer message the client wrote (not one ctxd injected): its
+    /// instructions, which a window keeps as it keeps the system prompt.
+    pub fn is_client_instructions(&self) -> bool {
+        matches!(&self.kind, ItemKind::Message { message, .. }
+            if matches!(message.role, Role::System | Role::Developer) && message.injected.is_none())
+    }
+
     pub fn as_written(entry: usize, message: &'a Message) -> Self {
         Item {
             entry,
@@ -339,9 +347,16 @@ impl<'a> Projector<'a> {
                     .as_mut()
                     .filter(|w| w.boot.is_none() && w.window_id == window_id)
                 {
-                    // Everything before the boot folds away; system prompt and tools stay.
+                    // Everything before the boot folds away; the system prompt, the tools and
+                    // the client's instructions that open the conversation (Chat's system
+                    // message, Responses' developer message) stay.
                     w.boot = Some(pos);
-                    self.items.clear();
+                    let lead = self
+                        .items
+                        .iter()
+                        .take_while(|it| it.entry == DEAD || it.is_client_instructions())
+                        .count();
+                    self.items.truncate(lead);
                     self.items.push(item);
                     return Change::Window;
                 }
@@ -605,6 +620,51 @@ mod tests {
 
     fn msg(text: &str) -> EntryKind {
         EntryKind::Message(Message::text(Role::User, text))
+    }
+
+    #[test]
+    fn a_window_keeps_the_clients_leading_instructions() {
+        let mut s = Session::default();
+        push(
+            &mut s,
+            "sys",
+            EntryKind::Message(Message::text(Role::System, "You are a coding agent.")),
+        );
+        push(
+            &mut s,
+            "dev",
+            EntryKind::Message(Message::text(Role::Developer, "Be brief.")),
+        );
+        push(&mut s, "u1", msg("do it"));
+        push(
+            &mut s,
+            "later",
+            EntryKind::Message(Message::text(Role::System, "a system note mid-way")),
+        );
+        push(
+            &mut s,
+            "m",
+            EntryKind::WindowMarker {
+                window_id: "w1".into(),
+                reason: "new_context".into(),
+            },
+        );
+        push(
+            &mut s,
+            "b",
+            EntryKind::WindowBoot {
+                window_id: "w1".into(),
+                message: Message::text(Role::User, "boot"),
+            },
+        );
+        let branch = active_branch(&s);
+        let texts: Vec<String> = project_checked(&s, &branch)
+            .unwrap()
+            .items
+            .iter()
+            .map(|it| crate::text::message_text(&it.to_message()))
+            .collect();
+        assert_eq!(texts, ["You are a coding agent.", "Be brief.", "boot"]);
     }
 
     #[test]

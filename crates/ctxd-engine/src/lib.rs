@@ -72,4 +72,8 @@ pub struct Caller {
     pub model: Option<String>,
     /// The project (working directory or repository) for `@project/` notes.
     pub project: Option<String>,
+    /// The budget policy of the request the call came with (the gateway's: its window is the
+    /// configured, learned or beta one), so `get_context_remaining` counts against the window
+    /// the reminders and resets use; `None`: the model's table.
+    pub policy: Option<crate::windows::WindowPolicy>,
 }

@@ -94,7 +94,7 @@ fn context_remaining_tool<S: Store + ?Sized>(
     engine: &Engine<S>,
     caller: &Caller,
 ) -> Result<ToolOutput, EngineError> {
-    let remaining = engine.context_remaining(caller, None, &CharEstimate)?;
+    let remaining = engine.context_remaining(caller, caller.policy, &CharEstimate)?;
     Ok(ToolOutput::ok(
         json!({ "remaining_tokens": remaining }).to_string(),
     ))

@@ -40,6 +40,7 @@ impl Fixture {
                 agent: Some("pi".into()),
                 model: Some("claude-sonnet-4".into()),
                 project: None,
+                policy: None,
             },
             n: 0,
         }

@@ -92,6 +92,58 @@ impl Api {
     }
 }
 
+impl Api {
+    /// The provider's error answer (`status`, `retry-after`, its body in this API's error
+    /// shape) as the event ending a stream that already started: the provider's type, code and
+    /// message kept, the status and the wait named in the message, since the stream's own
+    /// status is 200 and carries no header any more.
+    pub fn sse_provider_error(
+        self,
+        status: StatusCode,
+        retry_after: Option<&str>,
+        body: &[u8],
+    ) -> String {
+        let parsed: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        let error = match self {
+            Api::Responses => parsed.get("error").unwrap_or(&parsed),
+            _ => parsed.get("error").unwrap_or(&serde_json::Value::Null),
+        };
+        let said = error
+            .get("message")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned());
+        let mut message = format!("{said} (the provider answered HTTP {}", status.as_u16());
+        if let Some(wait) = retry_after {
+            message.push_str(&format!("; retry-after: {wait}"));
+        }
+        message.push(')');
+        let kind = error.get("type").and_then(serde_json::Value::as_str);
+        let code = error
+            .get("code")
+            .cloned()
+            .unwrap_or(serde_json::Value::Null);
+        match self {
+            Api::Anthropic => format!(
+                "event: error\ndata: {}\n\n",
+                json!({"type": "error", "error": {
+                    "type": kind.unwrap_or(anthropic_error_type(status)), "message": message}})
+            ),
+            Api::Chat => format!(
+                "data: {}\n\n",
+                json!({"error": {"message": message,
+                    "type": kind.unwrap_or(openai_error_type(status)), "param": null, "code": code}})
+            ),
+            Api::Responses => format!(
+                "event: error\ndata: {}\n\n",
+                json!({"type": "error", "code": if code.is_null() {
+                    serde_json::Value::from(openai_error_type(status)) } else { code },
+                    "message": message, "param": null})
+            ),
+        }
+    }
+}
+
 fn anthropic_error_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
         400 | 415 | 422 => "invalid_request_error",

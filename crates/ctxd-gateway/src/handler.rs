@@ -237,6 +237,20 @@ struct Planned {
     bodies: budget::Held,
     /// ctxd's tools on this request (answered by the gateway).
     offer: Offer,
+    /// Why ctxd left this request as the client sent it (`x-ctxd-unmanaged`).
+    unmanaged: Option<&'static str>,
+}
+
+/// Said once per process: the header tells each response.
+fn warn_unmanaged_once() {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            "a Responses request carries previous_response_id: ctxd sees only its new input, so \
+             such requests are recorded but not managed (no ctxd tools, no resets or \
+             distillation); send the whole conversation (store: false) to have them managed"
+        );
+    }
 }
 
 /// The request as parsed, to project it again once a recovery window has opened or ctxd has
@@ -247,6 +261,9 @@ pub(crate) struct Replan {
     /// The log entry of each of the request's elements.
     pub element_entries: Vec<usize>,
     pub policy: WindowPolicy,
+    /// The request opts into Anthropic's 1M-token window (a window learned from an overflow
+    /// is the window of this model with or without it).
+    pub beta_1m: bool,
     /// The `tools` edit of the first body (ctxd's tool definitions, lazy tools' selection).
     pub insert: Option<Insert>,
     /// ctxd's tools on this request.
@@ -256,6 +273,17 @@ pub(crate) struct Replan {
 }
 
 impl Replan {
+    /// The request's policy with what the provider stated of the window since it was planned
+    /// (an overflow's limit, `crate::learned`).
+    pub fn current_policy(&self, app: &Arc<Gateway>) -> WindowPolicy {
+        let model = self.req.model.as_deref();
+        let window = policy::RequestWindow {
+            beta_1m: self.beta_1m,
+            learned: crate::learned::window(app, model, self.beta_1m),
+        };
+        policy::refit(&app.settings.management, self.policy, model, window)
+    }
+
     /// The `tools` edit of a body built now, and the tokens lazy tools leave out of it: a
     /// hidden round's `find_capability` shows in its continuation.
     pub fn tools_edit(&self, log: &SessionLog) -> (Option<Insert>, u64) {
@@ -379,6 +407,7 @@ async fn prepare(
         agent: Some(agent_name),
         model: req.model.clone(),
         project: crate::project::project(headers, req.system_bytes(&decoded), conversation),
+        policy: None,
     };
 
     // A key named in the headers wins in `session_key`: its slot is the one found above.
@@ -414,7 +443,7 @@ async fn prepare(
     let Some(loaded) = state.as_mut() else {
         return Err(internal(api, "session state missing"));
     };
-    let caller = Caller {
+    let mut caller = Caller {
         session: Some(loaded.record.id),
         ..caller
     };
@@ -425,32 +454,54 @@ async fn prepare(
     let now = ctxd_core::windows::iso8601(now_ms());
     let mut plan = plan_request(&mut loaded.log, &req.with_body(&decoded), &now);
     let management = &app.settings.management;
+    // A Responses request continuing a conversation the provider keeps shows ctxd only its new
+    // input: recorded, never managed (no tools of ctxd's, no rewrite), and the client is told.
+    let unmanaged = req
+        .previous_response_id
+        .is_some()
+        .then_some("previous_response_id");
+    if unmanaged.is_some() {
+        warn_unmanaged_once();
+    }
+    let record_only = management.record_only || unmanaged.is_some();
     let agent_name = caller.agent.as_deref().unwrap_or("sdk");
-    let offer = if matches!(management.tools_for(agent_name), ToolsSetting::None) {
+    let offer = if record_only || matches!(management.tools_for(agent_name), ToolsSetting::None) {
         Offer::default()
     } else {
         let client = crate::served::client_tool_names(&req, &decoded);
         Offer::new(management, agent_name, client.iter().map(String::as_str))
     };
     // Lazy tools: the client's tools beyond the base set wait for `find_capability`.
-    let lazy = crate::lazy::Lazy::new(management, agent_name, &req, &decoded);
+    let lazy =
+        crate::lazy::Lazy::new(management, agent_name, &req, &decoded).filter(|_| !record_only);
     let offer = if lazy.is_some() {
         offer.with_find_capability()
     } else {
         offer
     };
+    let beta_1m = policy::wants_1m_context(headers);
+    let window = policy::RequestWindow {
+        beta_1m,
+        learned: crate::learned::window(app, req.model.as_deref(), beta_1m),
+    };
     let policy = policy::window_policy(
         management,
         agent_name,
         req.model.as_deref(),
-        policy::wants_1m_context(headers),
+        window,
         loaded.log.accepted_tokens(),
         offer.model_tools(),
     );
+    let policy = if record_only {
+        policy::unmanaged(policy)
+    } else {
+        policy
+    };
+    caller.policy = Some(policy);
     let mut appended = distilled;
     appended.append(&mut plan.appended);
     // Write calls whose results this request brings: their content stripped at the tail.
-    if !management.record_only {
+    if !record_only {
         appended.extend(ctxd_engine::turn::strip_writes(
             &mut loaded.log,
             &management.write_facts,
@@ -460,20 +511,18 @@ async fn prepare(
     }
     // Shell outputs above the threshold go to the model as digests from their first request
     // on: the edits follow the request's elements, before the turn end.
-    if !management.record_only && management.mechanisms_for(agent_name).digests {
+    if !record_only && management.mechanisms_for(agent_name).digests {
         let recall = policy.tools.recall;
         appended.extend(crate::digest::apply(app, loaded, &plan, &caller, recall, &now).await);
     }
     // Read-like results judged when they first arrive; a round of drops at the tail is taken
     // out of this request and every later one (before the turn end, whose reminder goes after).
-    if !management.record_only && management.mechanisms_for(agent_name).amnesia {
+    if !record_only && management.mechanisms_for(agent_name).amnesia {
         appended.extend(crate::amnesia::apply(app, loaded, &plan, &caller, &now).await);
     }
     // The results that complete a tool batch end the turn that called the tools (the seed's
     // `turn_end`): its reminder and a due reset are committed after them, before projecting.
-    if !management.record_only
-        && completes_batch(&loaded.log, &plan.element_entries[plan.matched..])
-    {
+    if !record_only && completes_batch(&loaded.log, &plan.element_entries[plan.matched..]) {
         let (_, drafts) = turn::end_turn(app, loaded, &caller, &policy, TurnEnd::Completed).await;
         appended.extend(drafts);
     }
@@ -494,7 +543,7 @@ async fn prepare(
             ack: None,
         });
     }
-    let upstream = if management.record_only {
+    let upstream = if record_only {
         None
     } else {
         match upstream(&loaded.log, &plan.element_entries) {
@@ -564,19 +613,19 @@ async fn prepare(
     if rewritten {
         metrics::counter!("ctxd_rewritten_total", "route" => api.route()).increment(1);
     }
-    let replan = (!management.record_only).then(|| Replan {
+    let replan = (!record_only).then(|| Replan {
         req,
         decoded,
         element_entries: std::mem::take(&mut plan.element_entries),
         policy,
+        beta_1m,
         insert,
         offer: offer.clone(),
         lazy,
     });
     // Distillation's replacement texts name `recall`: only where the model has it.
-    let distill = !management.record_only
-        && management.mechanisms_for(agent_name).distill
-        && policy.tools.recall;
+    let distill =
+        !record_only && management.mechanisms_for(agent_name).distill && policy.tools.recall;
     let mut completion = Completion::new(
         app.clone(),
         slot,
@@ -591,6 +640,7 @@ async fn prepare(
     completion.measured(measured);
     completion.cached(cache_record);
     Ok(Planned {
+        unmanaged,
         upstream_body,
         encoded,
         rewritten,
@@ -640,8 +690,8 @@ async fn recover_overflow(
     }
     let loaded = state.as_mut()?;
     let caller = completion.caller().clone();
-    let (outcome, drafts) =
-        turn::end_turn(app, loaded, &caller, &replan.policy, TurnEnd::Overflow).await;
+    let policy = replan.current_policy(app);
+    let (outcome, drafts) = turn::end_turn(app, loaded, &caller, &policy, TurnEnd::Overflow).await;
     if !drafts.is_empty() {
         app.writer.send(Job::Append {
             session: loaded.record.id,
@@ -772,7 +822,7 @@ async fn store_unavailable(
 }
 
 /// Whether an upstream error says the prompt did not fit the context window.
-fn is_overflow(status: StatusCode, body: &[u8]) -> bool {
+pub(crate) fn is_overflow(status: StatusCode, body: &[u8]) -> bool {
     if status != StatusCode::BAD_REQUEST && status != StatusCode::PAYLOAD_TOO_LARGE {
         return false;
     }
@@ -799,6 +849,7 @@ async fn forward(
         mut replan,
         bodies: _bodies,
         offer,
+        unmanaged,
     } = planned;
     let mut body = upstream_body;
     let mut encoded = encoded;
@@ -812,15 +863,14 @@ async fn forward(
             Ok(r) => r,
             Err(e) => {
                 completion.finish(Outcome::Failed, Duration::ZERO);
-                let (status, what) = if e.is_timeout() {
-                    (StatusCode::GATEWAY_TIMEOUT, "timed out")
+                let status = if e.is_timeout() {
+                    StatusCode::GATEWAY_TIMEOUT
                 } else {
-                    (StatusCode::BAD_GATEWAY, "failed")
+                    StatusCode::BAD_GATEWAY
                 };
-                tracing::warn!(error = %e, "upstream {what}");
-                // The body names no upstream URL (the client need not learn where ctxd sends).
-                let e = e.without_url();
-                return api_error(api, status, &format!("ctxd: upstream request {what}: {e}"));
+                let cause = crate::upstream::describe(&e);
+                tracing::warn!(error = %cause, upstream = app.upstream.base(api), "upstream request failed");
+                return api_error(api, status, &format!("ctxd: the upstream request {cause}"));
             }
         };
         let waited = sent.elapsed();
@@ -829,6 +879,9 @@ async fn forward(
         let mut out_headers = crate::upstream::response_headers(resp.headers());
         if rewritten {
             out_headers.insert("x-ctxd-rewritten", HeaderValue::from_static("1"));
+        }
+        if let Some(why) = unmanaged {
+            out_headers.insert("x-ctxd-unmanaged", HeaderValue::from_static(why));
         }
         if let Some(r) = completion.request_record().filter(|_| status.is_success()) {
             crate::stats::headers(&mut out_headers, r);
@@ -876,17 +929,23 @@ async fn forward(
             Ok(b) => b,
             Err(e) => {
                 completion.finish(Outcome::Failed, sent.elapsed());
-                tracing::warn!(error = %e, "upstream response failed");
-                let e = e.without_url();
+                let cause = crate::upstream::describe(&e);
+                tracing::warn!(error = %cause, "upstream response failed");
                 return api_error(
                     api,
                     StatusCode::BAD_GATEWAY,
-                    &format!("ctxd: upstream response failed: {e}"),
+                    &format!("ctxd: the upstream response {cause}"),
                 );
             }
         };
         let waited = sent.elapsed();
         if is_overflow(status, &answer) {
+            crate::learned::observe_overflow(
+                app,
+                completion.caller().model.as_deref(),
+                policy::wants_1m_context(headers),
+                &answer,
+            );
             // Retried here, once: the client sees an ordinary answer, or the provider's own
             // refusal when no recovery window could open or the retry failed as well.
             if let Some(r) = replan.take() {
@@ -910,9 +969,9 @@ async fn forward(
                             }
                             Outcome::Response(view)
                         }
-                        Err((status, message)) => {
+                        Err(e) => {
                             completion.finish(Outcome::Failed, sent.elapsed());
-                            return api_error(api, status, &message);
+                            return e.respond(api);
                         }
                     },
                     None => Outcome::Response(a),

@@ -19,6 +19,7 @@ mod distill;
 mod handler;
 pub mod identity;
 mod lazy;
+mod learned;
 mod mcp;
 pub mod policy;
 pub mod project;

@@ -74,6 +74,9 @@ pub struct ParsedRequest {
     /// Session hints in the body: Anthropic `metadata.user_id`, Responses `prompt_cache_key`.
     pub metadata_user_id: Option<String>,
     pub prompt_cache_key: Option<String>,
+    /// Responses: the conversation continues one the provider keeps (`previous_response_id`):
+    /// ctxd sees only the new input and cannot manage what goes upstream.
+    pub previous_response_id: Option<String>,
 }
 
 /// The general split: the conversation as one raw value, its elements parsed from it after.
@@ -106,6 +109,8 @@ struct FastTop<'a> {
     metadata: Option<Metadata>,
     #[serde(default)]
     prompt_cache_key: Option<String>,
+    #[serde(default)]
+    previous_response_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -368,6 +373,7 @@ impl ParsedRequest {
             tools_raw,
             metadata_user_id: top.metadata.and_then(|m| m.user_id),
             prompt_cache_key: top.prompt_cache_key,
+            previous_response_id: top.previous_response_id,
         })
     }
 
@@ -421,6 +427,7 @@ impl ParsedRequest {
             tools_raw,
             metadata_user_id: top.metadata.and_then(|m| m.user_id),
             prompt_cache_key: top.prompt_cache_key,
+            previous_response_id: top.previous_response_id,
         })
     }
 

@@ -122,6 +122,8 @@ pub struct Gateway {
     pub(crate) bodies: Arc<tokio::sync::Semaphore>,
     /// The session each tenant's model last called ctxd's MCP tools in (`/mcp` binds to it).
     pub(crate) mcp_seen: crate::mcp::Seen,
+    /// Context windows the providers stated in their overflow errors.
+    pub(crate) learned: crate::learned::Learned,
 }
 
 impl Gateway {
@@ -320,6 +322,7 @@ impl Server {
             other => (ctxd_store::open(other, settings.store_sync)?, None, None),
         };
         let key = crate::identity::store_tenant_key(&*store).map_err(StartError::Random)?;
+        let learned = crate::learned::Learned::load(&*store);
         let mut nonce = [0u8; 4];
         getrandom::fill(&mut nonce).map_err(|e| StartError::Random(e.to_string()))?;
         // A request commits its own turn when it finds the store free, which on SQLite without
@@ -390,6 +393,7 @@ impl Server {
                 settings.max_body_bytes,
             ),
             mcp_seen: crate::mcp::Seen::default(),
+            learned,
             engine,
             settings,
         });

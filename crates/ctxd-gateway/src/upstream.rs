@@ -91,6 +91,60 @@ impl Upstream {
     }
 }
 
+/// What went wrong with an upstream call, in words a user can act on: reqwest's own message
+/// ("error sending request") names no cause, so the kind (connect, timeout, body) and the
+/// innermost cause (connection refused, DNS, TLS) are added. The URL is left out: the client
+/// need not learn where ctxd sends its requests.
+pub fn describe(e: &reqwest::Error) -> String {
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "could not connect"
+    } else if e.is_body() || e.is_decode() {
+        "the response body failed"
+    } else {
+        "failed"
+    };
+    let mut causes = Vec::new();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !text.is_empty() && !causes.iter().any(|c: &String| c.contains(&text)) {
+            causes.push(text);
+        }
+        source = cause.source();
+    }
+    // The innermost causes say the most (an io error's "Connection refused", a DNS lookup's
+    // failure, a certificate's rejection): the last two at most.
+    let tail: Vec<&str> = causes
+        .iter()
+        .rev()
+        .take(2)
+        .rev()
+        .map(String::as_str)
+        .collect();
+    if tail.is_empty() {
+        format!("{kind}: {}", e.without_url_ref())
+    } else {
+        format!("{kind}: {}", tail.join(": "))
+    }
+}
+
+/// `reqwest::Error` without its URL, by reference.
+trait WithoutUrlRef {
+    fn without_url_ref(&self) -> String;
+}
+
+impl WithoutUrlRef for reqwest::Error {
+    fn without_url_ref(&self) -> String {
+        let text = self.to_string();
+        match self.url() {
+            Some(url) => text.replace(&format!(" for url ({url})"), ""),
+            None => text,
+        }
+    }
+}
+
 /// Response headers to give the client: everything but hop-by-hop ones.
 pub fn response_headers(upstream: &reqwest::header::HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(upstream.len());

@@ -114,4 +114,12 @@ pub trait Store: NotesStore + HistoryStore {
     /// The store-wide setting `key`; when absent, `value` is stored first (atomically, so two
     /// processes racing agree on one value). Used for the gateway's tenant-hash key.
     fn setting_or_insert(&self, key: &str, value: &[u8]) -> Result<Vec<u8>, StoreError>;
+
+    /// Store `value` as the store-wide setting `key`, replacing what was there (what the
+    /// gateways learned, e.g. a model's real context window: every gateway on the store reads
+    /// it).
+    fn put_setting(&self, key: &str, value: &[u8]) -> Result<(), StoreError>;
+
+    /// Every store-wide setting whose key starts with `prefix`, in key order.
+    fn settings_with_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
 }

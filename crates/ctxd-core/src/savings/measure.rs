@@ -224,7 +224,10 @@ pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64
                 omitted = 0;
                 omitted_digested = 0;
                 omitted_amnesia = 0;
-                live.clear();
+                // The client's leading instructions stay (see `view`): their accounts too.
+                let kept = p.items.len().saturating_sub(1);
+                live.truncate(kept);
+                folded -= live.iter().map(|a| a.raw).sum::<u64>();
                 live.push(acct(session, memo, pos));
             }
             Change::Reset => {

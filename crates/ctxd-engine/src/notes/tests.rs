@@ -17,6 +17,7 @@ fn caller() -> Caller {
         agent: Some("pi".into()),
         model: Some("claude-sonnet-4".into()),
         project: Some("/repo".into()),
+        policy: None,
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use ctxd_core::model::{Entry, EntryId, EntryKind, Session};
+use ctxd_core::model::{Entry, EntryId, EntryKind, Role, Session};
 
 use super::client_view::read_view;
 use super::hash::{self, Hash};
@@ -272,7 +272,10 @@ impl SessionLog {
     }
 
     /// `pos` followed down through ctxd's own entries (latest child first): where the next
-    /// conversation message attaches.
+    /// conversation message attaches. A hidden exchange (an assistant message the client never
+    /// saw, with what followed it) is not followed: a request that ends where one began is a
+    /// retry or a regeneration, and must end with the client's message, not with ctxd's round
+    /// or the answer the client is asking again for.
     pub fn tail_after(&self, pos: Option<usize>) -> Option<usize> {
         let mut cur = pos;
         for _ in 0..64 {
@@ -281,7 +284,8 @@ impl SessionLog {
                 .iter()
                 .rev()
                 .find(|&&c| self.hashes[c].is_none())
-                .copied();
+                .copied()
+                .filter(|&c| !self.is_hidden_answer(c));
             match next {
                 // At the root nothing is followed: a new conversation starts its own chain.
                 Some(n) if cur.is_some() => cur = Some(n),
@@ -289,6 +293,13 @@ impl SessionLog {
             }
         }
         cur
+    }
+
+    /// An assistant message among ctxd's own entries: the start of a hidden exchange (ctxd
+    /// injects only user messages of its own).
+    fn is_hidden_answer(&self, pos: usize) -> bool {
+        matches!(self.entry(pos).map(|e| &e.kind),
+            Some(EntryKind::Message(m)) if m.role == Role::Assistant)
     }
 
     /// The system prompt or tool definitions hash in force at `pos` (the latest entry of that

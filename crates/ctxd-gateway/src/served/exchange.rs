@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use bytes::Bytes;
 use ctxd_core::model::{ContentBlock, EntryId, Message, Role};
 use ctxd_engine::turn::{
@@ -66,6 +66,68 @@ pub struct Context {
     pub headers: HeaderMap,
 }
 
+/// Why an exchange could not go on.
+#[derive(Debug)]
+pub enum ExchangeError {
+    /// The provider refused a continuation: its status, `retry-after` and body (already in the
+    /// API's own error shape), which the client gets as they are.
+    Provider {
+        status: StatusCode,
+        retry_after: Option<HeaderValue>,
+        body: Bytes,
+    },
+    /// ctxd could not go on (the store, the upstream connection, an unreadable answer).
+    Gateway(StatusCode, String),
+}
+
+impl ExchangeError {
+    fn gateway(message: impl Into<String>) -> Self {
+        ExchangeError::Gateway(StatusCode::BAD_GATEWAY, message.into())
+    }
+
+    /// The client's response to a JSON request: the provider's own, or ctxd's in the API's shape.
+    pub fn respond(self, api: Api) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        match self {
+            ExchangeError::Provider {
+                status,
+                retry_after,
+                body,
+            } => {
+                let mut r = (status, body).into_response();
+                r.headers_mut().insert(
+                    axum::http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                if let Some(v) = retry_after {
+                    r.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+                }
+                r
+            }
+            ExchangeError::Gateway(status, message) => {
+                crate::handler::api_error(api, status, &message)
+            }
+        }
+    }
+
+    /// The event that ends a client's stream: the provider's error in the API's event shape,
+    /// its message naming the status and `retry-after` (a stream's status is already 200).
+    fn sse_event(&self, api: Api) -> String {
+        match self {
+            ExchangeError::Provider {
+                status,
+                retry_after,
+                body,
+            } => api.sse_provider_error(
+                *status,
+                retry_after.as_ref().and_then(|v| v.to_str().ok()),
+                body,
+            ),
+            ExchangeError::Gateway(_, message) => api.sse_error_event(message),
+        }
+    }
+}
+
 fn lock(tail: &SharedTail) -> std::sync::MutexGuard<'_, Tail> {
     tail.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -76,6 +138,18 @@ impl Context {
     /// `continues`, the turn ends (the batch is complete) and the continuation's body is
     /// returned.
     pub async fn run_calls(
+        &self,
+        assembled: Assembled,
+        continues: bool,
+    ) -> Result<Option<Bytes>, ExchangeError> {
+        self.run_calls_inner(assembled, continues)
+            .await
+            .map_err(|e| {
+                ExchangeError::Gateway(StatusCode::SERVICE_UNAVAILABLE, format!("ctxd: {e}"))
+            })
+    }
+
+    async fn run_calls_inner(
         &self,
         assembled: Assembled,
         continues: bool,
@@ -179,20 +253,7 @@ impl Context {
             .and_then(|p| loaded.log.entry(p))
             .map(|e| e.id.clone());
         if continues {
-            let parts = upstream_parts(&loaded.log, &self.replan.element_entries)
-                .map_err(|e| format!("projection: {e:?}"))?
-                .unwrap_or_else(|| {
-                    (0..self.replan.req.elements.len())
-                        .map(Part::Client)
-                        .collect()
-                });
-            let (insert, _) = self.replan.tools_edit(&loaded.log);
-            body = Some(Bytes::from(crate::rewrite::splice(
-                &self.replan.req,
-                &self.replan.decoded,
-                Some(&parts),
-                insert.as_ref(),
-            )));
+            body = Some(self.continuation_body(&loaded.log)?);
         }
         let mut tail = lock(&self.tail);
         tail.attach = leaf;
@@ -203,31 +264,124 @@ impl Context {
         Ok(body)
     }
 
-    /// Send a continuation upstream.
-    pub async fn send(&self, body: Bytes) -> Result<reqwest::Response, String> {
-        metrics::counter!("ctxd_continuations_total", "route" => self.api.route()).increment(1);
-        let resp = self
-            .app
-            .upstream
-            .send(
-                self.api,
-                self.method.clone(),
-                &self.path,
-                &self.headers,
-                body,
-                false,
-            )
-            .await
-            .map_err(|e| format!("continuation failed: {}", e.without_url()))?;
-        if !resp.status().is_success() {
-            let status = resp.status();
-            let text = resp.text().await.unwrap_or_default();
-            tracing::warn!(%status, body = %text.chars().take(500).collect::<String>(), "continuation refused upstream");
-            return Err(format!(
-                "the provider refused ctxd's continuation ({status})"
-            ));
+    /// The continuation's body: the projection of the log as it is now, with the tools the
+    /// request offers (a hidden round's `find_capability` shows in it).
+    fn continuation_body(&self, log: &ctxd_engine::turn::SessionLog) -> Result<Bytes, String> {
+        let parts = upstream_parts(log, &self.replan.element_entries)
+            .map_err(|e| format!("projection: {e:?}"))?
+            .unwrap_or_else(|| {
+                (0..self.replan.req.elements.len())
+                    .map(Part::Client)
+                    .collect()
+            });
+        let (insert, _) = self.replan.tools_edit(log);
+        Ok(Bytes::from(crate::rewrite::splice(
+            &self.replan.req,
+            &self.replan.decoded,
+            Some(&parts),
+            insert.as_ref(),
+        )))
+    }
+
+    /// Send a continuation upstream. A provider's "prompt too long" opens the recovery window
+    /// and the continuation goes again, once, as on a first call; any other refusal is the
+    /// provider's, for the client.
+    pub async fn send(&self, body: Bytes) -> Result<reqwest::Response, ExchangeError> {
+        let mut body = body;
+        let mut recovered = false;
+        loop {
+            metrics::counter!("ctxd_continuations_total", "route" => self.api.route()).increment(1);
+            let resp = self
+                .app
+                .upstream
+                .send(
+                    self.api,
+                    self.method.clone(),
+                    &self.path,
+                    &self.headers,
+                    body,
+                    false,
+                )
+                .await
+                .map_err(|e| {
+                    let cause = crate::upstream::describe(&e);
+                    tracing::warn!(error = %cause, "continuation failed");
+                    ExchangeError::gateway(format!("ctxd: ctxd's continuation {cause}"))
+                })?;
+            if resp.status().is_success() {
+                return Ok(resp);
+            }
+            let status =
+                StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+            let retry_after = resp.headers().get(axum::http::header::RETRY_AFTER).cloned();
+            let text = resp.bytes().await.unwrap_or_default();
+            if crate::handler::is_overflow(status, &text) {
+                crate::learned::observe_overflow(
+                    &self.app,
+                    self.replan.req.model.as_deref(),
+                    self.replan.beta_1m,
+                    &text,
+                );
+                if !recovered {
+                    recovered = true;
+                    if let Some(retry) = self.recover_overflow().await {
+                        tracing::info!(
+                            "prompt too long on a continuation: retried in a recovery window"
+                        );
+                        body = retry;
+                        continue;
+                    }
+                }
+            }
+            tracing::warn!(%status, body = %String::from_utf8_lossy(&text[..text.len().min(500)]), "continuation refused upstream");
+            return Err(ExchangeError::Provider {
+                status,
+                retry_after,
+                body: text,
+            });
         }
-        Ok(resp)
+    }
+
+    /// The provider found the continuation too long: the turn ends as an overflow (the
+    /// recovery window opens, once per failure chain) and the continuation's body is built
+    /// again. `None` when no window opened: the refusal stands.
+    async fn recover_overflow(&self) -> Option<Bytes> {
+        let mut state = self.slot.state.lock().await;
+        if self.slot.stale.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
+        let loaded = state.as_mut()?;
+        let policy = self.replan.current_policy(&self.app);
+        let (outcome, drafts) =
+            crate::turn::end_turn(&self.app, loaded, &self.caller, &policy, TurnEnd::Overflow)
+                .await;
+        let covered: Vec<String> = drafts
+            .iter()
+            .map(|d| d.entry.id.as_str().to_owned())
+            .collect();
+        if !drafts.is_empty() {
+            self.app.writer.send(Job::Append {
+                session: loaded.record.id,
+                entries: drafts,
+                expect_leaf: None,
+                stale: self.slot.stale.clone(),
+                ack: None,
+            });
+        }
+        outcome.reset.as_ref()?;
+        let body = self.continuation_body(&loaded.log).ok()?;
+        let leaf = loaded
+            .log
+            .leaf()
+            .and_then(|p| loaded.log.entry(p))
+            .map(|e| e.id.clone());
+        let mut tail = lock(&self.tail);
+        tail.attach = leaf;
+        tail.hidden
+            .get_or_insert_with(Hidden::default)
+            .covered
+            .extend(covered);
+        Some(body)
     }
 
     /// The last upstream response of an exchange with hidden rounds: it is appended with them.
@@ -274,7 +428,7 @@ pub async fn json_rounds(
     cx: &Context,
     first: &Bytes,
     assembled: Assembled,
-) -> Result<(Option<Bytes>, Assembled), (StatusCode, String)> {
+) -> Result<(Option<Bytes>, Assembled), ExchangeError> {
     let parse = |b: &Bytes| serde_json::from_slice::<Value>(b).unwrap_or(Value::Null);
     let mut bodies = Vec::new();
     let mut current = assembled;
@@ -293,37 +447,26 @@ pub async fn json_rounds(
             bodies.push(parse(first));
         }
         let hidden = calls.hidden_round() && rounds < MAX_ROUNDS;
-        let body = cx
-            .run_calls(current, hidden)
-            .await
-            .map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, format!("ctxd: {e}")))?;
+        let body = cx.run_calls(current, hidden).await?;
         let Some(body) = body else {
             break calls.hidden_round();
         };
         rounds += 1;
-        let resp = cx
-            .send(body)
-            .await
-            .map_err(|e| (StatusCode::BAD_GATEWAY, format!("ctxd: {e}")))?;
+        let resp = cx.send(body).await?;
         let bytes = resp.bytes().await.map_err(|e| {
-            (
-                StatusCode::BAD_GATEWAY,
-                format!("ctxd: {}", e.without_url()),
-            )
+            ExchangeError::gateway(format!(
+                "ctxd: ctxd's continuation: the response {}",
+                crate::upstream::describe(&e)
+            ))
         })?;
         current = ctxd_formats::wire::stream::assemble_json(cx.api.stream_api(), &bytes)
-            .map_err(|e| (StatusCode::BAD_GATEWAY, format!("ctxd: continuation: {e}")))?;
+            .map_err(|e| ExchangeError::gateway(format!("ctxd: continuation: {e}")))?;
         bodies.push(parse(&bytes));
     };
     let merged = super::merge::merge(cx.api, &cx.offer, &bodies, cut);
     let bytes = Bytes::from(merged.to_string());
-    let view =
-        ctxd_formats::wire::stream::assemble_json(cx.api.stream_api(), &bytes).map_err(|e| {
-            (
-                StatusCode::BAD_GATEWAY,
-                format!("ctxd: merged response: {e}"),
-            )
-        })?;
+    let view = ctxd_formats::wire::stream::assemble_json(cx.api.stream_api(), &bytes)
+        .map_err(|e| ExchangeError::gateway(format!("ctxd: merged response: {e}")))?;
     Ok((Some(bytes), view))
 }
 
@@ -375,8 +518,7 @@ impl Spliced {
                 Some(Ok(chunk)) => {
                     let events = self.parser.feed(&chunk);
                     if let Err(e) = self.take(events).await {
-                        self.done = true;
-                        return Some(Err(format!("ctxd's continuation: {e}")));
+                        return Some(Ok(self.fail(&e)));
                     }
                 }
                 Some(Err(e)) => {
@@ -386,8 +528,7 @@ impl Spliced {
                 None => {
                     let last: Vec<SseEvent> = self.parser.finish().into_iter().collect();
                     if let Err(e) = self.take(last).await {
-                        self.done = true;
-                        return Some(Err(format!("ctxd's continuation: {e}")));
+                        return Some(Ok(self.fail(&e)));
                     }
                     // An upstream that ended early: what was withheld goes out, and the
                     // relay's reading of the client stream finds it incomplete.
@@ -402,8 +543,17 @@ impl Spliced {
         }
     }
 
+    /// The exchange cannot go on: what the client already has goes out, then the error
+    /// event that ends its stream (the relay reads it as the provider's error).
+    fn fail(&mut self, e: &ExchangeError) -> Bytes {
+        self.done = true;
+        let mut out: Vec<u8> = self.pending.drain(..).flat_map(|b| b.to_vec()).collect();
+        out.extend_from_slice(e.sse_event(self.cx.api).as_bytes());
+        Bytes::from(out)
+    }
+
     /// Splice `events`; at a response's end, run ctxd's calls and continue when due.
-    async fn take(&mut self, events: Vec<SseEvent>) -> Result<(), String> {
+    async fn take(&mut self, events: Vec<SseEvent>) -> Result<(), ExchangeError> {
         let mut out = Vec::new();
         for ev in &events {
             self.assembler.push(ev);

@@ -1,6 +1,7 @@
 //! One JSON response out of a hidden exchange's response bodies (pure): the client's content of
 //! every round in order, ctxd's tool calls left out, the last round's ending (unless the rounds'
-//! limit cut the exchange), usage summed over the rounds.
+//! limit cut the exchange: then an ordinary end of turn with [`super::cut_notice`]), usage summed
+//! over the rounds.
 
 use serde_json::Value;
 
@@ -32,6 +33,9 @@ pub fn merge(api: Api, offer: &Offer, bodies: &[Value], cut: bool) -> Value {
             out["content"] = Value::Array(content);
             if cut {
                 out["stop_reason"] = Value::from("end_turn");
+                if let Some(c) = out["content"].as_array_mut() {
+                    c.push(serde_json::json!({"type": "text", "text": super::cut_notice()}));
+                }
             }
             if let Some(id) = bodies[0].get("id") {
                 out["id"] = id.clone();
@@ -56,11 +60,18 @@ pub fn merge(api: Api, offer: &Offer, bodies: &[Value], cut: bool) -> Value {
                         .is_some_and(|n| offer.has(n))
                 })
                 .collect();
+            let mut text = text.concat();
+            if cut {
+                if !text.is_empty() {
+                    text.push_str("\n\n");
+                }
+                text.push_str(&super::cut_notice());
+            }
             if let Some(m) = out.pointer_mut("/choices/0/message") {
                 m["content"] = if text.is_empty() {
                     Value::Null
                 } else {
-                    Value::from(text.concat())
+                    Value::from(text)
                 };
                 if calls.is_empty() {
                     if let Some(o) = m.as_object_mut() {
@@ -85,6 +96,7 @@ pub fn merge(api: Api, offer: &Offer, bodies: &[Value], cut: bool) -> Value {
                 .flat_map(|b| b.get("output").and_then(Value::as_array).cloned())
                 .flatten()
                 .filter(|item| !is_ours(offer, item, "function_call", "name"))
+                .chain(cut.then(|| responses_message(NOTICE_ITEM_ID, &super::cut_notice())))
                 .collect();
             out["output"] = Value::Array(output);
         }
@@ -93,6 +105,15 @@ pub fn merge(api: Api, offer: &Offer, bodies: &[Value], cut: bool) -> Value {
         out["usage"] = usage;
     }
     out
+}
+
+/// The id of the Responses message item carrying [`super::cut_notice`].
+pub const NOTICE_ITEM_ID: &str = "msg_ctxd_notice";
+
+/// A completed Responses assistant message item of `text`.
+pub fn responses_message(id: &str, text: &str) -> Value {
+    serde_json::json!({"type": "message", "id": id, "status": "completed", "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}]})
 }
 
 /// A block/item of type `kind` naming one of ctxd's tools in `field`.
@@ -148,6 +169,10 @@ mod tests {
         let cut = merge(Api::Chat, &offer, &[first], true);
         assert_eq!(cut["choices"][0]["finish_reason"], "stop");
         assert!(cut["choices"][0]["message"].get("tool_calls").is_none());
+        assert_eq!(
+            cut["choices"][0]["message"]["content"],
+            format!("saving. \n\n{}", crate::served::cut_notice())
+        );
 
         let first = json!({"id": "r1", "output": [
             {"type": "reasoning", "id": "rs", "encrypted_content": "E", "summary": []},

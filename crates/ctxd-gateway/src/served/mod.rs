@@ -29,6 +29,16 @@ use crate::api::Api;
 use crate::config::Management;
 use crate::request::ParsedRequest;
 
+/// What the client reads when the rounds' limit ends an exchange ([`exchange::MAX_ROUNDS`]):
+/// without it the client would get an answer with nothing in it and no word of why.
+pub fn cut_notice() -> String {
+    format!(
+        "[ctxd ended this turn: the model called ctxd's own tools {} rounds in a row without \
+         answering. Send a message to continue.]",
+        exchange::MAX_ROUNDS
+    )
+}
+
 /// ctxd's tools offered on one request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Offer {

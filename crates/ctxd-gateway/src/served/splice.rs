@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use ctxd_formats::wire::stream::SseEvent;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::Offer;
 use crate::api::Api;
@@ -48,8 +48,9 @@ pub struct Splicer {
     round_usage: Value,
     /// Something was withheld or renumbered: the end's events are rewritten.
     changed: bool,
-    /// Chat: the first chunk's id, kept on every later chunk.
+    /// Chat: the first chunk's id, kept on every later chunk, and its `created` and `model`.
     chat_id: Option<Value>,
+    chat_meta: (Value, Value),
     /// Responses: the next `sequence_number` the client gets, and the items it was shown.
     seq: u64,
     visible: Vec<Value>,
@@ -69,6 +70,7 @@ impl Splicer {
             round_usage: Value::Object(Default::default()),
             changed: false,
             chat_id: None,
+            chat_meta: (Value::Null, Value::Null),
             seq: 0,
             visible: Vec::new(),
         }
@@ -101,6 +103,9 @@ impl Splicer {
             self.held_done = false;
             return;
         }
+        if end == End::Cut {
+            self.notice(&super::cut_notice(), out);
+        }
         let held = std::mem::take(&mut self.held);
         for (name, mut v) in held {
             if self.changed {
@@ -110,6 +115,73 @@ impl Splicer {
         }
         if std::mem::take(&mut self.held_done) {
             write_event(out, None, "[DONE]");
+        }
+    }
+
+    /// A text of ctxd's for the client, as one more text block/item of the answer.
+    fn notice(&mut self, text: &str, out: &mut Vec<u8>) {
+        self.changed = true;
+        match self.api {
+            Api::Anthropic => {
+                let index = self.next;
+                self.next += 1;
+                let events = [
+                    (
+                        "content_block_start",
+                        json!({"type": "content_block_start",
+                        "index": index, "content_block": {"type": "text", "text": ""}}),
+                    ),
+                    (
+                        "content_block_delta",
+                        json!({"type": "content_block_delta",
+                        "index": index, "delta": {"type": "text_delta", "text": text}}),
+                    ),
+                    (
+                        "content_block_stop",
+                        json!({"type": "content_block_stop", "index": index}),
+                    ),
+                ];
+                for (name, data) in events {
+                    write_event(out, Some(name), &data.to_string());
+                }
+            }
+            Api::Chat => {
+                let (created, model) = self.chat_meta.clone();
+                let chunk = json!({"id": self.chat_id.clone().unwrap_or(Value::Null),
+                    "object": "chat.completion.chunk", "created": created, "model": model,
+                    "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]});
+                write_event(out, None, &chunk.to_string());
+            }
+            Api::Responses => {
+                let index = self.next;
+                self.next += 1;
+                let id = super::merge::NOTICE_ITEM_ID;
+                let part = json!({"type": "output_text", "text": text, "annotations": []});
+                let done = super::merge::responses_message(id, text);
+                let events = [
+                    json!({"type": "response.output_item.added", "output_index": index,
+                        "item": {"type": "message", "id": id, "status": "in_progress",
+                            "role": "assistant", "content": []}}),
+                    json!({"type": "response.content_part.added", "item_id": id,
+                        "output_index": index, "content_index": 0,
+                        "part": {"type": "output_text", "text": "", "annotations": []}}),
+                    json!({"type": "response.output_text.delta", "item_id": id,
+                        "output_index": index, "content_index": 0, "delta": text}),
+                    json!({"type": "response.output_text.done", "item_id": id,
+                        "output_index": index, "content_index": 0, "text": text}),
+                    json!({"type": "response.content_part.done", "item_id": id,
+                        "output_index": index, "content_index": 0, "part": part}),
+                    json!({"type": "response.output_item.done", "output_index": index,
+                        "item": done.clone()}),
+                ];
+                for mut ev in events {
+                    ev["sequence_number"] = Value::from(self.seq);
+                    self.seq += 1;
+                    let name = ev["type"].as_str().unwrap_or_default().to_owned();
+                    write_event(out, Some(&name), &ev.to_string());
+                }
+                self.visible.push(done);
+            }
         }
     }
 
@@ -247,7 +319,13 @@ impl Splicer {
         };
         let mut changed = false;
         match &self.chat_id {
-            None => self.chat_id = v.get("id").cloned(),
+            None => {
+                self.chat_id = v.get("id").cloned();
+                self.chat_meta = (
+                    v.get("created").cloned().unwrap_or(Value::Null),
+                    v.get("model").cloned().unwrap_or(Value::Null),
+                );
+            }
             Some(id) if self.round > 0 => {
                 if v.get("id") != Some(id) {
                     v["id"] = id.clone();
@@ -598,6 +676,35 @@ mod tests {
         let u = a.usage.unwrap();
         assert_eq!(u.output, 12, "usage summed: {u:?}");
         assert_eq!(u.input, 40, "usage summed: {u:?}");
+    }
+
+    #[test]
+    fn a_cut_exchange_tells_the_client_why_in_a_text_block() {
+        let mut s = Splicer::new(Api::Anthropic, Offer::of(&["notes_list"]));
+        let mut out = Vec::new();
+        let only_ours = anthropic_events(
+            &[
+                serde_json::json!({"type": "tool_use", "id": "c1", "name": "notes_list", "input": {}}),
+            ],
+            "tool_use",
+            (10, 5),
+        );
+        for e in &only_ours {
+            s.event(e, &mut out);
+        }
+        s.end(End::Cut, &mut out);
+        let mut asm = Assembler::new(Api::Anthropic.stream_api());
+        for e in &SseParser::new().feed(&out) {
+            asm.push(e);
+        }
+        let a = asm.finish().unwrap();
+        let m = &a.elements[0].message;
+        assert_eq!(
+            m.content,
+            [ctxd_core::model::ContentBlock::text(
+                crate::served::cut_notice()
+            )]
+        );
     }
 
     #[test]

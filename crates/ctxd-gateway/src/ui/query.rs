@@ -213,6 +213,7 @@ fn caller(record: &SessionRecord) -> Caller {
         agent: record.meta.agent.map(|a| a.as_str().to_owned()),
         model: record.meta.model.clone(),
         project: record.meta.cwd.clone(),
+        policy: None,
     }
 }
 

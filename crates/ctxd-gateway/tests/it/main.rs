@@ -17,6 +17,7 @@ mod loops;
 mod passthrough;
 mod prefix;
 mod served;
+mod shapes;
 mod stats;
 mod support;
 mod ui;

@@ -222,6 +222,29 @@ impl Store for PgStore {
             Ok(stored)
         })
     }
+
+    fn put_setting(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let (key, value) = (key.to_owned(), value.to_vec());
+        self.pool.run(move |c| {
+            c.execute_cached(
+                "INSERT INTO settings (key, value) VALUES ($1, $2) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                &[&key, &value],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn settings_with_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let prefix = prefix.to_owned();
+        self.pool.run(move |c| {
+            let rows = c.query_cached(
+                "SELECT key, value FROM settings WHERE left(key, length($1)) = $1 ORDER BY key",
+                &[&prefix],
+            )?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+    }
 }
 
 fn find_session(

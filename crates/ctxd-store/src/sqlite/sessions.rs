@@ -229,6 +229,27 @@ impl Store for SqliteStore {
         tx.commit()?;
         Ok(stored)
     }
+
+    fn put_setting(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = super::write_transaction(&mut conn)?;
+        tx.execute(
+            "INSERT INTO settings (key, value) VALUES (?1, ?2) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            params![key, value],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn settings_with_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT key, value FROM settings WHERE substr(key, 1, length(?1)) = ?1 ORDER BY key",
+        )?;
+        let rows = stmt.query_map(params![prefix], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
 }
 
 /// `LeafMoved` when an append expects the leaf at `expected` and the session's is `current`.
