@@ -137,7 +137,9 @@ pub enum Command {
     Store(crate::store_cmd::StoreCommand),
     /// An entry's raw content by id, whole, by --pattern or by lines (what `recall` returns).
     Recall(crate::recall_cmd::RecallArgs),
-    /// Serve ctxd's tools (notes, history, recall, windows) over MCP on stdin/stdout.
+    /// Serve ctxd's tools (notes, history, recall, get_context_remaining) over MCP on
+    /// stdin/stdout; resets only through the gateway (`ctxd serve`).
+    #[command(after_help = crate::mcp_cmd::served_tools())]
     Mcp(crate::mcp_cmd::McpArgs),
     /// Replay recorded sessions through distillation, as if live: tokens and cache-adjusted
     /// cost with and without ctxd, retention of what the agent used afterwards, beside a

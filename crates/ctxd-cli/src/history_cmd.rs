@@ -229,7 +229,7 @@ pub fn run(cmd: &HistoryCommand, store: &StoreChoice) -> anyhow::Result<()> {
             let item = engine.history_read_item(
                 &caller,
                 &ReadQuery {
-                    window_id: a.window_id.clone(),
+                    window_id: Some(a.window_id.clone()),
                     item_id: a.item_id.clone(),
                     offset_chars: a.offset,
                     limit_chars: a.limit,

@@ -1,6 +1,7 @@
 //! `ctxd mcp [--session KEY] [--agent NAME] [--model NAME] [--project DIR]`: ctxd's tools
-//! (notes, history, recall, windows) over MCP on stdin/stdout, for agents that prefer MCP to
-//! the gateway. The protocol owns stdout: nothing else is printed there.
+//! (notes, history, recall, get_context_remaining: [`ctxd_mcp::served_names`]) over MCP on
+//! stdin/stdout, for agents that prefer MCP to the gateway. The protocol owns stdout: nothing
+//! else is printed there.
 
 use std::sync::Arc;
 
@@ -13,8 +14,9 @@ use crate::store::StoreChoice;
 #[derive(Debug, Args)]
 pub struct McpArgs {
     /// The stored session the tools act on: its key or id, as `ctxd sessions --store` lists
-    /// them. Without one, the tools that need a session (history, recall, new_context, session
-    /// notes) answer that none is named; the other notes homes work.
+    /// them. Without one, the tools that need a session (history, recall,
+    /// get_context_remaining, session notes) answer that none is named; the other notes homes
+    /// work.
     #[arg(long, value_name = "SESSION")]
     pub session: Option<String>,
     /// The agent `@self/` notes belong to [default: the session's agent].
@@ -26,6 +28,12 @@ pub struct McpArgs {
     /// The project `@project/` notes belong to (a directory or repository name).
     #[arg(long, value_name = "DIR")]
     pub project: Option<String>,
+}
+
+/// The help's list of the tools served, from the list `tools/list` answers with, so that the
+/// help cannot name a tool the server does not serve.
+pub fn served_tools() -> String {
+    format!("Tools served: {}.", ctxd_mcp::served_names().join(", "))
 }
 
 pub fn run(args: &McpArgs, store: &StoreChoice) -> anyhow::Result<()> {
@@ -44,7 +52,9 @@ pub fn run(args: &McpArgs, store: &StoreChoice) -> anyhow::Result<()> {
         .build()
         .context("cannot start the runtime")?;
     let server = ctxd_mcp::ToolServer::new(Arc::new(engine), caller);
-    runtime
-        .block_on(ctxd_mcp::serve_stdio(server))
-        .map_err(anyhow::Error::msg)
+    let served = runtime.block_on(ctxd_mcp::serve_stdio(server));
+    // Not waiting for the read of stdin, which cannot be cancelled: when the service ends
+    // before the client closes stdin (a failed start), dropping the runtime would wait for it.
+    runtime.shutdown_background();
+    served.map_err(anyhow::Error::msg)
 }

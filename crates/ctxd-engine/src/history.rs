@@ -51,7 +51,9 @@ pub struct ItemsQuery {
 
 #[derive(Clone, Debug, Default)]
 pub struct ReadQuery {
-    pub window_id: String,
+    /// The item's window, checked when given: the item id alone finds the item (ids are
+    /// unique in a session), so the model need not carry the window along.
+    pub window_id: Option<String>,
     pub item_id: String,
     pub offset_chars: Option<usize>,
     pub limit_chars: Option<usize>,
@@ -405,7 +407,11 @@ impl<S: Store + ?Sized> Engine<S> {
         let record = self.history_session(caller)?;
         let key = h::parse_item_id(&q.item_id).map_err(EngineError::Invalid)?;
         let windows = self.windows_of(record.id)?;
-        let window_seq = windows.seq_of(&q.window_id)?;
+        let window_seq = q
+            .window_id
+            .as_deref()
+            .map(|w| windows.seq_of(w))
+            .transpose()?;
         let limit_chars = bounded(
             q.limit_chars,
             h::DEFAULT_READ_CHARS,
@@ -413,30 +419,36 @@ impl<S: Store + ?Sized> Engine<S> {
             "limit_chars",
         )?;
         let rows = self.store.history_item(record.id, key)?;
-        let row: HistoryRow = match rows.len() {
-            0 => {
-                return Err(EngineError::invalid(format!(
-                    "no item {} in this session: list items with history_list_items",
-                    q.item_id
-                )))
-            }
-            1 => rows
+        let Some(first) = rows.first() else {
+            return Err(EngineError::invalid(format!(
+                "no item {} in this session: list items with history_list_items",
+                q.item_id
+            )));
+        };
+        let found = windows.id(first.window_seq);
+        // Item ids are hashes of entry ids, so two entries may share one: the window, when
+        // given, tells them apart (and a window that holds none of them is the caller's slip).
+        let row: HistoryRow = match (&q.window_id, window_seq) {
+            (Some(window), Some(seq)) => rows
+                .into_iter()
+                .find(|r| r.window_seq == seq)
+                .ok_or_else(|| {
+                    EngineError::invalid(format!(
+                        "item {} is not in window {window}; it is in {found}",
+                        q.item_id
+                    ))
+                })?,
+            _ if rows.len() == 1 => rows
                 .into_iter()
                 .next()
                 .ok_or_else(|| EngineError::invalid("no item"))?,
-            _ => rows
-                .into_iter()
-                .find(|r| r.window_seq == window_seq)
-                .ok_or_else(|| EngineError::invalid(format!("item {} is ambiguous", q.item_id)))?,
+            _ => {
+                return Err(EngineError::invalid(format!(
+                    "item {} is ambiguous: pass its window_id too",
+                    q.item_id
+                )))
+            }
         };
-        if row.window_seq != window_seq {
-            return Err(EngineError::invalid(format!(
-                "item {} is not in window {}; it is in {}",
-                q.item_id,
-                q.window_id,
-                windows.id(row.window_seq)
-            )));
-        }
         let text = item_text(&row.entry);
         let offset = q.offset_chars.unwrap_or(0);
         let slice = slice_chars(&text, offset, limit_chars);
@@ -448,7 +460,7 @@ impl<S: Store + ?Sized> Engine<S> {
         }
         Ok(ReadItem {
             item_id: q.item_id.clone(),
-            window_id: q.window_id.clone(),
+            window_id: windows.id(row.window_seq),
             entry_id: row.entry.id.0.clone(),
             kind: row.kind,
             role: row.role,
@@ -584,17 +596,17 @@ pub fn specs() -> Vec<ToolSpec> {
         },
         ToolSpec {
             name: "history_read_item",
-            description: "Read one history item's full text in pages: pass offset_chars = the returned next_offset to continue.",
+            description: "Read one history item's full text in pages: pass offset_chars = the returned next_offset to continue. The item id alone finds the item.",
             parameters: json!({
                 "type": "object",
                 "properties": {
-                    "window_id": {"type": "string"},
-                    "item_id": {"type": "string"},
+                    "item_id": {"type": "string", "description": "The item (an id from history_list_items or history_search_contents)."},
+                    "window_id": {"type": "string", "description": "Optional: the item's window, checked if given."},
                     "agent_name": {"type": "string"},
                     "offset_chars": {"type": "integer", "minimum": 0, "description": "Start at this character (default 0)."},
                     "limit_chars": {"type": "integer", "minimum": 1, "maximum": h::MAX_READ_CHARS, "description": format!("At most this many characters (default {}).", h::DEFAULT_READ_CHARS)}
                 },
-                "required": ["window_id", "item_id"],
+                "required": ["item_id"],
                 "additionalProperties": false
             }),
         },
@@ -752,7 +764,7 @@ fn run<S: Store + ?Sized>(
                 ],
             )?;
             let q = ReadQuery {
-                window_id: a.required("window_id")?,
+                window_id: a.string("window_id")?,
                 item_id: a.required("item_id")?,
                 offset_chars: a.count("offset_chars")?,
                 limit_chars: a.count("limit_chars")?,

@@ -294,7 +294,7 @@ fn read_item_pages_by_characters() {
         .unwrap();
     let t1 = items.items.iter().find(|i| i.entry_id == "t1").unwrap();
     let mut q = ReadQuery {
-        window_id: t1.window_id.clone(),
+        window_id: Some(t1.window_id.clone()),
         item_id: t1.item_id.clone(),
         offset_chars: None,
         limit_chars: Some(500),
@@ -325,7 +325,7 @@ fn read_item_pages_by_characters() {
         .history_read_item(
             &caller,
             &ReadQuery {
-                window_id: other_window,
+                window_id: Some(other_window),
                 ..q.clone()
             },
         )
@@ -354,6 +354,52 @@ fn read_item_pages_by_characters() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("not an id ctxd gave"), "{err}");
+}
+
+/// Item ids are unique in a session: the id alone reads the item (the window is optional,
+/// and checked when given), through the registry as the model calls it.
+#[test]
+fn read_item_by_its_id_alone() {
+    let (engine, caller) = setup();
+    let items = engine
+        .history_list_items(&caller, &ItemsQuery::default())
+        .unwrap();
+    let u2 = items.items.iter().find(|i| i.entry_id == "u2").unwrap();
+    let (read, err) = tool(
+        &engine,
+        &caller,
+        "history_read_item",
+        json!({"item_id": u2.item_id}),
+    );
+    assert!(!err, "{read}");
+    assert_eq!(read["entry_id"], "u2");
+    assert_eq!(read["window_id"], json!(u2.window_id), "the window found");
+    let (read, err) = tool(
+        &engine,
+        &caller,
+        "history_read_item",
+        json!({"item_id": u2.item_id, "window_id": u2.window_id}),
+    );
+    assert!(!err, "{read}");
+    assert_eq!(read["entry_id"], "u2");
+    let t1 = items.items.iter().find(|i| i.entry_id == "t1").unwrap();
+    assert_ne!(t1.window_id, u2.window_id);
+    let (read, err) = tool(
+        &engine,
+        &caller,
+        "history_read_item",
+        json!({"item_id": u2.item_id, "window_id": t1.window_id}),
+    );
+    assert!(err, "a window given is checked: {read}");
+    assert!(
+        read.as_str().unwrap().contains("is not in window"),
+        "{read}"
+    );
+    let spec = ctxd_engine::tools::specs()
+        .into_iter()
+        .find(|s| s.name == "history_read_item")
+        .unwrap();
+    assert_eq!(spec.parameters["required"], json!(["item_id"]));
 }
 
 #[test]
@@ -461,7 +507,7 @@ fn a_tenant_cannot_read_another_tenants_items_even_with_their_ids() {
         ..Default::default()
     };
     let read = ReadQuery {
-        window_id: target.window_id.clone(),
+        window_id: Some(target.window_id.clone()),
         item_id: target.item_id.clone(),
         offset_chars: None,
         limit_chars: None,
@@ -480,7 +526,7 @@ fn a_tenant_cannot_read_another_tenants_items_even_with_their_ids() {
         .history_read_item(
             &caller_b,
             &ReadQuery {
-                window_id: b_items.items[0].window_id.clone(),
+                window_id: Some(b_items.items[0].window_id.clone()),
                 ..read.clone()
             },
         )
@@ -581,8 +627,8 @@ fn tools_run_through_the_registry_with_clear_errors() {
         ),
         (
             "history_read_item",
-            json!({"item_id": "i_0"}),
-            "window_id is required",
+            json!({"window_id": "w_0000000000000000"}),
+            "item_id is required",
         ),
         ("history_search_contents", json!({}), "query is required"),
         (

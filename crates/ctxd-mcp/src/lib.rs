@@ -3,21 +3,23 @@
 //! The same registry and dispatcher the gateway uses ([`ctxd_engine::tools`]): `list_tools` is
 //! the registry, `tools/call` is [`Engine::call_tool`] for one [`Caller`] (the session the
 //! server was bound to). A thin adapter: no tool logic lives here. Calls run on a blocking
-//! thread (the store is SQLite); a tool's own failure (bad arguments, an unknown note) is a
-//! result with `isError`, for the model to read; an unknown tool or a store failure is a
-//! protocol error.
+//! thread (the store is SQLite); a tool's own failure (bad arguments, an unknown note, no
+//! session named) is a result with `isError`, for the model to read; an unknown tool or a store
+//! failure is a protocol error.
+
+mod stdio;
 
 use std::sync::Arc;
 
 use ctxd_engine::tools::{specs, ToolSpec};
-use ctxd_engine::{Caller, Engine};
+use ctxd_engine::{Caller, Engine, EngineError};
 use ctxd_store::Store;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
-use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 /// Who the tools act for.
 pub enum Binding {
@@ -55,6 +57,21 @@ impl<S: ?Sized> ToolServer<S> {
             }
         }
     }
+
+    /// The answer to a call of a tool that needs a session when none is named: how to name
+    /// one, which depends on how the server is reached.
+    fn no_session(&self, what: &str) -> String {
+        match &*self.binding {
+            Binding::Fixed(_) => format!(
+                "ctxd: {what} needs a session, and this server was started without one: start \
+                 it as `ctxd mcp --session KEY` (`ctxd sessions --store` lists the keys)"
+            ),
+            Binding::PerRequest(_) => format!(
+                "ctxd: {what} needs a session: name it with the x-ctxd-session header (its key \
+                 as the gateway stored it)"
+            ),
+        }
+    }
 }
 
 /// The streamable HTTP service of [`http_service`], a tower service.
@@ -82,6 +99,12 @@ where
         Default::default(),
         rmcp::transport::StreamableHttpServerConfig::default(),
     )
+}
+
+/// The names of the tools served, in the registry's order (what `tools/list` lists; the help of
+/// `ctxd mcp` names them from here).
+pub fn served_names() -> Vec<&'static str> {
+    served().iter().map(|s| s.name).collect()
 }
 
 /// The tools served: the registry without `new_context` / `wipe_memory`. A reset happens at a
@@ -166,6 +189,10 @@ where
                 }
                 .into())
             }
+            // The model (or its user) can fix this one: a result it reads, not a failure.
+            Err(EngineError::NoSession(what)) => {
+                Ok(CallToolResult::error(vec![ContentBlock::text(self.no_session(what))]).into())
+            }
             Err(e) => {
                 tracing::error!(tool = %name, error = %e, "tool call failed");
                 Err(ErrorData::internal_error(format!("ctxd: {e}"), None))
@@ -174,17 +201,13 @@ where
     }
 }
 
-/// Serve `server` on this process's stdin and stdout until the client closes them.
+/// Serve `server` on this process's stdin and stdout until the client closes them; a line
+/// that is not JSON is answered with a parse error (see the `stdio` module).
 pub async fn serve_stdio<S>(server: ToolServer<S>) -> Result<(), String>
 where
     S: Store + Send + Sync + ?Sized + 'static,
 {
-    let running = server
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|e| format!("mcp: cannot start: {e}"))?;
-    running.waiting().await.map_err(|e| format!("mcp: {e}"))?;
-    Ok(())
+    stdio::serve(server, tokio::io::stdin(), tokio::io::stdout()).await
 }
 
 #[cfg(test)]
