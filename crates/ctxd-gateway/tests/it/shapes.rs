@@ -230,14 +230,23 @@ async fn get_context_remaining_counts_in_the_window_in_use() {
         s.management.tools = ToolsSetting::All;
         s.management
             .model_windows
-            .push(("claude-sonnet".into(), 30_000));
+            .push(("acme-coder".into(), 30_000));
     })
     .await;
     rig.mock
         .script()
         .push(Reply::tool_call("get_context_remaining", json!({})));
     rig.mock.script().push(Reply::text("ok"));
-    turn(&rig, api, &[api.user_message("room?")], false, false).await;
+    let mut body = api.body(&[api.user_message("room?")], false, false);
+    body["model"] = json!("acme-coder-2");
+    let resp = rig
+        .post(
+            api.path(),
+            &api.headers(),
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await;
+    assert!(resp.status().is_success());
     let r = remaining(&rig).expect("a number with a configured window");
     assert!(r < 30_000, "{r}");
 
