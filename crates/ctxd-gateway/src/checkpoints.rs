@@ -2,7 +2,11 @@
 //! crosses 1,000 WAL pages, on the committing thread: the response waiting for that commit
 //! (durable before acknowledged) would wait for a copy of every page and an fsync. The gateway
 //! turns that off on the store's connection and checkpoints here, on a thread and a connection
-//! of its own; WAL lets commits go on meanwhile.
+//! of its own; WAL lets commits go on meanwhile. A passive checkpoint never shrinks the WAL
+//! file: once the store is at rest (nothing written since the last tick, everything copied) the
+//! thread truncates it to zero, and under load the store's `journal_size_limit` cuts it back at
+//! each reset. The database's and the WAL's sizes are gauges (`ctxd_store_bytes`,
+//! `ctxd_store_wal_bytes`).
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -26,13 +30,17 @@ impl Checkpoints {
         let checkpointer = Checkpointer::open(path)?;
         store.checkpoint_elsewhere()?;
         let (stop, stopped) = mpsc::channel::<()>();
+        let files = Files::of(path);
         let thread = std::thread::Builder::new()
             .name("ctxd-checkpoint".into())
             .spawn(move || {
+                let mut last = None;
                 while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(EVERY) {
-                    checkpoint(&checkpointer);
+                    last = checkpoint(&checkpointer, last);
+                    files.measure();
                 }
-                checkpoint(&checkpointer);
+                checkpoint(&checkpointer, None);
+                truncate(&checkpointer);
             })
             .map_err(|e| StoreError::Open {
                 path: path.display().to_string(),
@@ -50,7 +58,10 @@ impl Checkpoints {
     }
 }
 
-fn checkpoint(checkpointer: &Checkpointer) {
+/// One passive checkpoint; `last`: the WAL's frames at the previous tick. Returns this tick's.
+/// A WAL with frames, all copied, and none added since the previous tick belongs to a store at
+/// rest: it is truncated.
+fn checkpoint(checkpointer: &Checkpointer, last: Option<i64>) -> Option<i64> {
     let started = std::time::Instant::now();
     match checkpointer.passive() {
         Ok((frames, copied)) => {
@@ -64,7 +75,46 @@ fn checkpoint(checkpointer: &Checkpointer) {
                     "WAL checkpoint incomplete (a reader holds it)"
                 );
             }
+            if frames > 0 && copied == frames && last == Some(frames) {
+                truncate(checkpointer);
+                return Some(0);
+            }
+            Some(frames)
         }
-        Err(e) => tracing::warn!(error = %e, "WAL checkpoint failed; the next one retries"),
+        Err(e) => {
+            tracing::warn!(error = %e, "WAL checkpoint failed; the next one retries");
+            None
+        }
+    }
+}
+
+fn truncate(checkpointer: &Checkpointer) {
+    match checkpointer.truncate() {
+        Ok(true) => tracing::debug!("WAL truncated at rest"),
+        Ok(false) => tracing::debug!("WAL busy; truncated at a later rest"),
+        Err(e) => tracing::debug!(error = %e, "WAL truncation failed; a later rest retries"),
+    }
+}
+
+/// The store's files, measured for the gauges.
+struct Files {
+    db: std::path::PathBuf,
+    wal: std::path::PathBuf,
+}
+
+impl Files {
+    fn of(path: &Path) -> Self {
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        Files {
+            db: path.to_owned(),
+            wal: wal.into(),
+        }
+    }
+
+    fn measure(&self) {
+        let len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+        metrics::gauge!("ctxd_store_bytes").set(len(&self.db) as f64);
+        metrics::gauge!("ctxd_store_wal_bytes").set(len(&self.wal) as f64);
     }
 }

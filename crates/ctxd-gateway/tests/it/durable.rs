@@ -233,3 +233,42 @@ async fn a_streams_terminal_event_and_its_end_reach_the_client_in_one_write() {
         );
     }
 }
+
+/// The WAL does not keep the size a burst gave it: once the gateway is at rest it is cut back
+/// to nothing, and the turns are in the database.
+#[tokio::test]
+async fn the_wal_is_truncated_once_the_gateway_is_at_rest() {
+    let mut rig = Rig::start().await;
+    let big = "x".repeat(200_000);
+    for i in 0..20 {
+        let b = body("/v1/messages", &format!("{i} {big}"), false);
+        let resp = rig
+            .post(
+                "/v1/messages",
+                &[
+                    ("x-api-key", "sk-wal"),
+                    ("x-ctxd-session", &format!("w{i}")),
+                ],
+                serde_json::to_vec(&b).unwrap(),
+            )
+            .await;
+        assert!(resp.status().is_success());
+    }
+    let mut wal = rig.store_path.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal = std::path::PathBuf::from(wal);
+    let grown = std::fs::metadata(&wal).map_or(0, |m| m.len());
+    assert!(grown > 1_000_000, "the burst grew the WAL: {grown}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::fs::metadata(&wal).map_or(0, |m| m.len()) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the WAL is still {} bytes at rest",
+            std::fs::metadata(&wal).map_or(0, |m| m.len())
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let stored = rig.stored().await;
+    assert_eq!(stored.sessions().len(), 20);
+    assert_eq!(stored.0.integrity_check().unwrap(), "ok");
+}

@@ -71,6 +71,14 @@ impl SqliteStore {
         // 32 MiB of page cache (SQLite's default is 2 MB): the full-text indexes' merges read
         // back the segments they rewrite.
         conn.pragma_update(None, "cache_size", -32768)?;
+        // A WAL grown by a burst is cut back to this size whenever it is reset (each time a
+        // checkpoint has copied it all and a new write begins): without it the file keeps its
+        // largest size for good.
+        let _limit: i64 = conn.query_row(
+            &format!("PRAGMA journal_size_limit={WAL_SIZE_LIMIT}"),
+            [],
+            |r| r.get(0),
+        )?;
         schema::migrate(&mut conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
@@ -122,6 +130,9 @@ impl SqliteStore {
     }
 }
 
+/// The size, in bytes, a reset WAL is truncated back to (`PRAGMA journal_size_limit`).
+pub const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+
 /// A second connection to a store's file that only checkpoints its WAL. WAL lets commits go on
 /// while a checkpoint copies pages, so on its own thread it never delays the store's writer
 /// (the store's one connection is not taken).
@@ -148,6 +159,24 @@ impl Checkpointer {
                 Ok((r.get(1)?, r.get(2)?))
             })?)
     }
+
+    /// `PRAGMA wal_checkpoint(TRUNCATE)`: copy the whole WAL back and cut the file to zero
+    /// bytes. It waits (up to the busy timeout) for readers and holds writers off meanwhile, so
+    /// it is for a store at rest. Returns whether the WAL was emptied (a reader or writer that
+    /// did not let go leaves it for the next try).
+    pub fn truncate(&self) -> Result<bool, StoreError> {
+        // A reader that does not let go must not hold a request's commit for long: a short
+        // wait, and the next rest tries again.
+        self.conn
+            .busy_timeout(std::time::Duration::from_millis(50))?;
+        let busy = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                r.get::<_, i64>(0)
+            });
+        self.conn.busy_timeout(std::time::Duration::from_secs(1))?;
+        Ok(busy? == 0)
+    }
 }
 
 /// A write transaction that takes the write lock at once (`BEGIN IMMEDIATE`), so a second
@@ -164,6 +193,43 @@ pub(crate) const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ','now')";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wal_at_rest_is_truncated_and_a_reset_one_kept_within_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let store = SqliteStore::open(&path, Durability::Normal).unwrap();
+        store.checkpoint_elsewhere().unwrap();
+        let limit: i64 = store
+            .conn()
+            .query_row("PRAGMA journal_size_limit", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(limit, WAL_SIZE_LIMIT);
+        let blob = vec![7u8; 64 * 1024];
+        for i in 0..64 {
+            store
+                .conn()
+                .execute(
+                    "INSERT INTO settings (key, value) VALUES (?1, ?2)",
+                    rusqlite::params![format!("k{i}"), blob],
+                )
+                .unwrap();
+        }
+        let wal = dir.path().join("s.db-wal");
+        let before = std::fs::metadata(&wal).unwrap().len();
+        assert!(before > 4 * 1024 * 1024, "{before}");
+        let checkpointer = Checkpointer::open(&path).unwrap();
+        let (frames, copied) = checkpointer.passive().unwrap();
+        assert_eq!(frames, copied);
+        assert_eq!(
+            std::fs::metadata(&wal).unwrap().len(),
+            before,
+            "a passive checkpoint leaves the file as large"
+        );
+        assert!(checkpointer.truncate().unwrap());
+        assert_eq!(std::fs::metadata(&wal).unwrap().len(), 0);
+        assert_eq!(store.integrity_check().unwrap(), "ok");
+    }
 
     #[test]
     fn fts5_is_compiled_in() {
