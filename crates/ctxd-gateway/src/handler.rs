@@ -36,11 +36,18 @@ use crate::sessions::{Loaded, Slot};
 use crate::turn;
 use crate::writer::Job;
 
-/// An error answered in the API's own shape.
+/// An error answered in the API's own shape. Every 503 of ctxd's is temporary (the store, the
+/// budget of bodies in flight, a repaired window) and says when to come back: SDKs honour
+/// `retry-after`.
 pub(crate) fn api_error(api: Api, status: StatusCode, message: &str) -> Response {
     metrics::counter!("ctxd_rejected_total", "route" => api.route(), "status" => status.as_str().to_owned())
         .increment(1);
-    (status, axum::Json(api.error_body(status, message))).into_response()
+    let mut r = (status, axum::Json(api.error_body(status, message))).into_response();
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    r
 }
 
 /// Read the body within the size limit and the body timeout (a client trickling its body
@@ -116,14 +123,11 @@ fn too_large(api: Api, limit: usize) -> Response {
 
 /// The budget of bodies in flight is spent.
 fn busy(api: Api) -> Response {
-    let mut r = api_error(
+    api_error(
         api,
         StatusCode::SERVICE_UNAVAILABLE,
         "ctxd: too many large request bodies in flight; retry shortly",
-    );
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    r
+    )
 }
 
 /// The body as JSON bytes: `content-encoding` gzip and zstd (Codex) are decoded block by
@@ -811,14 +815,11 @@ async fn store_unavailable(
     if pass {
         return relay_unmanaged(app, api, Method::POST, path, headers, raw).await;
     }
-    let mut r = api_error(
+    api_error(
         api,
         StatusCode::SERVICE_UNAVAILABLE,
         &format!("ctxd: the session store is unavailable ({error}); retry shortly"),
-    );
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    r
+    )
 }
 
 /// Whether an upstream error says the prompt did not fit the context window.

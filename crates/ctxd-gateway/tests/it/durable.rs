@@ -136,6 +136,11 @@ async fn a_store_refusing_writes_withholds_the_end_with_the_apis_error() {
                 continue;
             } else {
                 assert_eq!(r.status(), 503, "{path}");
+                assert_eq!(
+                    r.headers().get("retry-after").map(|v| v.as_bytes()),
+                    Some(&b"1"[..]),
+                    "{path}: every 503 says when to come back"
+                );
                 r.text().await.unwrap()
             };
             let v: Value = serde_json::from_str(&text).unwrap();
