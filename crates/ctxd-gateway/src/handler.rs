@@ -370,6 +370,13 @@ async fn prepare(
     }
     let decoded = decode(api, headers, &raw, limit, &mut held)?;
     keyed_or_allowed(app, api, headers)?;
+    // A store that cannot commit would throw the paid answer away: refused before it goes
+    // upstream (or passed unmanaged, as the operator chose), until the writer's probe finds
+    // the store committing again.
+    if let Some(error) = app.writer.failing() {
+        let error = format!("it cannot commit: {error}");
+        return Err(store_unavailable(app, api, headers, path, raw, &error).await);
+    }
     let tenant = identity::tenant(&app.tenant_key, headers);
     // A session named in the headers is known before the body is read: its previous request
     // lets this one be split from where it changed (clients resend the whole conversation).

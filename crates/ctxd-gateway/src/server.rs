@@ -680,6 +680,7 @@ fn router(app: Arc<Gateway>) -> Router {
         .route("/v1/responses", conversation(Api::Responses))
         .route("/v1/messages/count_tokens", passthrough(Api::Anthropic))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_route))
         .route("/", any(root))
         .fallback(fallback)
@@ -729,6 +730,60 @@ async fn root(method: Method) -> Response {
         _ => StatusCode::METHOD_NOT_ALLOWED.into_response(),
     }
 }
+
+/// Readiness: whether a request sent here now would be served and stored. 503 with the
+/// reasons when the store cannot commit (its last write failed and the probe has not yet
+/// found it writing), the writer is far behind, or the store's disk is nearly full.
+async fn readyz(State(app): State<Arc<Gateway>>) -> Response {
+    let mut reasons = Vec::new();
+    if let Some(e) = app.writer.failing() {
+        reasons.push(format!("the store cannot commit: {e}"));
+    }
+    let depth = app.writer.depth();
+    if depth > READY_MAX_QUEUE {
+        reasons.push(format!("the store writer is behind: {depth} writes queued"));
+    }
+    let space = match &app.settings.store {
+        ctxd_store::Location::Sqlite(path) => crate::checkpoints::disk_space(path),
+        ctxd_store::Location::Postgres(_) => None,
+    };
+    if let Some((free, total)) = space {
+        // 16 MiB, or a twentieth of a small file system.
+        let needed = READY_MIN_FREE_BYTES.min(total / 20);
+        if free < needed {
+            reasons.push(format!(
+                "the store's disk is nearly full: {free} bytes free (ready needs {needed})"
+            ));
+        }
+    }
+    let free = space.map(|(free, _)| free);
+    let ready = reasons.is_empty();
+    let body = serde_json::json!({
+        "ready": ready,
+        "reasons": reasons,
+        "store_queue": depth,
+        "disk_free_bytes": free,
+    });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let mut r = (status, axum::Json(body)).into_response();
+    if !ready {
+        r.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
+    }
+    r
+}
+
+/// Queued writes past which the gateway is not ready (the writer cannot keep up).
+const READY_MAX_QUEUE: usize = 10_000;
+/// Free bytes on the store's file system below which the gateway is not ready (a twentieth of
+/// a file system smaller than 320 MiB).
+const READY_MIN_FREE_BYTES: u64 = 16 * 1024 * 1024;
 
 async fn healthz(State(app): State<Arc<Gateway>>) -> Response {
     let engine = app.engine.clone();

@@ -74,7 +74,43 @@ struct Shared {
     /// Requests may commit their own awaited jobs (not with `synchronous=FULL`: an fsync on an
     /// async worker would stall every request on it).
     inline: bool,
+    health: Health,
 }
+
+/// Whether the store commits. A write that fails (a full disk, a read-only file, a database
+/// gone) marks it failing until a commit writes again; while it fails, requests are refused
+/// before they go upstream (a paid answer that cannot be stored is thrown away), the index
+/// backlog waits (derived work must not take the space a turn needs), and the writer probes
+/// the store every [`PROBE_EVERY`] so it recovers by itself once space is freed.
+#[derive(Default)]
+struct Health {
+    failure: Mutex<Option<String>>,
+}
+
+impl Health {
+    fn get(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set(&self, failure: Option<String>) {
+        let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        match (&*f, &failure) {
+            (None, Some(e)) => {
+                tracing::error!(error = %e, "the store cannot commit: new requests are refused until it can")
+            }
+            (Some(_), None) => tracing::info!("the store commits again"),
+            _ => {}
+        }
+        metrics::gauge!("ctxd_store_failing").set(if failure.is_some() { 1.0 } else { 0.0 });
+        *f = failure;
+    }
+}
+
+/// How often a failing store is probed with a small write.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct Queue {
@@ -110,6 +146,7 @@ impl Writer {
             depth: AtomicUsize::new(0),
             engine,
             inline,
+            health: Health::default(),
         });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -217,7 +254,7 @@ impl WriterHandle {
                 metrics::counter!("ctxd_store_commits_total", "by" => "request").increment(1);
                 q.appended.extend(appended);
                 drop(q);
-                answer(jobs, results);
+                answer(&shared.health, jobs, results);
                 shared.dequeued(taken);
                 q = shared.lock();
             }
@@ -247,6 +284,11 @@ impl WriterHandle {
     pub fn depth(&self) -> usize {
         self.shared.depth.load(Ordering::Relaxed)
     }
+
+    /// Why the store cannot commit now (its last write's error), `None` when it commits.
+    pub fn failing(&self) -> Option<String> {
+        self.shared.health.get()
+    }
 }
 
 // The writer runs at the process's normal priority. It used to run as `SCHED_IDLE` (commits
@@ -275,6 +317,18 @@ fn run(shared: &Shared) {
             // A request is committing: look again when it is done (it signals when it leaves
             // jobs behind) or after a while (for the index backlog).
             q = wait(shared, q, Some(IDLE));
+            continue;
+        }
+        if q.jobs.is_empty() && shared.health.get().is_some() {
+            // Nothing to write and the store failing: probe it now and then (indexing waits).
+            q = wait(shared, q, Some(PROBE_EVERY));
+            if q.jobs.is_empty() && !q.busy {
+                q.busy = true;
+                drop(q);
+                probe(shared);
+                q = shared.lock();
+                q.busy = false;
+            }
             continue;
         }
         if backlog.overdue() {
@@ -337,7 +391,7 @@ fn run(shared: &Shared) {
         let results =
             write_group(&jobs, |writes| Some(store.write_group(writes))).unwrap_or_default();
         metrics::counter!("ctxd_store_commits_total", "by" => "writer").increment(1);
-        answer(jobs, results);
+        answer(&shared.health, jobs, results);
         shared.dequeued(count);
         q = shared.lock();
         q.busy = false;
@@ -351,6 +405,19 @@ fn run(shared: &Shared) {
         }
     }
     // Sessions still behind are caught up by their next history read.
+}
+
+/// A small write to a failing store: it commits again once it can (space freed).
+fn probe(shared: &Shared) {
+    let now = ctxd_engine::now_ms().to_string();
+    match shared
+        .engine
+        .store()
+        .put_setting("ctxd-probe", now.as_bytes())
+    {
+        Ok(()) => shared.health.set(None),
+        Err(e) => tracing::debug!(error = %e, "the store still cannot commit"),
+    }
 }
 
 /// One index step for the backlog's oldest session, holding the store as a commit does.
@@ -516,8 +583,12 @@ fn write_group(
 
 /// Answer the acks and barriers of `jobs` with `results` (one per write, in order), marking
 /// the sessions of failed writes stale.
-fn answer(jobs: Vec<Job>, results: Vec<Result<(), String>>) {
+fn answer(health: &Health, jobs: Vec<Job>, results: Vec<Result<(), String>>) {
     let mut results = results.into_iter();
+    // A write that failed, and a write that went through (a conditional append refused
+    // because another gateway got ahead is neither: the store answered).
+    let mut failure = None;
+    let mut wrote = false;
     let mut waiting = Vec::with_capacity(jobs.len());
     let mut barriers = Vec::new();
     for job in jobs {
@@ -532,9 +603,12 @@ fn answer(jobs: Vec<Job>, results: Vec<Result<(), String>>) {
                 // A conditional append another writer got ahead of: expected now and then
                 // with several gateways, not an error of the store.
                 let result = results.next().unwrap_or(Ok(()));
-                if let Err(e) = &result {
-                    stale.store(true, Ordering::Release);
-                    tracing::info!(session, error = %e, "conditional append not written");
+                match &result {
+                    Err(e) => {
+                        stale.store(true, Ordering::Release);
+                        tracing::info!(session, error = %e, "conditional append not written");
+                    }
+                    Ok(()) => wrote = true,
                 }
                 if let Some(ack) = ack {
                     waiting.push((ack, result));
@@ -553,8 +627,12 @@ fn answer(jobs: Vec<Job>, results: Vec<Result<(), String>>) {
                 ..
             } => {
                 let result = results.next().unwrap_or(Ok(()));
-                if let Err(e) = &result {
-                    failed(&stale, session, e);
+                match &result {
+                    Err(e) => {
+                        failed(&stale, session, e);
+                        failure = Some(e.clone());
+                    }
+                    Ok(()) => wrote = true,
                 }
                 if let Some(ack) = ack {
                     waiting.push((ack, result));
@@ -563,6 +641,11 @@ fn answer(jobs: Vec<Job>, results: Vec<Result<(), String>>) {
             Job::Barrier(done) => barriers.push(done),
             Job::Stop => {}
         }
+    }
+    if wrote {
+        health.set(None);
+    } else if failure.is_some() {
+        health.set(failure);
     }
     for (ack, result) in waiting {
         let _ = ack.send(result);

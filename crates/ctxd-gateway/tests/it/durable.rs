@@ -277,3 +277,148 @@ async fn the_wal_is_truncated_once_the_gateway_is_at_rest() {
     assert_eq!(stored.sessions().len(), 20);
     assert_eq!(stored.0.integrity_check().unwrap(), "ok");
 }
+
+/// A tmpfs mounted for a test, unmounted when dropped (root only).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    /// `None` where this process cannot mount (not root): the caller skips, except under CI.
+    fn mount(dir: &std::path::Path, size: &str) -> Option<Tmpfs> {
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(dir.to_owned()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// A full disk: the turn that met it is answered 503 (its answer could not be stored), the
+/// next requests are refused before they go upstream (nothing paid and thrown away), and
+/// `/readyz` says why; once space is freed the gateway serves again by itself, and every turn
+/// it acknowledged is in the store.
+#[tokio::test]
+async fn a_full_disk_refuses_before_paying_and_recovers_when_space_is_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mount) = Tmpfs::mount(dir.path(), "6m") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root and must mount a tmpfs for this test"
+        );
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let store_path = dir.path().join("ctxd.db");
+    let mut rig = Rig::with_store(ctxd_mock::Config::default(), store_path, dir, |_| {}).await;
+    let send = |i: usize| {
+        let b = body(
+            "/v1/messages",
+            &format!("turn {i}: {}", "y".repeat(20_000)),
+            false,
+        );
+        let rig = &rig;
+        async move {
+            rig.post(
+                "/v1/messages",
+                &[("x-api-key", "sk-disk"), ("x-ctxd-session", "disk")],
+                serde_json::to_vec(&b).unwrap(),
+            )
+            .await
+        }
+    };
+    let mut acknowledged = Vec::new();
+    for i in 0..3 {
+        let r = send(i).await;
+        assert!(r.status().is_success());
+        acknowledged.push(format!("turn {i}:"));
+    }
+    // Fill what is left of the disk.
+    let filler = mount.0.join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+    }
+    // Turns until the store fails: the one that meets it is 503 (after its upstream call).
+    let mut met = false;
+    for i in 3..40 {
+        let r = send(i).await;
+        if r.status().is_success() {
+            acknowledged.push(format!("turn {i}:"));
+            continue;
+        }
+        assert_eq!(r.status().as_u16(), 503, "{}", r.text().await.unwrap());
+        met = true;
+        break;
+    }
+    assert!(met, "the full disk never failed a turn");
+    // Now refused up front: no upstream call, and /readyz says why.
+    let upstream_before = rig.mock.requests().len();
+    for i in 40..43 {
+        let r = send(i).await;
+        assert_eq!(r.status().as_u16(), 503);
+        assert_eq!(
+            r.headers().get("retry-after").map(|v| v.as_bytes()),
+            Some(&b"1"[..])
+        );
+        let text = r.text().await.unwrap();
+        assert!(text.contains("cannot commit"), "{text}");
+    }
+    assert_eq!(
+        rig.mock.requests().len(),
+        upstream_before,
+        "nothing goes upstream while the store refuses"
+    );
+    let (status, ready) = crate::support::get(&rig, "/readyz", &[]).await;
+    assert_eq!(status, 503, "{ready}");
+    assert!(ready.contains("cannot commit"), "{ready}");
+    // Space freed: the gateway serves again without a restart.
+    std::fs::remove_file(&filler).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut i = 100;
+    loop {
+        let r = send(i).await;
+        if r.status().is_success() {
+            acknowledged.push(format!("turn {i}:"));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still refused 30 s after space was freed: {}",
+            r.text().await.unwrap()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        i += 1;
+    }
+    let (status, ready) = crate::support::get(&rig, "/readyz", &[]).await;
+    assert_eq!(status, 200, "{ready}");
+    let stored = rig.stored().await;
+    let session = stored.load(&stored.sessions()[0]);
+    let texts: Vec<String> = session
+        .entries
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EntryKind::Message(m) if m.role == Role::User => Some(ctxd_core::text::message_text(m)),
+            _ => None,
+        })
+        .collect();
+    for turn in &acknowledged {
+        assert!(
+            texts.iter().any(|t| t.starts_with(turn.as_str())),
+            "acknowledged {turn} is not in the store"
+        );
+    }
+    assert_eq!(stored.0.integrity_check().unwrap(), "ok");
+    drop(stored);
+    drop(mount);
+}

@@ -23,9 +23,19 @@ impl Rig {
     }
 
     pub async fn with(config: Config, tweak: impl FnOnce(&mut Settings)) -> Rig {
-        let mock = MockServer::start(config).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
         let store_path = dir.path().join("ctxd.db");
+        Self::with_store(config, store_path, dir, tweak).await
+    }
+
+    /// A rig whose store is `store_path` (in `dir`, kept until the rig is dropped).
+    pub async fn with_store(
+        config: Config,
+        store_path: PathBuf,
+        dir: tempfile::TempDir,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Rig {
+        let mock = MockServer::start(config).await.unwrap();
         let mut settings = Settings::new(store_path.clone());
         settings.listen = "127.0.0.1:0".parse().unwrap();
         settings.upstream_anthropic = mock.base_url();
