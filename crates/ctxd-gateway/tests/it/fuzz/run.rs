@@ -412,6 +412,9 @@ pub async fn run(case: &Case) -> Report {
             })
             .collect();
 
+        if trace() {
+            trace_step(api, si, step, &conversation, &upstream, &outcome);
+        }
         let context = format!(
             "[{} step; upstream: {}]",
             match step {
@@ -475,6 +478,9 @@ pub async fn run(case: &Case) -> Report {
         }
 
         // The client's view after the response.
+        // Only the calls of the answer just shown wait for results (a resend replaced the
+        // answer that made the earlier ones).
+        c.pending.clear();
         if let Outcome::Answer { elements, .. } = outcome {
             c.conversation = conversation;
             for el in &elements {
@@ -548,6 +554,94 @@ pub async fn run(case: &Case) -> Report {
         );
     }
     report
+}
+
+/// `CTXD_FUZZ_TRACE=1`: every step's requests and answer, summarised, on stderr.
+fn trace() -> bool {
+    std::env::var("CTXD_FUZZ_TRACE").is_ok_and(|v| v != "0")
+}
+
+/// An element in a few words: its role or type, its markers, calls and results.
+fn summary(api: Api, el: &Value) -> String {
+    let role = el["role"]
+        .as_str()
+        .or_else(|| el["type"].as_str())
+        .unwrap_or("?");
+    let text = client::all_text(el);
+    let mut marks: Vec<String> = Vec::new();
+    for k in ["FZP", "FZA", "FZH", "FZO"] {
+        for (i, _) in text.match_indices(k) {
+            marks.push(
+                text[i..]
+                    .chars()
+                    .take_while(|c| *c != ' ' && *c != '\n')
+                    .collect(),
+            );
+        }
+    }
+    marks.dedup();
+    if is_boot(&text) {
+        marks.push("BOOT".into());
+    }
+    if text.starts_with("[ctxd]") || text.contains("<system-reminder>") {
+        marks.push("ctxd-text".into());
+    }
+    let calls: Vec<String> = client::calls_of(api, el)
+        .into_iter()
+        .map(|(id, n)| format!("call {n} {}", &id[id.len().saturating_sub(4)..]))
+        .collect();
+    let results: Vec<String> = client::results_of(api, el)
+        .into_iter()
+        .map(|id| format!("result {}", &id[id.len().saturating_sub(4)..]))
+        .collect();
+    format!(
+        "{role}[{}]",
+        marks
+            .into_iter()
+            .chain(calls)
+            .chain(results)
+            .collect::<Vec<_>>()
+            .join(" ")
+    )
+}
+
+fn trace_step(
+    api: Api,
+    si: usize,
+    step: &Step,
+    conversation: &[Value],
+    upstream: &[Recorded],
+    outcome: &Outcome,
+) {
+    let list = |els: &[Value]| {
+        els.iter()
+            .map(|el| summary(api, el))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    eprintln!(
+        "step {si}: {step:?}\n  client sends: {}",
+        list(conversation)
+    );
+    for (j, r) in upstream.iter().enumerate() {
+        let up = r
+            .json()
+            .map(|b| client::conversation(api, &b))
+            .unwrap_or_default();
+        eprintln!(
+            "  upstream {j} ({:?}, refused {:?}): {}",
+            r.status,
+            r.refused,
+            list(&up)
+        );
+    }
+    match outcome {
+        Outcome::Answer { elements, .. } => eprintln!("  client shown: {}", list(elements)),
+        Outcome::HttpError { status, body, .. } => {
+            eprintln!("  client error {status}: {}", head(body, 300));
+        }
+        Outcome::StreamError { error, .. } => eprintln!("  client stream error: {error}"),
+    }
 }
 
 /// A reply in a word.
@@ -910,7 +1004,7 @@ fn check_outcome(
                     sum.cache_write += u.cache_write;
                 }
             }
-            let got = assembled.usage.clone().unwrap_or_default();
+            let got = assembled.usage.unwrap_or_default();
             report.check(4, step, "usage is not the sum of the upstream calls", got == sum, || {
                 format!(
                     "the client's usage {got:?} is not the sum of its {} upstream calls' {sum:?} ({:?})",
