@@ -98,66 +98,136 @@ async fn still_breaks(case: &Case, invariant: usize, class: &str) -> bool {
         .any(|v| v.invariant == invariant && v.class == class)
 }
 
-/// The smallest script found that still breaks `invariant` as `class`: steps dropped one at a time
-/// (from the end), then replies, then steps' sizes reduced, within `budget`.
-async fn shrink(case: &Case, invariant: usize, class: &str, budget: Duration) -> (Case, usize) {
+/// What shrinking kept of a case: the original indexes of the steps kept, with the indexes of
+/// the replies kept in each, and whether outputs and texts were made small. Printed as
+/// `0:0.1/3:/5:1!small`, read back from `CTXD_FUZZ_KEEP` to replay a shrunk case.
+#[derive(Clone, Debug, PartialEq)]
+struct Cut {
+    steps: Vec<(usize, Vec<usize>)>,
+    small: bool,
+}
+
+impl Cut {
+    fn all(case: &Case) -> Cut {
+        Cut {
+            steps: case
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (i, (0..s.replies().len()).collect()))
+                .collect(),
+            small: false,
+        }
+    }
+
+    fn apply(&self, case: &Case) -> Case {
+        let mut out = case.clone();
+        out.steps = self
+            .steps
+            .iter()
+            .filter_map(|(i, replies)| {
+                let mut step = case.steps.get(*i)?.clone();
+                let all = step.replies().to_vec();
+                *step.replies_mut() = replies
+                    .iter()
+                    .filter_map(|r| all.get(*r).cloned())
+                    .collect();
+                if self.small {
+                    if let gen::Step::Send { output, image, .. } = &mut step {
+                        *output = (*output).min(100);
+                        *image = false;
+                    }
+                    for m in step.replies_mut() {
+                        if let Mock::Text(n) = m {
+                            *n = (*n).min(20);
+                        }
+                    }
+                }
+                Some(step)
+            })
+            .collect();
+        out
+    }
+
+    fn parse(spec: &str) -> Option<Cut> {
+        let (steps, small) = match spec.strip_suffix("!small") {
+            Some(s) => (s, true),
+            None => (spec, false),
+        };
+        let mut out = Vec::new();
+        for part in steps.split('/').filter(|p| !p.is_empty()) {
+            let (i, replies) = part.split_once(':')?;
+            let replies = replies
+                .split('.')
+                .filter(|r| !r.is_empty())
+                .map(|r| r.parse().ok())
+                .collect::<Option<Vec<usize>>>()?;
+            out.push((i.parse().ok()?, replies));
+        }
+        Some(Cut { steps: out, small })
+    }
+}
+
+impl std::fmt::Display for Cut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let steps: Vec<String> = self
+            .steps
+            .iter()
+            .map(|(i, r)| {
+                let r: Vec<String> = r.iter().map(usize::to_string).collect();
+                format!("{i}:{}", r.join("."))
+            })
+            .collect();
+        write!(
+            f,
+            "{}{}",
+            steps.join("/"),
+            if self.small { "!small" } else { "" }
+        )
+    }
+}
+
+/// The smallest cut found of `case` that still breaks `invariant` as `class`: steps dropped
+/// one at a time (from the end), then replies, then outputs and texts made small, within
+/// `budget`. The cut and the shrink runs made.
+async fn shrink(case: &Case, invariant: usize, class: &str, budget: Duration) -> (Cut, usize) {
     let started = Instant::now();
-    let mut best = case.clone();
+    let mut best = Cut::all(case);
     let mut runs = 0;
     let mut progress = true;
     while progress && started.elapsed() < budget {
         progress = false;
         let mut i = best.steps.len();
-        while i > 0 && started.elapsed() < budget {
+        while i > 0 && best.steps.len() > 1 && started.elapsed() < budget {
             i -= 1;
-            if best.steps.len() <= 1 {
-                break;
-            }
             let mut cand = best.clone();
             cand.steps.remove(i);
             runs += 1;
-            if still_breaks(&cand, invariant, class).await {
+            if still_breaks(&cand.apply(case), invariant, class).await {
                 best = cand;
                 progress = true;
             }
         }
         for s in 0..best.steps.len() {
-            let mut r = best.steps[s].replies().len();
+            let mut r = best.steps[s].1.len();
             while r > 0 && started.elapsed() < budget {
                 r -= 1;
                 let mut cand = best.clone();
-                cand.steps[s].replies_mut().remove(r);
+                cand.steps[s].1.remove(r);
                 runs += 1;
-                if still_breaks(&cand, invariant, class).await {
+                if still_breaks(&cand.apply(case), invariant, class).await {
                     best = cand;
                     progress = true;
                 }
             }
         }
     }
-    // Smaller outputs and texts, when they do not matter.
-    for s in 0..best.steps.len() {
-        if started.elapsed() >= budget {
-            break;
-        }
+    if started.elapsed() < budget {
         let mut cand = best.clone();
-        let mut changed = false;
-        if let gen::Step::Send { output, image, .. } = &mut cand.steps[s] {
-            changed = *output > 100 || *image;
-            *output = (*output).min(100);
-            *image = false;
-        }
-        for m in cand.steps[s].replies_mut() {
-            if let Mock::Text(n) = m {
-                changed |= *n > 20;
-                *n = (*n).min(20);
-            }
-        }
-        if changed {
-            runs += 1;
-            if still_breaks(&cand, invariant, class).await {
-                best = cand;
-            }
+        cand.small = true;
+        runs += 1;
+        if still_breaks(&cand.apply(case), invariant, class).await {
+            best = cand;
         }
     }
     (best, runs)
@@ -187,7 +257,14 @@ async fn fuzz_conversations_keep_every_invariant() {
     let mut checks = 0usize;
     let mut violations = 0usize;
     for &seed in &seeds {
-        let case = Case::generate(seed, max_steps);
+        let mut case = Case::generate(seed, max_steps);
+        if let Some(cut) = std::env::var("CTXD_FUZZ_KEEP")
+            .ok()
+            .filter(|_| seeds.len() == 1)
+            .and_then(|k| Cut::parse(&k))
+        {
+            case = cut.apply(&case);
+        }
         let t = Instant::now();
         let report = play(&case).await;
         checks += report.checks;
@@ -271,14 +348,19 @@ async fn fuzz_conversations_keep_every_invariant() {
         );
         let left = shrink_budget.saturating_sub(shrink_started.elapsed());
         if shrinking && !left.is_zero() {
-            let (small, runs) = shrink(first, *inv, class, left.min(Duration::from_secs(15))).await;
+            let (cut, runs) = shrink(first, *inv, class, left.min(Duration::from_secs(15))).await;
             let _ = writeln!(
                 out,
-                "  minimal script ({runs} shrink runs; CTXD_FUZZ_CASE={} replays the whole case):\n{small}",
-                first.seed
+                "  minimal script ({runs} shrink runs; replay: CTXD_FUZZ_CASE={} CTXD_FUZZ_STEPS={max_steps} CTXD_FUZZ_KEEP='{cut}'):\n{}",
+                first.seed,
+                cut.apply(first)
             );
         } else {
-            let _ = writeln!(out, "  script (not shrunk):\n{first}");
+            let _ = writeln!(
+                out,
+                "  script (not shrunk; replay: CTXD_FUZZ_CASE={} CTXD_FUZZ_STEPS={max_steps}):\n{first}",
+                first.seed
+            );
         }
     }
     let _ = writeln!(out, "fuzz: total {:.1} s", started.elapsed().as_secs_f64());

@@ -1108,3 +1108,38 @@ pub fn describe_violations(report: &Report) -> String {
     }
     out
 }
+
+/// The checkers themselves: each rejects what it must.
+#[test]
+fn the_checkers_reject_what_they_must() {
+    let api = Api::Anthropic;
+    let prompt = json!({"role": "user", "content": "FZP1. fix it"});
+    let answer =
+        json!({"role": "assistant", "content": [{"type": "text", "text": "FZA100. done"}]});
+    let reminder =
+        json!({"role": "user", "content": "<system-reminder>75% used</system-reminder>"});
+    let key = Key::Marker("FZP1.".into());
+    assert!(ends_with(api, &[prompt.clone()], &key).is_ok());
+    assert!(ends_with(api, &[prompt.clone(), reminder.clone()], &key).is_ok());
+    let (class, _) = ends_with(api, &[prompt.clone(), answer.clone()], &key).unwrap_err();
+    assert_eq!(class, "ends with an earlier answer");
+    assert!(ends_with(api, &[reminder.clone()], &key).is_err());
+    // A continuation ends with the results of ctxd's calls, not with the client's.
+    let call = |name: &str, id: &str| {
+        json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": name,
+            "input": {}}]})
+    };
+    let result = |id: &str| {
+        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id,
+            "content": "ok"}]})
+    };
+    let hidden = [prompt.clone(), call("notes_list", "t1"), result("t1")];
+    assert!(ends_with_ctxd_results(api, &hidden).is_ok());
+    let client_call = [prompt.clone(), call("Bash", "t2"), result("t2")];
+    assert!(ends_with_ctxd_results(api, &client_call).is_err());
+    assert!(ends_with_ctxd_results(api, &[prompt, answer]).is_err());
+    assert_eq!(
+        answer_markers("FZA12. text FZH3. more FZA12. FZA7 no dot"),
+        vec!["FZA12.".to_owned(), "FZH3.".to_owned()]
+    );
+}
