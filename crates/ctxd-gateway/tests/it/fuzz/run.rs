@@ -1119,11 +1119,11 @@ fn the_checkers_reject_what_they_must() {
     let reminder =
         json!({"role": "user", "content": "<system-reminder>75% used</system-reminder>"});
     let key = Key::Marker("FZP1.".into());
-    assert!(ends_with(api, &[prompt.clone()], &key).is_ok());
+    assert!(ends_with(api, std::slice::from_ref(&prompt), &key).is_ok());
     assert!(ends_with(api, &[prompt.clone(), reminder.clone()], &key).is_ok());
     let (class, _) = ends_with(api, &[prompt.clone(), answer.clone()], &key).unwrap_err();
     assert_eq!(class, "ends with an earlier answer");
-    assert!(ends_with(api, &[reminder.clone()], &key).is_err());
+    assert!(ends_with(api, std::slice::from_ref(&reminder), &key).is_err());
     // A continuation ends with the results of ctxd's calls, not with the client's.
     let call = |name: &str, id: &str| {
         json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": name,
