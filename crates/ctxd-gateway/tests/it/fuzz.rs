@@ -39,7 +39,9 @@
 //! which situation) with its seeds and the first case shrunk to a minimal script (steps and
 //! replies dropped while the finding still occurs, within `CTXD_FUZZ_SHRINK_SECS`, default 60;
 //! `CTXD_FUZZ_SHRINK=0` prints the scripts unshrunk). `CTXD_FUZZ_CASE=<seed>` runs that one
-//! case alone; `CTXD_FUZZ_STEPS` bounds the steps of a case (default 8). A soak:
+//! case alone (`CTXD_FUZZ_KEEP` cuts it as shrinking printed, `CTXD_FUZZ_TRACE=1` prints its
+//! requests and answers); `CTXD_FUZZ_STEPS` bounds the steps of a case (default 8);
+//! `CTXD_FUZZ_VERBOSE=1` lists every failing case's violations. A soak:
 //! `CTXD_FUZZ_CASES=2000 CTXD_FUZZ_SEED=0x1234 CTXD_FUZZ_SHRINK=0 cargo test -p ctxd-gateway
 //! --test it fuzz -- --nocapture`. See docs/fuzz.md.
 
@@ -249,6 +251,8 @@ async fn fuzz_conversations_keep_every_invariant() {
         }
     };
     let shrinking = env_u64("CTXD_FUZZ_SHRINK").unwrap_or(1) != 0;
+    // Every failing case's violations, not only one per finding.
+    let verbose = env_u64("CTXD_FUZZ_VERBOSE").unwrap_or(0) != 0;
 
     // Per combination: cases, cases failing, requests, upstream calls.
     let mut per_combo: BTreeMap<String, [usize; 4]> = BTreeMap::new();
@@ -279,7 +283,7 @@ async fn fuzz_conversations_keep_every_invariant() {
         row[1] += usize::from(!report.violations.is_empty());
         row[2] += report.requests;
         row[3] += report.upstream;
-        if !report.violations.is_empty() || seeds.len() == 1 {
+        if seeds.len() == 1 || (verbose && !report.violations.is_empty()) {
             eprintln!(
                 "fuzz: seed {seed} ({:.1} s): {} violations\n{}",
                 t.elapsed().as_secs_f64(),
