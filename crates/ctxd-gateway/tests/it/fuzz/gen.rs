@@ -269,7 +269,9 @@ fn replies(rng: &mut Rng) -> Vec<Mock> {
         }
         out.push(Mock::Ctxd {
             tools,
-            text: rng.chance(40),
+            // Past the gateway's 8 rounds, mostly silent rounds: what the client gets then
+            // is the last round's text alone.
+            text: rng.chance(if hidden >= 8 { 10 } else { 40 }),
         });
         if rng.chance(7) {
             out.push(error(rng));

@@ -65,7 +65,10 @@ impl Report {
         if !ok {
             // What the client is shown depends on the hidden rounds, not on how the client
             // built its request: invariants 4 and 5 name only the former.
-            let context = if invariant >= 3 {
+            let context = if invariant == 1 {
+                // The call's kind (in `what`) is the situation: one finding per kind.
+                ""
+            } else if invariant >= 3 {
                 if self.context.contains("after a hidden round") {
                     "after a hidden round"
                 } else {
@@ -987,6 +990,36 @@ fn check_outcome(
                     answered
                 )
             });
+            // The model stopped to call tools: the client must get a call to answer.
+            let tool_stop = matches!(
+                assembled.stop_reason.as_deref(),
+                Some("tool_use" | "tool_calls")
+            );
+            report.check(
+                3,
+                step,
+                "an answer that stops for tool use without a call the client can answer",
+                any || !tool_stop,
+                || {
+                    format!(
+                        "stop reason {:?}, no call shown (upstream: {answered:?})",
+                        assembled.stop_reason
+                    )
+                },
+            );
+            let hidden_last = matches!(last, Some(Some((_, Mock::Ctxd { .. }))));
+            report.check(
+                3,
+                step,
+                "the client was given a hidden round's response (no continuation)",
+                !hidden_last,
+                || {
+                    format!(
+                        "after {} upstream calls the last, a call of ctxd's tools only, was not continued",
+                        upstream.len()
+                    )
+                },
+            );
             if let Some((status, message, _)) = &failed_last {
                 report.check(3, step, "an answer though the last upstream call failed", false, || {
                     format!(
