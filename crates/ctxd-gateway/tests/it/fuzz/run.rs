@@ -50,6 +50,8 @@ pub struct Report {
     pub upstream: usize,
     /// The situation of the step being checked (its kind, hidden rounds), for classes.
     pub context: String,
+    /// Whether the step's request had a hidden round.
+    pub hidden: bool,
 }
 
 impl Report {
@@ -69,7 +71,7 @@ impl Report {
                 // The call's kind (in `what`) is the situation: one finding per kind.
                 ""
             } else if invariant >= 3 {
-                if self.context.contains("after a hidden round") {
+                if self.hidden {
                     "after a hidden round"
                 } else {
                     ""
@@ -280,11 +282,12 @@ pub async fn run(case: &Case) -> Report {
         next: 0,
     };
 
-    // Whether the last request sent had hidden rounds.
-    let mut last_hidden = false;
+    // Whether ctxd's tools were called in the last request sent (hidden rounds, mixed calls).
+    let mut last_ctxd = false;
     for (si, step) in case.steps.iter().enumerate() {
         let step_at = Some(si);
         report.context.clear();
+        report.hidden = false;
         // The client's request.
         let (conversation, body, key) = match step {
             Step::Resend { .. } if c.last.is_some() => {
@@ -352,7 +355,8 @@ pub async fn run(case: &Case) -> Report {
         let mocks = step.replies();
         let script = rig.mock.script();
         script.clear();
-        let base = c.next;
+        // Unique per step: a resend must not repeat the markers of the answer it replaces.
+        let base = si + 1;
         script.extend(
             mocks
                 .iter()
@@ -437,32 +441,27 @@ pub async fn run(case: &Case) -> Report {
                 .join(", ")
         );
         report.context = format!(
-            "{}{}{}",
+            "{}{}",
             match step {
                 Step::Send { .. } => "Send",
                 Step::Resend { .. } => "Resend",
                 Step::Edit { .. } => "Edit",
                 Step::Compact { .. } => "Compact",
             },
-            if mocks
-                .iter()
-                .take(consumed)
-                .any(|m| matches!(m, Mock::Ctxd { .. }))
-            {
-                ", after a hidden round"
-            } else {
-                ""
-            },
-            if matches!(step, Step::Resend { .. }) && last_hidden {
-                ", resending a request that had hidden rounds"
+            if matches!(step, Step::Resend { .. }) && last_ctxd {
+                ", resending a request ctxd's tools were called in"
             } else {
                 ""
             }
         );
-        last_hidden = mocks
+        report.hidden = mocks
             .iter()
             .take(consumed)
             .any(|m| matches!(m, Mock::Ctxd { .. }));
+        last_ctxd = mocks
+            .iter()
+            .take(consumed)
+            .any(|m| matches!(m, Mock::Ctxd { .. } | Mock::Mixed { .. }));
         let before_checks = report.violations.len();
         check_upstream(&mut report, si, api, &upstream, &answered, mocks, &key);
         check_outcome(
