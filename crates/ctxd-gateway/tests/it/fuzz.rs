@@ -283,6 +283,9 @@ async fn fuzz_conversations_keep_every_invariant() {
         row[1] += usize::from(!report.violations.is_empty());
         row[2] += report.requests;
         row[3] += report.upstream;
+        if seeds.len() == 1 {
+            eprintln!("{case}");
+        }
         if seeds.len() == 1 || (verbose && !report.violations.is_empty()) {
             eprintln!(
                 "fuzz: seed {seed} ({:.1} s): {} violations\n{}",
