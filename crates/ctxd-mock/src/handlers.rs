@@ -102,7 +102,7 @@ async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Res
     let (parts, failure) = match action {
         Action::Error { status, message } => {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            return error(api, status, &message, s);
+            return with_headers(error(api, status, &message, s), &shape);
         }
         Action::Parts(parts) => (Some(parts), None),
         // (`take_reply` never returns a wait.)
@@ -135,7 +135,10 @@ async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Res
     let request_id = s.ids.next("req_");
     if let Some(message) = failure {
         if !stream {
-            return error(api, StatusCode::INTERNAL_SERVER_ERROR, &message, s);
+            return with_headers(
+                error(api, StatusCode::INTERNAL_SERVER_ERROR, &message, s),
+                &shape,
+            );
         }
         return deliver(
             Rendered::Sse(plan.render_failure(&message)),
@@ -147,7 +150,37 @@ async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Res
         Some(target) => reply::pad_to(&plan, stream, target),
         None => plan.render(stream),
     };
-    deliver(rendered, &shape, &request_id)
+    let mut res = deliver(rendered, &shape, &request_id);
+    if shape.truncate.is_none() {
+        // Noted on the request's record by the record layer, which takes the header off.
+        let usage = format!(
+            "{} {} {} {}",
+            plan.input_tokens,
+            plan.output_tokens(),
+            plan.cache.read,
+            plan.cache.creation
+        );
+        if let Ok(v) = HeaderValue::from_str(&usage) {
+            res.headers_mut().insert(USAGE_HEADER, v);
+        }
+    }
+    res
+}
+
+/// The usage a complete reply reported, from the handler to the record layer (never sent).
+pub(crate) const USAGE_HEADER: &str = "x-mock-usage";
+
+/// The reply's extra headers ([`Shape::headers`]) on `res`.
+fn with_headers(mut res: Response, shape: &Shape) -> Response {
+    for (name, value) in &shape.headers {
+        if let (Ok(n), Ok(v)) = (
+            header::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            res.headers_mut().append(n, v);
+        }
+    }
+    res
 }
 
 /// The next scripted reply (the built-in logic when none is queued); a `wait` holds the
@@ -178,7 +211,7 @@ fn refused(api: Api, refusal: &Refusal, s: &Shared) -> Response {
 fn deliver(rendered: Rendered, shape: &Shape, request_id: &str) -> Response {
     let (body, content_type) = match rendered {
         Rendered::Json(bytes) if shape.truncate.is_none() => {
-            return json_response(StatusCode::OK, bytes, request_id);
+            return with_headers(json_response(StatusCode::OK, bytes, request_id), shape);
         }
         Rendered::Json(bytes) => (
             Body::new(Frames::json(bytes, shape.truncate)),
@@ -197,5 +230,5 @@ fn deliver(rendered: Rendered, shape: &Shape, request_id: &str) -> Response {
         h.insert("request-id", id.clone());
         h.insert("x-request-id", id);
     }
-    res
+    with_headers(res, shape)
 }

@@ -105,7 +105,7 @@ mod validate;
 pub use body::DecodeError;
 pub use config::{Config, Reasoning, Recording};
 pub use error::MockError;
-pub use record::Recorded;
+pub use record::{Recorded, ReplyUsage};
 pub use script::{Action, Part, Reply, ReplySpecError, Script, Shape, Truncate};
 pub use server::MockServer;
 pub use validate::REFUSED_HEADER;

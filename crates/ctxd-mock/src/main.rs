@@ -92,6 +92,7 @@ impl Args {
             event_delay: Duration::from_millis(self.event_delay_ms),
             truncate: self.truncate_after_events.map(Truncate::AfterEvents),
             pad_to: self.pad_to,
+            headers: Vec::new(),
         };
         Config {
             port: self.port,

@@ -35,8 +35,37 @@ pub struct Recorded {
     /// The strict-mode rule that refused the request (the reply's `x-mock-refused` header), if
     /// one did. Set once the reply is ready, so not in the `--log` file (written on arrival).
     pub refused: Option<String>,
+    /// The reply's HTTP status, once it is ready (a stream may still fail or be cut after it).
+    pub status: Option<u16>,
+    /// The usage a complete reply reported (none for errors, failing and truncated streams):
+    /// what the client was billed for this request.
+    pub usage: Option<ReplyUsage>,
     /// Arrival number: finds the entry again to note a refusal.
     seq: u64,
+}
+
+/// The token counts of one reply, as its body reports them (Anthropic's fields; OpenAI's
+/// have no cache writes and count cache reads inside their prompt tokens).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplyUsage {
+    /// Input tokens outside the cache.
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+}
+
+impl ReplyUsage {
+    /// `"input output cache_read cache_write"`.
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        let mut n = s.split(' ').map(|t| t.parse::<u64>().ok());
+        Some(Self {
+            input: n.next()??,
+            output: n.next()??,
+            cache_read: n.next()??,
+            cache_write: n.next()??,
+        })
+    }
 }
 
 impl Recorded {
@@ -92,6 +121,7 @@ impl Recorded {
             "body": body,
             "body_encoding": encoding,
             "refused": self.refused,
+            "status": self.status,
         })
     }
 }
@@ -139,6 +169,8 @@ impl Recorder {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
             refused: None,
+            status: None,
+            usage: None,
             seq,
         };
         if let Some(log) = &self.log {
@@ -163,6 +195,15 @@ impl Recorder {
         let mut kept = lock(&self.kept);
         if let Some(rec) = kept.iter_mut().rev().find(|r| r.seq == seq) {
             rec.refused = Some(rule.to_owned());
+        }
+    }
+
+    /// Notes on request `seq` (if still kept) its reply's status and usage.
+    pub(crate) fn note_reply(&self, seq: u64, status: u16, usage: Option<ReplyUsage>) {
+        let mut kept = lock(&self.kept);
+        if let Some(rec) = kept.iter_mut().rev().find(|r| r.seq == seq) {
+            rec.status = Some(status);
+            rec.usage = usage;
         }
     }
 

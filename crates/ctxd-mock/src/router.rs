@@ -14,6 +14,7 @@ use axum::Router;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use crate::record::ReplyUsage;
 use crate::reply::error_body;
 use crate::script::Reply;
 use crate::server::Shared;
@@ -49,13 +50,18 @@ async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respo
     match axum::body::to_bytes(body, s.config.body_limit).await {
         Ok(bytes) => {
             let seq = s.recorder.push(&parts, &bytes);
-            let res = next
+            let mut res = next
                 .run(Request::from_parts(parts, Body::from(bytes)))
                 .await;
             if let Some(rule) = res.headers().get(REFUSED_HEADER) {
                 s.recorder
                     .note_refused(seq, &String::from_utf8_lossy(rule.as_bytes()));
             }
+            let usage = res
+                .headers_mut()
+                .remove(handlers::USAGE_HEADER)
+                .and_then(|v| ReplyUsage::parse(v.to_str().ok()?));
+            s.recorder.note_reply(seq, res.status().as_u16(), usage);
             res
         }
         Err(_) => {

@@ -68,6 +68,8 @@ pub struct Shape {
     /// Pad the first text (one is added if the reply has none) so the body is this many bytes:
     /// exactly for JSON and SSE (an SSE comment takes the last few bytes).
     pub pad_to: Option<usize>,
+    /// Extra response headers (name, value), on errors too: a 429's `retry-after`.
+    pub headers: Vec<(String, String)>,
 }
 
 /// Where a truncated reply stops.
@@ -150,6 +152,12 @@ impl Reply {
 
     pub fn pad_to(mut self, bytes: usize) -> Self {
         self.shape.pad_to = Some(bytes);
+        self
+    }
+
+    /// An extra response header (e.g. `retry-after` on an error reply).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.shape.headers.push((name.into(), value.into()));
         self
     }
 

@@ -11,6 +11,7 @@ mod digest;
 mod distill;
 mod durable;
 mod errors;
+mod fuzz;
 mod lazy;
 mod limits;
 mod loops;

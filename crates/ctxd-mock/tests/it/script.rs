@@ -128,6 +128,42 @@ async fn http_errors_in_each_api_shape() {
 }
 
 #[tokio::test]
+async fn replies_carry_extra_headers_and_the_record_notes_status_and_usage() {
+    let mock = start().await;
+    for (path, body) in ROUTES {
+        mock.clear();
+        mock.script()
+            .push(Reply::error(429, "slow down").header("retry-after", "7"));
+        let r = post(&mock, path, &body(false)).await;
+        assert_eq!(r.status, 429, "{path}");
+        assert_eq!(r.headers["retry-after"], "7", "{path}");
+        mock.script().push(Reply::text("fine"));
+        let r = post(&mock, path, &body(true)).await;
+        assert_eq!(r.status, 200, "{path}");
+        assert!(r.headers.get("x-mock-usage").is_none(), "{path}: internal");
+        let rec = mock.requests();
+        assert_eq!(rec[0].status, Some(429), "{path}");
+        assert_eq!(rec[0].usage, None, "{path}: an error bills nothing");
+        assert_eq!(rec[1].status, Some(200), "{path}");
+        let usage = rec[1].usage.unwrap_or_else(|| panic!("{path}: no usage"));
+        assert!(usage.input > 0 && usage.output > 0, "{path}: {usage:?}");
+        // Cut: nothing complete reached the client, nothing billed on the record.
+        mock.script()
+            .push(Reply::text("cut short").truncate_after_events(1));
+        let cut = client()
+            .post(format!("{}{path}", mock.base_url()))
+            .header("content-type", "application/json")
+            .body(body(true).to_string())
+            .send()
+            .await;
+        if let Ok(r) = cut {
+            let _ = r.bytes().await;
+        }
+        assert_eq!(mock.requests()[2].usage, None, "{path}");
+    }
+}
+
+#[tokio::test]
 async fn failure_mid_stream_in_each_api() {
     let mock = start().await;
     mock.script()

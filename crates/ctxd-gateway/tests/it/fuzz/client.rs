@@ -1,0 +1,328 @@
+//! The client the harness plays, per API: its system prompt and tools, the elements it
+//! appends (prompts, images, tool results), the requests it sends, and how it reads an
+//! answer or an error. Also the readers the invariants use on upstream bodies.
+
+use ctxd_formats::wire::stream::{assemble_json, Assembled, Assembler, SseParser, StreamError};
+use serde_json::{json, Value};
+
+use super::gen::{Agent, Env, Window};
+use crate::loops::Api;
+
+/// The client's system prompt (Anthropic `system`, Chat's leading system message, Responses
+/// `instructions`): every upstream request must carry it.
+pub const SYSTEM: &str = "You are a coding agent. FUZZ-SYSTEM-PROMPT-7f3a.";
+
+/// The client's tools.
+pub const CLIENT_TOOLS: [&str; 3] = ["Bash", "Write", "Read"];
+
+/// The start of Claude Code's summary message after its own compaction.
+pub const COMPACTION: &str = "This session is being continued from a previous conversation \
+    that ran out of context. The conversation is summarized below:";
+
+/// A 1x1 PNG.
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+pub fn model(api: Api, env: &Env) -> &'static str {
+    match (api, env.window) {
+        (Api::Anthropic, _) => "claude-sonnet-4-5",
+        _ => "o3",
+    }
+}
+
+pub fn headers(api: Api, env: &Env, session: &str) -> Vec<(String, String)> {
+    let mut h = vec![("x-ctxd-session".to_owned(), session.to_owned())];
+    match api {
+        Api::Anthropic => h.push(("x-api-key".into(), "sk-fuzz".into())),
+        _ => h.push(("authorization".into(), "Bearer sk-fuzz".into())),
+    }
+    match env.agent {
+        Agent::ClaudeCode => h.push((
+            "user-agent".into(),
+            "claude-cli/2.1.0 (external, cli)".into(),
+        )),
+        Agent::Codex => h.push(("user-agent".into(), "codex_cli_rs/0.50.0".into())),
+        Agent::Sdk => h.push(("user-agent".into(), "fuzz-sdk/1.0".into())),
+    }
+    if matches!(api, Api::Anthropic) {
+        h.push(("anthropic-version".into(), "2023-06-01".into()));
+        if env.window == Window::OneM {
+            h.push(("anthropic-beta".into(), "context-1m-2025-08-07".into()));
+        }
+    }
+    h
+}
+
+/// The conversation a new session starts with (Chat's system message is its first element).
+pub fn start(api: Api) -> Vec<Value> {
+    match api {
+        Api::Chat => vec![json!({"role": "system", "content": SYSTEM})],
+        _ => Vec::new(),
+    }
+}
+
+fn tool_defs(api: Api) -> Vec<Value> {
+    let schemas = [
+        (
+            "Bash",
+            "Run a shell command",
+            json!({"type": "object", "properties": {"command": {"type": "string"}},
+                "required": ["command"]}),
+        ),
+        (
+            "Write",
+            "Write a file",
+            json!({"type": "object", "properties": {"file_path": {"type": "string"},
+                "content": {"type": "string"}}, "required": ["file_path", "content"]}),
+        ),
+        (
+            "Read",
+            "Read a file",
+            json!({"type": "object", "properties": {"file_path": {"type": "string"}},
+                "required": ["file_path"]}),
+        ),
+    ];
+    schemas
+        .into_iter()
+        .map(|(name, description, schema)| match api {
+            Api::Anthropic => {
+                json!({"name": name, "description": description, "input_schema": schema})
+            }
+            Api::Chat => json!({"type": "function", "function": {"name": name,
+                "description": description, "parameters": schema}}),
+            Api::Responses => json!({"type": "function", "name": name,
+                "description": description, "parameters": schema}),
+        })
+        .collect()
+}
+
+pub fn body(api: Api, env: &Env, conversation: &[Value], stream: bool) -> Value {
+    let model = model(api, env);
+    let mut b = match api {
+        Api::Anthropic => json!({"model": model, "max_tokens": 2048, "system": SYSTEM,
+            "stream": stream, "tools": tool_defs(api), "messages": conversation}),
+        Api::Chat => json!({"model": model, "stream": stream, "tools": tool_defs(api),
+            "messages": conversation}),
+        Api::Responses => json!({"model": model, "stream": stream, "instructions": SYSTEM,
+            "tools": tool_defs(api), "input": conversation}),
+    };
+    if stream && matches!(api, Api::Chat) {
+        b["stream_options"] = json!({"include_usage": true});
+    }
+    if env.thinking {
+        match api {
+            Api::Anthropic => b["thinking"] = json!({"type": "enabled", "budget_tokens": 1024}),
+            Api::Responses => {
+                b["reasoning"] = json!({"effort": "medium"});
+                b["include"] = json!(["reasoning.encrypted_content"]);
+                b["store"] = json!(false);
+            }
+            Api::Chat => {}
+        }
+    }
+    b
+}
+
+/// A prompt carrying `text`, with a small PNG when `image`.
+pub fn prompt(api: Api, text: &str, image: bool) -> Value {
+    let data_url = format!("data:image/png;base64,{PNG}");
+    match (api, image) {
+        (Api::Responses, false) => json!({"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": text}]}),
+        (Api::Responses, true) => json!({"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": text},
+                {"type": "input_image", "image_url": data_url}]}),
+        (_, false) => json!({"role": "user", "content": text}),
+        (Api::Anthropic, true) => json!({"role": "user", "content": [
+            {"type": "text", "text": text},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]}),
+        (Api::Chat, true) => json!({"role": "user", "content": [
+            {"type": "text", "text": text},
+            {"type": "image_url", "image_url": {"url": data_url}}]}),
+    }
+}
+
+/// The client's results for `calls` (ids), each `output`.
+pub fn results(api: Api, calls: &[String], output: &dyn Fn(usize) -> String) -> Vec<Value> {
+    match api {
+        Api::Anthropic => vec![json!({"role": "user", "content": calls.iter().enumerate()
+            .map(|(i, id)| json!({"type": "tool_result", "tool_use_id": id,
+                "content": output(i)})).collect::<Vec<_>>()})],
+        Api::Chat => calls
+            .iter()
+            .enumerate()
+            .map(|(i, id)| json!({"role": "tool", "tool_call_id": id, "content": output(i)}))
+            .collect(),
+        Api::Responses => calls
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                json!({"type": "function_call_output", "call_id": id,
+                "output": output(i)})
+            })
+            .collect(),
+    }
+}
+
+/// One tool call of a conversation element: (id, name).
+pub fn calls_of(api: Api, el: &Value) -> Vec<(String, String)> {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    match api {
+        Api::Anthropic => el["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["type"] == "tool_use")
+            .map(|b| (s(&b["id"]), s(&b["name"])))
+            .collect(),
+        Api::Chat => el["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| (s(&c["id"]), s(&c["function"]["name"])))
+            .collect(),
+        Api::Responses if el["type"] == "function_call" => {
+            vec![(s(&el["call_id"]), s(&el["name"]))]
+        }
+        Api::Responses => Vec::new(),
+    }
+}
+
+/// The call ids a conversation element answers.
+pub fn results_of(api: Api, el: &Value) -> Vec<String> {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    match api {
+        Api::Anthropic => el["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["type"] == "tool_result")
+            .map(|b| s(&b["tool_use_id"]))
+            .collect(),
+        Api::Chat if el["role"] == "tool" => vec![s(&el["tool_call_id"])],
+        Api::Responses if el["type"] == "function_call_output" => vec![s(&el["call_id"])],
+        _ => Vec::new(),
+    }
+}
+
+/// Whether an element is the model's (an assistant message, a Responses output item).
+pub fn is_assistant(api: Api, el: &Value) -> bool {
+    match api {
+        Api::Responses => {
+            el["role"] == "assistant"
+                || matches!(
+                    el["type"].as_str(),
+                    Some("function_call" | "reasoning" | "custom_tool_call")
+                )
+        }
+        _ => el["role"] == "assistant",
+    }
+}
+
+/// The conversation array of a request body.
+pub fn conversation(api: Api, body: &Value) -> Vec<Value> {
+    let key = match api {
+        Api::Responses => "input",
+        _ => "messages",
+    };
+    body[key].as_array().cloned().unwrap_or_default()
+}
+
+/// All text a value holds (strings anywhere inside it), joined.
+pub fn all_text(v: &Value) -> String {
+    let mut out = String::new();
+    fn walk(v: &Value, out: &mut String) {
+        match v {
+            Value::String(s) => {
+                out.push_str(s);
+                out.push('\n');
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            Value::Object(o) => o.values().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    walk(v, &mut out);
+    out
+}
+
+/// What the client made of a response.
+pub enum Outcome {
+    Answer {
+        assembled: Assembled,
+        elements: Vec<Value>,
+    },
+    /// An HTTP error status.
+    HttpError {
+        status: u16,
+        retry_after: Option<String>,
+        body: String,
+    },
+    /// A 200 stream or body that reports the provider's error (or was cut).
+    StreamError { error: StreamError, raw: String },
+}
+
+pub fn read(
+    api: Api,
+    stream: bool,
+    status: u16,
+    headers: &reqwest::header::HeaderMap,
+    bytes: &[u8],
+) -> Outcome {
+    let raw = || String::from_utf8_lossy(&bytes[..bytes.len().min(1500)]).into_owned();
+    if status != 200 {
+        return Outcome::HttpError {
+            status,
+            retry_after: headers
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            body: String::from_utf8_lossy(bytes).into_owned(),
+        };
+    }
+    let is_sse = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("text/event-stream"));
+    let read = if stream && is_sse {
+        let mut parser = SseParser::new();
+        let mut asm = Assembler::new(api.wire());
+        for ev in parser.feed(bytes) {
+            asm.push(&ev);
+        }
+        if let Some(ev) = parser.finish() {
+            asm.push(&ev);
+        }
+        asm.finish()
+    } else {
+        assemble_json(api.wire(), bytes)
+    };
+    match read {
+        Ok(assembled) => {
+            let elements = assembled
+                .elements
+                .iter()
+                .map(|e| serde_json::from_slice(&e.wire).unwrap_or(Value::Null))
+                .collect();
+            Outcome::Answer {
+                assembled,
+                elements,
+            }
+        }
+        Err(error) => Outcome::StreamError { error, raw: raw() },
+    }
+}
+
+/// Whether an HTTP error body is in the API's own error shape.
+pub fn error_shape_ok(api: Api, body: &str) -> bool {
+    let Ok(v) = serde_json::from_str::<Value>(body) else {
+        return false;
+    };
+    match api {
+        Api::Anthropic => {
+            v["type"] == "error"
+                && v["error"]["type"].is_string()
+                && v["error"]["message"].is_string()
+        }
+        _ => v["error"]["message"].is_string() && v["error"]["type"].is_string(),
+    }
+}
