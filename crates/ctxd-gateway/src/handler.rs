@@ -861,6 +861,7 @@ async fn forward(
     } = planned;
     let mut body = upstream_body;
     let mut encoded = encoded;
+    let mut recovered = false;
     loop {
         let sent = Instant::now();
         let upstream = app
@@ -955,10 +956,12 @@ async fn forward(
                 &answer,
             );
             // Retried here, once: the client sees an ordinary answer, or the provider's own
-            // refusal when no recovery window could open or the retry failed as well.
-            if let Some(r) = replan.take() {
-                if let Some(retry) = recover_overflow(app, api, &mut completion, &r).await {
+            // refusal when no recovery window could open or the retry failed as well. The
+            // re-plan stays for the retry: its answer may call ctxd's tools too.
+            if let Some(r) = replan.as_ref().filter(|_| !recovered) {
+                if let Some(retry) = recover_overflow(app, api, &mut completion, r).await {
                     tracing::info!("prompt too long upstream: retried in a recovery window");
+                    recovered = true;
                     body = retry;
                     encoded = false;
                     rewritten = true;
