@@ -323,3 +323,73 @@ async fn a_previous_response_id_request_goes_unmanaged_and_says_so() {
         "sent as the client sent it"
     );
 }
+
+/// A learned window is kept in the store: a gateway started later on it (or another gateway on
+/// a shared PostgreSQL store) uses it from its first request.
+#[tokio::test]
+async fn a_learned_window_outlives_the_gateway_that_learned_it() {
+    let api = Api::Anthropic;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("ctxd.db");
+    let tools = |s: &mut ctxd_gateway::Settings| s.management.tools = ToolsSetting::All;
+    let mut first = Rig::with_store(
+        Config::default(),
+        store.clone(),
+        tempfile::tempdir().unwrap(),
+        tools,
+    )
+    .await;
+    first.mock.script().push(Reply::error(
+        400,
+        "prompt is too long: 41000 tokens > 32000 maximum",
+    ));
+    let body = api.body(&[api.user_message("hi")], false, false);
+    let resp = first
+        .post(
+            api.path(),
+            &api.headers(),
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await;
+    // Recovered in a new window (the mock's own turn answers the retry).
+    assert!(resp.status().is_success(), "{}", resp.status());
+    // The store write is in the background: give it a moment, then stop.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    first.stop().await;
+
+    let second = Rig::with_store(
+        Config::default(),
+        store,
+        tempfile::tempdir().unwrap(),
+        tools,
+    )
+    .await;
+    second
+        .mock
+        .script()
+        .push(Reply::tool_call("get_context_remaining", json!({})));
+    second.mock.script().push(Reply::text("ok"));
+    let body = api.body(&[api.user_message("room?")], false, false);
+    let resp = second
+        .post(
+            api.path(),
+            &api.headers(),
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await;
+    assert!(resp.status().is_success());
+    let last = second.mock.requests().last().unwrap().json().unwrap();
+    let text = last.to_string();
+    let remaining: u64 = text
+        .split("remaining_tokens")
+        .nth(1)
+        .and_then(|s| {
+            s.trim_start_matches(|c: char| !c.is_ascii_digit())
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|d| d.parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no remaining_tokens in {text}"));
+    assert!(remaining < 32_000, "{remaining}: the learned 32k window");
+    drop(dir);
+}

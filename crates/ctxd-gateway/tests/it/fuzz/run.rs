@@ -873,7 +873,11 @@ fn ends_with(api: Api, up: &[Value], key: &Key) -> Result<(), (String, String)> 
     // A window that opened at this request (a threshold reset at the batch's end, an
     // overflow's recovery window): everything before its boot folds away by design, the
     // client's last element too; the boot's checkpoint carries the open requests.
-    if boot && up.iter().all(|el| is_addition(api, el) || is_system(api, el)) {
+    if boot
+        && up
+            .iter()
+            .all(|el| is_addition(api, el) || is_system(api, el))
+    {
         return Ok(());
     }
     Err((
