@@ -22,6 +22,7 @@ mod dump;
 mod error;
 mod notes;
 mod postgres;
+mod same;
 mod schema;
 mod sqlite;
 

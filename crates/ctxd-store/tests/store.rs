@@ -254,3 +254,43 @@ fn a_newer_schema_is_refused() {
 fn rusqlite_conn(path: &std::path::Path) -> rusqlite::Connection {
     rusqlite::Connection::open(path).unwrap()
 }
+
+/// The same request planned by two gateways (a retry racing its original) appends the same
+/// entries, with ids derived from their content and parent: the second append is answered and
+/// nothing is stored twice. A different entry under a held id is still refused.
+#[test]
+fn the_same_entries_appended_twice_are_stored_once() {
+    each_backend(|store| {
+        let s = store
+            .open_session("t", "k", &SessionMeta::default())
+            .unwrap();
+        let first = [entry("a", None, "one"), entry("b", Some("a"), "two")];
+        store.append(s.id, &first, None).unwrap();
+        let again = [
+            entry("a", None, "one"),
+            entry("b", Some("a"), "two"),
+            entry("c", Some("b"), "three"),
+        ];
+        store.append(s.id, &again, None).unwrap();
+        store.append(s.id, &again, None).unwrap();
+        let session = store.load(s.id).unwrap();
+        let ids: Vec<&str> = session.entries.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        assert_eq!(session.leaf, Some(EntryId::new("c")));
+        // The same content under the same parent with other metadata (another provider
+        // response) is the winner's entry too.
+        let mut answer = entry("b", Some("a"), "two");
+        if let EntryKind::Message(m) = &mut answer.entry.kind {
+            m.response_id = Some("msg_other".into());
+        }
+        store.append(s.id, &[answer], None).unwrap();
+        let err = store
+            .append(s.id, &[entry("b", Some("a"), "not two")], None)
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::DuplicateEntry { ref id } if id == "b"),
+            "{err}"
+        );
+        assert_eq!(store.load(s.id).unwrap().entries.len(), 3);
+    });
+}

@@ -422,3 +422,74 @@ async fn a_full_disk_refuses_before_paying_and_recovers_when_space_is_freed() {
     drop(stored);
     drop(mount);
 }
+
+/// A retry racing its original through two gateways on one PostgreSQL store (a load balancer
+/// retrying): both are answered, and the request's entries are stored once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_request_through_two_gateways_at_once_is_answered_by_both_and_stored_once() {
+    let url = match std::env::var("CTXD_TEST_POSTGRES") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CTXD_TEST_POSTGRES is not set: under CI this test runs on PostgreSQL"
+            );
+            eprintln!("skipped: CTXD_TEST_POSTGRES is not set");
+            return;
+        }
+    };
+    let location = ctxd_store::Location::Postgres(url);
+    let pg = |s: &mut ctxd_gateway::Settings| s.store = location.clone();
+    let a = Rig::with(ctxd_mock::Config::default(), pg).await;
+    let b = Rig::with(ctxd_mock::Config::default(), pg).await;
+    // A tenant and session of this run's own (the database outlives the test).
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let key = format!("sk-race-{nanos}");
+    let mut races = 0;
+    for round in 0..20 {
+        let session = format!("race-{round}");
+        let headers = [
+            ("x-api-key", key.as_str()),
+            ("x-ctxd-session", session.as_str()),
+        ];
+        let b1 =
+            serde_json::to_vec(&body("/v1/messages", &format!("same {round}"), false)).unwrap();
+        let (ra, rb) = tokio::join!(
+            a.post("/v1/messages", &headers, b1.clone()),
+            b.post("/v1/messages", &headers, b1),
+        );
+        let (sa, sb) = (ra.status(), rb.status());
+        let (ta, tb) = (ra.text().await.unwrap(), rb.text().await.unwrap());
+        assert!(sa.is_success(), "gateway a: {sa} {ta}");
+        assert!(sb.is_success(), "gateway b: {sb} {tb}");
+        races += 1;
+    }
+    let store = ctxd_store::open(&location, Durability::Full).unwrap();
+    let tenants = store.tenants().unwrap();
+    let mut checked = 0;
+    for tenant in tenants {
+        for record in store.list_sessions(&tenant).unwrap() {
+            let Some(round) = record.key.strip_prefix("race-") else {
+                continue;
+            };
+            let session = store.load(record.id).unwrap();
+            let prompt = format!("same {round}");
+            let users = session
+                .entries
+                .iter()
+                .filter(|e| {
+                    matches!(&e.kind, EntryKind::Message(m)
+                        if m.role == Role::User && ctxd_core::text::message_text(m) == prompt)
+                })
+                .count();
+            if users > 0 {
+                assert_eq!(users, 1, "{}: the request stored {users} times", record.key);
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= races, "{checked} of {races} sessions found");
+}

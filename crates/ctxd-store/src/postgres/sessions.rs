@@ -330,19 +330,50 @@ pub(super) fn append_in(
     };
     let (last_seq, batch_no): (i64, i64) = (first.get(0), first.get(1));
     let went_in: Vec<String> = rows.iter().filter_map(|r| r.get(2)).collect();
-    if went_in.len() < batch.len() {
-        // An id the session already holds, or one the batch repeats: the caller's transaction
-        // is rolled back, so nothing of the batch stays.
+    let skipped = went_in.len() < batch.len();
+    if skipped {
+        // The same entries already stored (ids derive from content and parent: a retry
+        // racing its original through another gateway) are written once. A different entry
+        // under a held id, or one the batch repeats, is refused: the caller's transaction is
+        // rolled back, so nothing of the batch stays.
         let went_in: std::collections::HashSet<&str> = went_in.iter().map(String::as_str).collect();
         let mut seen = std::collections::HashSet::new();
-        let id = columns
-            .id
+        if let Some(id) = columns.id.iter().find(|id| !seen.insert(**id)) {
+            return Err(StoreError::DuplicateEntry {
+                id: (*id).to_owned(),
+            });
+        }
+        let held: Vec<usize> = (0..batch.len())
+            .filter(|&i| !went_in.contains(columns.id[i]))
+            .collect();
+        let ids: Vec<&str> = held.iter().map(|&i| columns.id[i]).collect();
+        let stored: std::collections::HashMap<String, (Option<String>, String)> = tx
+            .query_cached(
+                "SELECT id, parent, body FROM entries WHERE session_id = $1 AND id = ANY($2)",
+                &[&session, &ids],
+            )?
             .iter()
-            .find(|id| !went_in.contains(**id) || !seen.insert(**id))
-            .map_or_else(String::new, |id| (*id).to_owned());
-        return Err(StoreError::DuplicateEntry { id });
+            .map(|r| (r.get(0), (r.get(1), r.get(2))))
+            .collect();
+        for &i in &held {
+            let same = stored.get(columns.id[i]).is_some_and(|(parent, body)| {
+                crate::same::stands_for(
+                    parent.as_deref(),
+                    body,
+                    columns.parent[i],
+                    &batch[i].entry.kind,
+                )
+            });
+            if !same {
+                return Err(StoreError::DuplicateEntry {
+                    id: columns.id[i].to_owned(),
+                });
+            }
+        }
     }
-    if indexing == Indexing::Inline && indexed_upto(tx, session)? == last_seq {
+    // Inline indexing numbers the batch from the session's last entry: with entries skipped
+    // the numbers differ, and `history_sync` catches the indexes up instead.
+    if !skipped && indexing == Indexing::Inline && indexed_upto(tx, session)? == last_seq {
         let mut indexer = Indexer::new(session);
         for (seq, new) in (last_seq + 1..).zip(batch) {
             let e = &new.entry;

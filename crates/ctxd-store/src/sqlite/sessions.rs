@@ -313,7 +313,7 @@ pub(crate) fn append_in(
                 "INSERT INTO entries (session_id, seq, id, parent, timestamp, sidechain, kind, body, raw, batch) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             )?;
-        for new in batch {
+        for (i, new) in batch.iter().enumerate() {
             seq += 1;
             let e = &new.entry;
             let body = serde_json::to_string(&e.kind).map_err(|err| StoreError::Corrupt {
@@ -336,7 +336,15 @@ pub(crate) fn append_in(
                 Err(rusqlite::Error::SqliteFailure(f, _))
                     if f.code == rusqlite::ErrorCode::ConstraintViolation =>
                 {
-                    return Err(StoreError::DuplicateEntry { id: e.id.0.clone() });
+                    // The same entry already stored (ids derive from content and parent: a
+                    // retry racing its original through another writer) is written once; a
+                    // different entry under the same id, or one the batch repeats, is refused.
+                    let repeated = batch[..i].iter().any(|n| n.entry.id == e.id);
+                    if repeated || !stored_as(conn, session, e)? {
+                        return Err(StoreError::DuplicateEntry { id: e.id.0.clone() });
+                    }
+                    seq -= 1;
+                    continue;
                 }
                 other => other?,
             };
@@ -369,6 +377,26 @@ pub(crate) fn append_in(
     ))?
     .execute(params![session, new_leaf])?;
     Ok(batch_no)
+}
+
+/// Whether the session holds `entry` already (`crate::same`).
+fn stored_as(
+    conn: &rusqlite::Connection,
+    session: SessionId,
+    entry: &ctxd_core::model::Entry,
+) -> Result<bool, StoreError> {
+    let found: Option<(Option<String>, String)> = conn
+        .prepare_cached("SELECT parent, body FROM entries WHERE session_id = ?1 AND id = ?2")?
+        .query_row(params![session, entry.id.0], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    Ok(found.is_some_and(|(parent, stored)| {
+        crate::same::stands_for(
+            parent.as_deref(),
+            &stored,
+            entry.parent.as_ref().map(|p| p.0.as_str()),
+            &entry.kind,
+        )
+    }))
 }
 
 /// [`Store::set_leaf`] inside the caller's transaction (or savepoint).
