@@ -13,7 +13,7 @@ use ctxd_mock::{Config, Part, Reasoning, Recorded, Reply};
 use serde_json::{json, Value};
 
 use super::client::{self, Outcome, CLIENT_TOOLS, COMPACTION, SYSTEM};
-use super::gen::{Case, Mock, Step, Window};
+use super::gen::{Case, Env, Mock, Step, Window};
 use crate::loops::{shell_output, Api};
 use crate::support::Rig;
 
@@ -463,7 +463,7 @@ pub async fn run(case: &Case) -> Report {
             .take(consumed)
             .any(|m| matches!(m, Mock::Ctxd { .. } | Mock::Mixed { .. }));
         let before_checks = report.violations.len();
-        check_upstream(&mut report, si, api, &upstream, &answered, mocks, &key);
+        check_upstream(&mut report, si, api, env, &upstream, &answered, mocks, &key);
         check_outcome(
             &mut report,
             si,
@@ -680,10 +680,12 @@ fn answer_markers(text: &str) -> Vec<String> {
 }
 
 /// Invariants 1-3 on each upstream request of one client request.
+#[allow(clippy::too_many_arguments)]
 fn check_upstream(
     report: &mut Report,
     si: usize,
     api: Api,
+    env: &Env,
     upstream: &[Recorded],
     answered: &[Answered],
     mocks: &[Mock],
@@ -702,25 +704,35 @@ fn check_upstream(
             "refused by rule {} on the {call_kind}",
             r.refused.as_deref().unwrap_or_default()
         );
-        report.check(0, step, &refused_class, r.refused.is_none(), || {
-            let up = r
-                .json()
-                .map(|b| client::conversation(api, &b))
-                .unwrap_or_default();
-            let last: Vec<String> = up
-                .iter()
-                .rev()
-                .take(4)
-                .rev()
-                .map(|el| head(&el.to_string(), 300))
-                .collect();
-            format!(
-                "upstream call {j} refused ({:?}); its {} elements end: {}",
-                r.refused,
-                up.len(),
-                last.join(" | ")
-            )
-        });
+        // With resets off nothing of ctxd's makes a conversation shorter than the client's
+        // own: the provider's refusal of a conversation over its window is the client's
+        // (invariant 4 checks the client gets it in its API's shape).
+        let client_too_long = !env.resets && r.refused.as_deref() == Some("context_window");
+        report.check(
+            0,
+            step,
+            &refused_class,
+            r.refused.is_none() || client_too_long,
+            || {
+                let up = r
+                    .json()
+                    .map(|b| client::conversation(api, &b))
+                    .unwrap_or_default();
+                let last: Vec<String> = up
+                    .iter()
+                    .rev()
+                    .take(4)
+                    .rev()
+                    .map(|el| head(&el.to_string(), 300))
+                    .collect();
+                format!(
+                    "upstream call {j} refused ({:?}); its {} elements end: {}",
+                    r.refused,
+                    up.len(),
+                    last.join(" | ")
+                )
+            },
+        );
         let Some(body) = r.json() else {
             report.check(0, step, "an upstream body is not JSON", false, || {
                 format!("upstream call {j} is not JSON")
