@@ -21,7 +21,10 @@ type Job = Box<dyn FnOnce(Result<&mut Client, StoreError>) + Send>;
 
 /// The first wait after a failed connection attempt; doubled per failure up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Short, so the gateway serves again within half a second of the database's return (a
+/// refused connection on a down server costs a system call; clients were getting 503s for
+/// seconds after it was back).
+const MAX_BACKOFF: Duration = Duration::from_millis(500);
 
 /// Threads that each own a connection, fed from one queue.
 pub(crate) struct Pool {
