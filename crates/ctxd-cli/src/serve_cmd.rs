@@ -173,6 +173,11 @@ pub struct ServeArgs {
     /// large body finding it spent waits 5 s, then gets 503) [default: 268435456].
     #[arg(long, env = "CTXD_MAX_BODIES_IN_FLIGHT_BYTES", value_name = "BYTES")]
     pub max_bodies_in_flight_bytes: Option<usize>,
+    /// Bytes the cached sessions' logs may hold in memory together; the least recently used
+    /// beyond it are dropped and reloaded from the store when asked for again; a quarter of it
+    /// bounds the previous request bodies kept [default: 536870912].
+    #[arg(long, env = "CTXD_SESSION_CACHE_BYTES", value_name = "BYTES")]
+    pub session_cache_bytes: Option<usize>,
     #[command(flatten)]
     pub classifier: crate::classifier_args::ClassifierArgs,
     /// Longest a session's request waits for a distillation pass still running before going
@@ -310,6 +315,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
     }
     if let Some(n) = args.max_bodies_in_flight_bytes {
         settings.max_bodies_in_flight_bytes = n;
+    }
+    if let Some(n) = args.session_cache_bytes {
+        settings.session_cache_bytes = n;
     }
     if let Some(p) = args.distill_cpu_percent {
         settings.distill_cpu_percent = p;

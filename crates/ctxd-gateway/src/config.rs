@@ -25,6 +25,10 @@ pub struct Settings {
     pub read_timeout: Duration,
     /// Sessions kept indexed in memory (least recently used beyond this are dropped).
     pub cached_sessions: usize,
+    /// Bytes the cached sessions' logs may hold in memory together (least recently used beyond
+    /// it are dropped, and reloaded from the store when next asked for); a quarter of it bounds
+    /// the previous request bodies kept for splitting.
+    pub session_cache_bytes: usize,
     /// Threads serving requests. One by default: a request costs the gateway well under a
     /// millisecond of CPU (about one at 1 MB bodies), and on few cores every hand-off between
     /// two workers (waking a parked one) costs more tail latency than the parallelism brings
@@ -408,6 +412,7 @@ impl Settings {
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(600),
             cached_sessions: 256,
+            session_cache_bytes: 512 * 1024 * 1024,
             workers: 1,
             commit_timeout: Duration::from_secs(10),
             store_sync: ctxd_store::Durability::Normal,
@@ -464,6 +469,9 @@ impl Settings {
         }
         if let Some(n) = file.cached_sessions {
             self.cached_sessions = n.max(1);
+        }
+        if let Some(n) = file.session_cache_bytes {
+            self.session_cache_bytes = n;
         }
         if let Some(n) = file.workers {
             self.workers = n;
@@ -674,6 +682,7 @@ struct FileSettings {
     #[serde(alias = "read-timeout-secs")]
     read_timeout: Option<u64>,
     cached_sessions: Option<usize>,
+    session_cache_bytes: Option<usize>,
     workers: Option<usize>,
     /// Seconds, as `--commit-timeout`.
     #[serde(alias = "commit-timeout-secs")]

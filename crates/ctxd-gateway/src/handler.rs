@@ -464,6 +464,7 @@ async fn prepare(
     app.distiller.catch_up(&slot, loaded);
     let now = ctxd_core::windows::iso8601(now_ms());
     let mut plan = plan_request(&mut loaded.log, &req.with_body(&decoded), &now);
+    app.sessions.weigh(&slot, loaded.log.approx_bytes());
     let management = &app.settings.management;
     // A Responses request continuing a conversation the provider keeps shows ctxd only its new
     // input: recorded, never managed (no tools of ctxd's, no rewrite), and the client is told.

@@ -377,7 +377,7 @@ impl Server {
             })?;
         let app = Arc::new(Gateway {
             upstream: Upstream::new(&settings)?,
-            sessions: Sessions::new(settings.cached_sessions),
+            sessions: Sessions::new(settings.cached_sessions, settings.session_cache_bytes),
             writer: writer.handle(),
             distiller,
             summarizer,

@@ -12,11 +12,12 @@ use ctxd_store::Backend;
 
 use crate::request::PrevRequest;
 
-/// At most this many bytes of previous request bodies are kept over all sessions (beyond it a
-/// session's next request is split from scratch: slower, never wrong).
-pub const RETAINED_BODY_BYTES: usize = 256 << 20;
+/// The share of the session cache's byte budget that previous request bodies may take over
+/// all sessions (beyond it a session's next request is split from scratch: slower, never
+/// wrong).
+pub const RETAINED_SHARE: usize = 4;
 
-/// A kept previous request, counted against [`RETAINED_BODY_BYTES`] while it lives.
+/// A kept previous request, counted against the retained bodies' budget while it lives.
 struct Retained {
     prev: Arc<PrevRequest>,
     counter: Arc<AtomicUsize>,
@@ -51,6 +52,8 @@ pub struct Slot {
     /// The session's latest request, for splitting the next one ([`PrevRequest`]).
     last_request: Mutex<Option<Retained>>,
     last_used: AtomicU64,
+    /// What the loaded log holds in memory, as last weighed ([`Sessions::weigh`]).
+    bytes: AtomicUsize,
 }
 
 impl Slot {
@@ -65,6 +68,7 @@ impl Slot {
             passes: Mutex::new(crate::distill::SlotPasses::default()),
             last_request: Mutex::new(None),
             last_used: AtomicU64::new(now),
+            bytes: AtomicUsize::new(0),
         }
     }
 
@@ -171,23 +175,41 @@ pub(crate) async fn catch_up(engine: &Arc<Engine<dyn Backend>>, loaded: &mut Loa
     true
 }
 
-/// The slots, keyed by tenant and session key.
+/// The slots, keyed by tenant and session key. Bounded twice: at most `capacity` sessions,
+/// and their loaded logs within `byte_budget` (a few large sessions weigh more than many small
+/// ones); the least recently used slot nobody holds goes first.
 pub struct Sessions {
     slots: Mutex<HashMap<(String, String), Arc<Slot>>>,
     clock: AtomicU64,
     capacity: usize,
-    /// Bytes of previous request bodies kept (see [`RETAINED_BODY_BYTES`]).
+    byte_budget: usize,
+    /// Bytes of previous request bodies kept (at most `byte_budget / RETAINED_SHARE`).
     retained: Arc<AtomicUsize>,
 }
 
 impl Sessions {
-    pub fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize, byte_budget: usize) -> Self {
         Sessions {
             slots: Mutex::new(HashMap::new()),
             clock: AtomicU64::new(0),
             capacity: capacity.max(1),
+            byte_budget,
             retained: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// Record what `slot`'s loaded log holds now (after a request planned against it).
+    pub fn weigh(&self, slot: &Slot, bytes: usize) {
+        slot.bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes the loaded logs of every cached session hold, as last weighed.
+    pub fn cached_bytes(&self) -> usize {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots
+            .values()
+            .map(|s| s.bytes.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Keep `prev` as `slot`'s latest request, within the bytes budget.
@@ -196,7 +218,7 @@ impl Sessions {
         *kept = None; // the old one no longer counts
         let size = prev.body.len();
         let before = self.retained.fetch_add(size, Ordering::AcqRel);
-        if before + size > RETAINED_BODY_BYTES {
+        if before + size > self.byte_budget / RETAINED_SHARE {
             self.retained.fetch_sub(size, Ordering::AcqRel);
             return;
         }
@@ -215,24 +237,42 @@ impl Sessions {
     pub fn slot(&self, tenant: &str, key: &str) -> Arc<Slot> {
         let now = self.clock.fetch_add(1, Ordering::Relaxed);
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(slot) = slots.get(&(tenant.to_owned(), key.to_owned())) {
-            slot.last_used.store(now, Ordering::Relaxed);
-            return slot.clone();
-        }
-        if slots.len() >= self.capacity {
-            // Drop the least recently used slot nobody else holds.
+        let slot = match slots.get(&(tenant.to_owned(), key.to_owned())) {
+            Some(slot) => {
+                slot.last_used.store(now, Ordering::Relaxed);
+                slot.clone()
+            }
+            None => {
+                let slot = Arc::new(Slot::new(now));
+                slots.insert((tenant.to_owned(), key.to_owned()), slot.clone());
+                slot
+            }
+        };
+        self.evict(&mut slots);
+        slot
+    }
+
+    /// Drop least recently used slots nobody holds while over the count or the byte budget.
+    fn evict(&self, slots: &mut HashMap<(String, String), Arc<Slot>>) {
+        let mut bytes: usize = slots
+            .values()
+            .map(|s| s.bytes.load(Ordering::Relaxed))
+            .sum();
+        while slots.len() > self.capacity || bytes > self.byte_budget {
             let victim = slots
                 .iter()
                 .filter(|(_, s)| Arc::strong_count(s) == 1)
                 .min_by_key(|(_, s)| s.last_used.load(Ordering::Relaxed))
                 .map(|(k, _)| k.clone());
-            if let Some(k) = victim {
-                slots.remove(&k);
+            let Some(k) = victim else {
+                return;
+            };
+            if let Some(gone) = slots.remove(&k) {
+                bytes -= gone.bytes.load(Ordering::Relaxed);
+                metrics::counter!("ctxd_sessions_evicted_total").increment(1);
             }
         }
-        let slot = Arc::new(Slot::new(now));
-        slots.insert((tenant.to_owned(), key.to_owned()), slot.clone());
-        slot
+        metrics::gauge!("ctxd_session_cache_bytes").set(bytes as f64);
     }
 
     pub fn len(&self) -> usize {
@@ -251,7 +291,7 @@ mod tests {
 
     #[test]
     fn least_recently_used_free_slots_are_dropped() {
-        let sessions = Sessions::new(2);
+        let sessions = Sessions::new(2, usize::MAX);
         let a = sessions.slot("t", "a");
         drop(sessions.slot("t", "b"));
         let _c = sessions.slot("t", "c");
@@ -263,8 +303,31 @@ mod tests {
     }
 
     #[test]
+    fn the_cache_stays_within_its_byte_budget() {
+        let sessions = Sessions::new(100, 1_000);
+        let a = sessions.slot("t", "a");
+        sessions.weigh(&a, 600);
+        drop(a);
+        let b = sessions.slot("t", "b");
+        sessions.weigh(&b, 300);
+        drop(b);
+        assert_eq!(sessions.cached_bytes(), 900);
+        // `c` grows past the budget: the least recently used free slot (`a`) goes.
+        let c = sessions.slot("t", "c");
+        sessions.weigh(&c, 400);
+        drop(sessions.slot("t", "c"));
+        assert_eq!(sessions.len(), 2);
+        assert_eq!(sessions.cached_bytes(), 700);
+        // A held slot is never dropped, even over the budget.
+        sessions.weigh(&c, 5_000);
+        drop(sessions.slot("t", "b"));
+        assert!(Arc::ptr_eq(&c, &sessions.slot("t", "c")));
+        assert_eq!(sessions.len(), 1, "b went, c is held");
+    }
+
+    #[test]
     fn kept_requests_are_counted_until_replaced_or_dropped() {
-        let sessions = Sessions::new(4);
+        let sessions = Sessions::new(4, usize::MAX);
         let prev = |body: &'static [u8]| PrevRequest {
             body: bytes::Bytes::from_static(body),
             parsed: crate::request::ParsedRequest::parse(crate::api::Api::Chat, body).unwrap(),

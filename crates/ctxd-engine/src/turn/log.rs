@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use ctxd_core::model::{Entry, EntryId, EntryKind, Role, Session};
+use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Role, Session};
 
 use super::client_view::read_view;
 use super::hash::{self, Hash};
@@ -35,6 +35,75 @@ pub struct SessionLog {
     /// The largest prompt (tokens) a provider reported for this session: the model's window is
     /// at least that.
     accepted_tokens: u64,
+    /// What the entries hold in memory, roughly ([`entry_bytes`]): the gateway's session cache
+    /// is bounded by the sum over its sessions.
+    bytes: usize,
+}
+
+/// Bytes an entry holds in memory: its texts, arguments and inlined images, and a fixed
+/// share for its id, parent and this log's indexes.
+pub fn entry_bytes(entry: &Entry) -> usize {
+    const PER_ENTRY: usize = 320;
+    fn blocks(content: &[ContentBlock]) -> usize {
+        content
+            .iter()
+            .map(|b| match b {
+                ContentBlock::Text { text } => text.len(),
+                ContentBlock::Thinking {
+                    thinking,
+                    signature,
+                    ..
+                } => thinking.len() + signature.as_ref().map_or(0, String::len),
+                ContentBlock::Image(img) => {
+                    img.data.as_ref().map_or(0, String::len)
+                        + img.url.as_ref().map_or(0, String::len)
+                }
+                ContentBlock::ToolCall { arguments, .. } => value_bytes(arguments),
+                ContentBlock::ToolResult { content, .. } => blocks(content),
+            })
+            .sum()
+    }
+    fn value_bytes(v: &serde_json::Value) -> usize {
+        match v {
+            serde_json::Value::String(s) => s.len() + 24,
+            serde_json::Value::Array(a) => 24 + a.iter().map(value_bytes).sum::<usize>(),
+            serde_json::Value::Object(o) => {
+                48 + o
+                    .iter()
+                    .map(|(k, v)| k.len() + value_bytes(v))
+                    .sum::<usize>()
+            }
+            _ => 16,
+        }
+    }
+    PER_ENTRY
+        + match &entry.kind {
+            EntryKind::Message(m) => blocks(&m.content),
+            EntryKind::WindowBoot { message, .. } => blocks(&message.content),
+            EntryKind::SystemPrompt { text } => text.len(),
+            EntryKind::ToolDefs { tools } => tools
+                .iter()
+                .map(|t| t.name.len() + t.description.len() + value_bytes(&t.schema))
+                .sum(),
+            EntryKind::ContextEdit {
+                replacement: Some(r),
+                ..
+            } => blocks(r),
+            EntryKind::ArgsEdit { replacement, .. } => blocks(replacement),
+            EntryKind::Compaction(c) => {
+                c.summary.len()
+                    + c.replacement
+                        .iter()
+                        .flatten()
+                        .map(|m| blocks(&m.content))
+                        .sum::<usize>()
+            }
+            EntryKind::BranchSummary { summary, .. } => summary.len(),
+            EntryKind::Event {
+                detail: Some(d), ..
+            } => value_bytes(d),
+            _ => 0,
+        }
 }
 
 /// Hashes of the system prompt and tool definitions in force at an entry.
@@ -151,10 +220,16 @@ impl SessionLog {
             _ => None,
         };
         self.hashes.push(own_hash);
+        self.bytes += entry_bytes(&entry);
         self.session.leaf = Some(entry.id.clone());
         self.session.entries.push(entry);
         self.leaf = Some(pos);
         pos
+    }
+
+    /// Bytes the log holds in memory, roughly ([`entry_bytes`]).
+    pub fn approx_bytes(&self) -> usize {
+        self.bytes
     }
 
     /// The largest prompt a provider reported accepting in this session, in tokens.
