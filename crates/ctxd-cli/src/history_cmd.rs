@@ -1,6 +1,6 @@
 //! `ctxd history windows|items|read|search SESSION ...`: a stored session's history.
 //!
-//! SESSION is the store's session id (as `ctxd sessions --store` lists it) or its key. The
+//! SESSION is the store's session id (as `ctxd sessions --stored` lists it) or its key. The
 //! commands run the same engine calls as the model's history tools.
 
 use std::io::Write;
@@ -153,7 +153,7 @@ fn one_line(text: &str) -> String {
 }
 
 pub fn run(cmd: &HistoryCommand, store: &StoreChoice) -> anyhow::Result<()> {
-    let engine = store.open()?;
+    let engine = store.open_existing()?;
     let mut out = std::io::stdout().lock();
     match cmd {
         HistoryCommand::Windows(a) => {

@@ -12,7 +12,7 @@ use crate::store::StoreChoice;
 
 #[derive(Debug, Args)]
 pub struct RecallArgs {
-    /// The session: store id or key (as `ctxd sessions --store` lists it).
+    /// The session: store id or key (as `ctxd sessions --stored` lists it).
     pub session: String,
     /// The entry id (`entry_id` in `ctxd history items`, or the id in a recall note).
     pub entry_id: String,
@@ -45,7 +45,7 @@ pub fn run(args: &RecallArgs, store: &StoreChoice) -> anyhow::Result<()> {
     }
     let selection = Selection::new(args.pattern.as_deref(), args.offset, args.limit)
         .map_err(|e| anyhow::anyhow!("recall: {e}"))?;
-    let engine = store.open()?;
+    let engine = store.open_existing()?;
     let caller = crate::history_cmd::caller(&engine, &args.session)?;
     let text = engine.recall(&caller, &args.entry_id, &selection)?;
     let mut out = std::io::stdout().lock();

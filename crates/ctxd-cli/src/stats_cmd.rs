@@ -12,7 +12,7 @@ use crate::store::StoreChoice;
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
-    /// One session (store id or key, as `ctxd sessions --store` lists it): request by request.
+    /// One session (store id or key, as `ctxd sessions --stored` lists it): request by request.
     pub session: Option<String>,
     /// Print JSON (the shape of the gateway's `GET /stats` and `GET /stats/{id}`).
     #[arg(long)]
@@ -20,7 +20,7 @@ pub struct StatsArgs {
 }
 
 pub fn run(args: &StatsArgs, store: &StoreChoice) -> anyhow::Result<()> {
-    let engine = store.open()?;
+    let engine = store.open_existing()?;
     let mut out = std::io::stdout().lock();
     if let Some(name) = &args.session {
         let record = crate::store::find_record(&engine, name)?;

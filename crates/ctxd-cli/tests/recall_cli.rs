@@ -16,9 +16,7 @@ fn stdout(o: &Output) -> String {
 
 #[test]
 fn recall_shows_an_entry_whole_by_lines_or_by_pattern_and_fails_in_one_line() {
-    let dir = std::env::temp_dir().join(format!("ctxd-recall-cli-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::fresh_dir("recall-cli");
     let db = dir.join("s.db").to_str().unwrap().to_owned();
     let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../ctxd-formats/tests/fixtures/pi/tree-v3.jsonl");
