@@ -554,4 +554,15 @@ fn a_busy_port_is_one_error_said_once() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert_eq!(err.matches("in use").count(), 1, "{err}");
+    // The failed start left nothing: it made a new store, `-wal`, `-shm` and `.serve.lock`.
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    // Nor with the default store (nor its directory).
+    let home = common::fresh_dir("busy-home");
+    let out = common::ctxd_in(&home)
+        .args(["serve", "--listen", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(!common::default_store(&home).parent().unwrap().exists());
 }
