@@ -725,6 +725,9 @@ pub async fn shutdown_signal() {
 fn router(app: Arc<Gateway>) -> Router {
     let mcp = crate::mcp::service(app.engine.clone(), app.tenant_key, app.mcp_seen.clone());
     let stats = crate::stats::service(&app);
+    let mcp = Router::new()
+        .fallback_service(mcp)
+        .layer(axum::middleware::from_fn(mcp_deleted_no_content));
     Router::new()
         .nest_service("/mcp", mcp)
         .nest_service("/ui", crate::ui::service(&app))
@@ -738,6 +741,21 @@ fn router(app: Arc<Gateway>) -> Router {
         .fallback(fallback)
         .with_state(app)
         .merge(stats)
+}
+
+/// A session's end (`DELETE /mcp`) answered 204 No Content: rmcp answers 202 Accepted, which
+/// the official MCP clients do not take as success (they accept 200 or 204 and log "Session
+/// termination failed: 202"). 202 stays the answer to a POSTed notification, as the spec says.
+async fn mcp_deleted_no_content(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let delete = request.method() == Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 /// A conversation route of `api`.
