@@ -222,6 +222,40 @@ mod tests {
     use clap::CommandFactory;
     use ctxd_gateway::Settings;
 
+    /// Every option of every command says what it does, and `serve --listen` its default
+    /// (the gateway's own, so the help cannot drift from it).
+    #[test]
+    fn every_option_is_described_and_listen_shows_its_default() {
+        fn check(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("`{path}` {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
+                check(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut cli = super::command();
+        cli.build();
+        let mut missing = Vec::new();
+        check(&cli, "ctxd", &mut missing);
+        assert!(missing.is_empty(), "no description: {missing:#?}");
+        let listen = ctxd_gateway::Settings::new("x.db").listen.to_string();
+        let serve = cli.find_subcommand("serve").unwrap();
+        let help = serve
+            .get_arguments()
+            .find(|a| a.get_id() == "listen")
+            .and_then(|a| a.get_help())
+            .unwrap()
+            .to_string();
+        assert!(help.contains(&format!("[default: {listen}]")), "{help}");
+    }
+
     /// Each key the help names is read by the settings file and changes a setting.
     #[test]
     fn every_config_key_is_documented_and_read() {

@@ -51,7 +51,8 @@ pub struct WindowsArgs {
     /// Newest first.
     #[arg(long)]
     pub recent_first: bool,
-    #[arg(long)]
+    /// At most this many results [default: 50; at most 500].
+    #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
 }
 
@@ -71,7 +72,8 @@ pub struct FilterArgs {
     /// Newest first.
     #[arg(long)]
     pub recent_first: bool,
-    #[arg(long)]
+    /// At most this many results [default: 50; at most 500].
+    #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
 }
 
@@ -93,7 +95,9 @@ pub struct ItemsArgs {
 pub struct ReadArgs {
     #[command(flatten)]
     pub common: Common,
+    /// The item's window (an id from `ctxd history windows`, or `window_id` in `items`).
     pub window_id: String,
+    /// The item (`item_id` in `ctxd history items` or `search`).
     pub item_id: String,
     /// Start at this character.
     #[arg(long, value_name = "CHARS")]
@@ -107,6 +111,7 @@ pub struct ReadArgs {
 pub struct SearchArgs {
     #[command(flatten)]
     pub common: Common,
+    /// The text to find: literal and case-sensitive, or words with --ranked.
     pub query: String,
     /// Ranked full-text search (words, any case, best first) instead of a literal substring.
     #[arg(long)]
