@@ -8,7 +8,7 @@
 - what the store holds: one new session for the conversation, with the expected agent, and its
   items in order: the user's message, the assistant's tool call, the tool's result, the final
   assistant text (once per tool loop);
-- what the CLI shows of it: `ctxd sessions --store` lists it as the file holds it, `ctxd report`
+- what the CLI shows of it: `ctxd sessions --store DB` lists it as the file holds it, `ctxd report`
   has one turn per model request with the provider's usage, `ctxd history items` the same items.
 """
 
@@ -237,7 +237,7 @@ def tool_loops(items, prompts, final_text):
 
 
 def cli_sessions(session, listed):
-    """`ctxd sessions --store --json` lists the session as the store file holds it."""
+    """`ctxd sessions --store DB --json` lists the session as the store file holds it."""
     rows = [s for s in listed if s.get("id") == session["id"]]
     if not rows:
         return False, "`ctxd sessions --json` does not list session %s (key %s, tenant %s); it lists %d" % (

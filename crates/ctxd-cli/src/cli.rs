@@ -3,6 +3,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
 
 /// ctxd: a context engine for LLM coding agents. Reports on agents' session files, keeps
@@ -10,17 +11,15 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "ctxd", version)]
 pub struct Cli {
-    /// The store: a SQLite file's PATH or a PostgreSQL URL (`postgres://user@host/db`), or
-    /// `CTXD_STORE`, else `ctxd/ctxd.db` in the user's data directory. `--store` alone (no
-    /// value) means that store, e.g. `ctxd sessions --store`.
+    /// The store: a SQLite file's PATH or a PostgreSQL URL (`postgres://user@host/db`), else
+    /// `CTXD_STORE`, else `ctxd/ctxd.db` in the user's data directory (the default store).
+    /// Always takes a value, so that it cannot swallow a session's name (`ctxd stats 4`).
     #[arg(
         long,
         global = true,
         env = "CTXD_STORE",
         value_name = "PATH|URL",
-        num_args = 0..=1,
-        default_missing_value = "",
-        value_parser = clap::value_parser!(OsString)
+        value_parser = clap::builder::OsStringValueParser::new().try_map(store_value)
     )]
     pub store: Option<OsString>,
     /// `None` when no command is given: `main` says which there are, in one line.
@@ -81,32 +80,52 @@ pub fn with_config_help(cli: clap::Command) -> clap::Command {
     })
 }
 
-/// `ctxd --store sessions ...`: the word after a bare `--store` that names a command is the
-/// command, not the store's path (a store file of that name is `--store ./sessions`).
-pub fn bare_store_before_command(args: Vec<OsString>, commands: &[String]) -> Vec<OsString> {
-    let mut out = Vec::with_capacity(args.len());
-    let mut iter = args.into_iter().peekable();
-    let mut seen_command = false;
-    while let Some(arg) = iter.next() {
-        let next_is_command = iter
-            .peek()
-            .and_then(|a| a.to_str())
-            .is_some_and(|a| commands.iter().any(|c| c == a));
-        if !seen_command && arg == "--store" && next_is_command {
-            out.push(OsString::from("--store="));
-            continue;
-        }
-        if !seen_command
-            && !out.is_empty()
-            && arg
-                .to_str()
-                .is_some_and(|a| commands.iter().any(|c| c == a))
-        {
-            seen_command = true;
-        }
-        out.push(arg);
+/// The command line's definition, as `main` parses it: the settings file's help filled in, and
+/// no environment variable's value in any help text (`CTXD_STORE` may be a PostgreSQL URL with
+/// its password; `--help` output gets pasted into issues).
+pub fn command() -> clap::Command {
+    hide_env_values(with_config_help(<Cli as clap::CommandFactory>::command()))
+}
+
+fn hide_env_values(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| a.hide_env_values(true))
+        .mut_subcommands(hide_env_values)
+}
+
+/// The commands' names (`ctxd sessions`, ...), hidden ones left out.
+pub fn command_names() -> Vec<String> {
+    <Cli as clap::CommandFactory>::command()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name().to_owned())
+        .collect()
+}
+
+/// `--store`'s value, refused when it is plainly not a store: a command's name (`ctxd --store
+/// sessions`, the old spelling of "the default store") or a number (`ctxd stats --store 4`,
+/// meaning session 4), unless a file of that name exists. Without this both became a new empty
+/// SQLite file in the working directory.
+fn store_value(value: OsString) -> Result<OsString, String> {
+    let Some(text) = value.to_str() else {
+        return Ok(value);
+    };
+    // Empty (an exported but empty `CTXD_STORE`): no store given, as before.
+    if text.is_empty() || std::path::Path::new(text).exists() {
+        return Ok(value);
     }
-    out
+    if command_names().iter().any(|c| c == text) {
+        return Err(format!(
+            "`{text}` is a command, not a store: --store takes the store's PATH or URL (the \
+             stored sessions: `ctxd sessions --stored`; the default store needs no flag)"
+        ));
+    }
+    if text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "`{text}` is no store file: --store takes the store's PATH or URL; a session is \
+             named without it (e.g. `ctxd stats {text}`)"
+        ));
+    }
+    Ok(value)
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,7 +136,8 @@ pub enum Command {
     /// Where a session's context window goes: headline, composition, drift, compactions,
     /// largest messages, context per turn and billed totals.
     Report(ReportArgs),
-    /// List the sessions under an agent's session directory, or with `--store`, in the store.
+    /// List the sessions under an agent's session directory, or with `--stored` (or
+    /// `--store PATH`), in the store.
     Sessions(SessionsArgs),
     /// Tokens ctxd's mechanisms saved per managed request, from the store's records: every
     /// session with a sum, or one session request by request.
@@ -159,7 +179,7 @@ pub enum Command {
 pub struct ReportArgs {
     /// Session files (Pi, Claude Code, Codex, SWE-agent, mini-swe-agent, raw API bodies or
     /// captured requests; the format is detected from the content), or sessions in the store
-    /// by key or id (e.g. the gateway's: see `ctxd sessions --store`).
+    /// by key or id (e.g. the gateway's: see `ctxd sessions --stored`).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     /// Print JSON (schema `ctxd.report/1`, one object per file, one per line).
@@ -182,7 +202,12 @@ pub struct ReportArgs {
 #[derive(Debug, Args)]
 pub struct SessionsArgs {
     /// A directory to scan (default: ~/.claude/projects, ~/.pi/agent/sessions, ~/.codex/sessions).
+    #[arg(conflicts_with = "stored")]
     pub dir: Option<PathBuf>,
+    /// List the sessions in the store (`--store`, else `CTXD_STORE`, else the default store)
+    /// instead of an agent's directory; `--store PATH` implies it.
+    #[arg(long)]
+    pub stored: bool,
     /// Print JSON (one object per session, one per line).
     #[arg(long)]
     pub json: bool,
@@ -196,6 +221,40 @@ pub struct SessionsArgs {
 mod tests {
     use clap::CommandFactory;
     use ctxd_gateway::Settings;
+
+    /// Every option of every command says what it does, and `serve --listen` its default
+    /// (the gateway's own, so the help cannot drift from it).
+    #[test]
+    fn every_option_is_described_and_listen_shows_its_default() {
+        fn check(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("`{path}` {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set()) {
+                check(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut cli = super::command();
+        cli.build();
+        let mut missing = Vec::new();
+        check(&cli, "ctxd", &mut missing);
+        assert!(missing.is_empty(), "no description: {missing:#?}");
+        let listen = ctxd_gateway::Settings::new("x.db").listen.to_string();
+        let serve = cli.find_subcommand("serve").unwrap();
+        let help = serve
+            .get_arguments()
+            .find(|a| a.get_id() == "listen")
+            .and_then(|a| a.get_help())
+            .unwrap()
+            .to_string();
+        assert!(help.contains(&format!("[default: {listen}]")), "{help}");
+    }
 
     /// Each key the help names is read by the settings file and changes a setting.
     #[test]
@@ -247,26 +306,6 @@ mod tests {
                 .apply_file(&path)
                 .unwrap_or_else(|e| panic!("{key}: {e}"));
             assert_ne!(before, format!("{settings:?}"), "{key} changed nothing");
-        }
-    }
-
-    #[test]
-    fn a_bare_store_before_a_command_is_the_default_store() {
-        let commands = ["sessions".to_owned(), "report".to_owned()];
-        let args = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
-        assert_eq!(
-            super::bare_store_before_command(args(&["ctxd", "--store", "sessions"]), &commands),
-            args(&["ctxd", "--store=", "sessions"])
-        );
-        // After the command, the word is the store's path (or a report's argument).
-        for kept in [
-            &["ctxd", "--store", "x.db", "sessions"][..],
-            &["ctxd", "report", "--store", "sessions"],
-        ] {
-            assert_eq!(
-                super::bare_store_before_command(args(kept), &commands),
-                args(kept)
-            );
         }
     }
 }

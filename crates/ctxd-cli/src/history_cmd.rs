@@ -1,6 +1,6 @@
 //! `ctxd history windows|items|read|search SESSION ...`: a stored session's history.
 //!
-//! SESSION is the store's session id (as `ctxd sessions --store` lists it) or its key. The
+//! SESSION is the store's session id (as `ctxd sessions --stored` lists it) or its key. The
 //! commands run the same engine calls as the model's history tools.
 
 use std::io::Write;
@@ -51,7 +51,8 @@ pub struct WindowsArgs {
     /// Newest first.
     #[arg(long)]
     pub recent_first: bool,
-    #[arg(long)]
+    /// At most this many results [default: 50; at most 500].
+    #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
 }
 
@@ -71,7 +72,8 @@ pub struct FilterArgs {
     /// Newest first.
     #[arg(long)]
     pub recent_first: bool,
-    #[arg(long)]
+    /// At most this many results [default: 50; at most 500].
+    #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
 }
 
@@ -93,7 +95,9 @@ pub struct ItemsArgs {
 pub struct ReadArgs {
     #[command(flatten)]
     pub common: Common,
+    /// The item's window (an id from `ctxd history windows`, or `window_id` in `items`).
     pub window_id: String,
+    /// The item (`item_id` in `ctxd history items` or `search`).
     pub item_id: String,
     /// Start at this character.
     #[arg(long, value_name = "CHARS")]
@@ -107,6 +111,7 @@ pub struct ReadArgs {
 pub struct SearchArgs {
     #[command(flatten)]
     pub common: Common,
+    /// The text to find: literal and case-sensitive, or words with --ranked.
     pub query: String,
     /// Ranked full-text search (words, any case, best first) instead of a literal substring.
     #[arg(long)]
@@ -153,7 +158,7 @@ fn one_line(text: &str) -> String {
 }
 
 pub fn run(cmd: &HistoryCommand, store: &StoreChoice) -> anyhow::Result<()> {
-    let engine = store.open()?;
+    let engine = store.open_existing()?;
     let mut out = std::io::stdout().lock();
     match cmd {
         HistoryCommand::Windows(a) => {

@@ -22,7 +22,7 @@ mod tui;
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches};
+use clap::FromArgMatches;
 
 /// See the dependency's note in Cargo.toml: large per-request buffers without page faults.
 #[global_allocator]
@@ -30,14 +30,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     no_transparent_huge_pages();
-    let command = cli::Cli::command();
-    let names: Vec<String> = command
-        .get_subcommands()
-        .filter(|c| !c.is_hide_set())
-        .map(|c| c.get_name().to_owned())
-        .collect();
-    let command = cli::with_config_help(command);
-    let args = cli::bare_store_before_command(std::env::args_os().collect(), &names);
+    let names = cli::command_names();
+    let command = cli::command();
+    let args = std::env::args_os();
     let parsed = command
         .try_get_matches_from(args)
         .and_then(|m| cli::Cli::from_arg_matches(&m).map(|c| (c, m)));

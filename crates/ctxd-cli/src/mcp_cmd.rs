@@ -13,7 +13,7 @@ use crate::store::StoreChoice;
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// The stored session the tools act on: its key or id, as `ctxd sessions --store` lists
+    /// The stored session the tools act on: its key or id, as `ctxd sessions --stored` lists
     /// them. Without one, the tools that need a session (history, recall,
     /// get_context_remaining, session notes) answer that none is named; the other notes homes
     /// work.
@@ -37,7 +37,13 @@ pub fn served_tools() -> String {
 }
 
 pub fn run(args: &McpArgs, store: &StoreChoice) -> anyhow::Result<()> {
-    let engine = store.open()?;
+    // A named session must be in a store that exists; without one the notes tools may create
+    // the store.
+    let engine = if args.session.is_some() {
+        store.open_existing()?
+    } else {
+        store.open()?
+    };
     let mut caller = match &args.session {
         Some(session) => crate::history_cmd::caller(&engine, session)?,
         None => Caller::default(),

@@ -20,8 +20,11 @@ use crate::store::StoreChoice;
 /// Who the command acts as: the homes its addresses resolve to.
 #[derive(Debug, Args)]
 pub struct CallerArgs {
-    /// The session whose notes bare paths address (a store key, see `ctxd sessions --store`).
-    #[arg(long, value_name = "KEY")]
+    /// The session whose notes bare paths address: its id or key, as `ctxd sessions --stored`
+    /// lists them (as for `report`, `stats`, `history`, `recall` and `mcp`). Without
+    /// --key-env the command acts as that session's tenant (a gateway session's notes are its
+    /// client's).
+    #[arg(long, value_name = "SESSION")]
     pub session: Option<String>,
     /// The agent `@self/` resolves to.
     #[arg(long, value_name = "NAME")]
@@ -166,7 +169,7 @@ fn text_or_stdin(text: &Option<String>) -> anyhow::Result<String> {
 /// Examples for `ctxd notes --help` (README shows the same).
 pub const EXAMPLES: &str = "Examples:
   ctxd notes write @project/todo.md 'run the tests' --project ~/src/app
-  ctxd notes append todo.md 'and the docs' --session KEY     (keys: ctxd sessions --store)
+  ctxd notes append todo.md 'and the docs' --session ID     (ids and keys: ctxd sessions --stored)
   echo 'prefer small commits' | ctxd notes write @human/prefs.md
   ctxd notes read @project/todo.md --project ~/src/app
   ctxd notes list --project ~/src/app --session KEY
@@ -192,7 +195,7 @@ fn needs_flag(address: &str, who: &CallerArgs, prefix: bool) -> anyhow::Result<(
     };
     let (flag, example) = match what {
         "session" => (
-            "--session KEY (a stored session's key: `ctxd sessions --store`)",
+            "--session SESSION (a stored session's id or key: `ctxd sessions --stored`)",
             "or use another home, e.g. @project/... with --project KEY, or @human/...",
         ),
         "project" => ("--project KEY (e.g. the repository's path)", ""),
@@ -223,10 +226,33 @@ fn caller(engine: &crate::store::StoreEngine, who: &CallerArgs) -> anyhow::Resul
         project: who.project.clone(),
         ..Caller::default()
     };
-    if let Some(key) = &who.session {
-        let Some(record) = engine.store().find_session(&caller.tenant, key)? else {
-            bail!("no session {key:?} in the store (see `ctxd sessions --store`)");
+    if let Some(name) = &who.session {
+        let record = match &who.key_env {
+            // Acting as a key's tenant: the session must be one of that tenant's.
+            Some(env) => {
+                let store = engine.store();
+                let by_id = || -> anyhow::Result<_> {
+                    Ok(match name.parse::<i64>() {
+                        Ok(id) => store.session(&caller.tenant, id)?,
+                        Err(_) => None,
+                    })
+                };
+                match store.find_session(&caller.tenant, name)? {
+                    Some(r) => r,
+                    None => by_id()?.with_context(|| {
+                        format!(
+                            "no session {name:?} of the API key in {env} (`ctxd sessions \
+                             --stored` lists every tenant's; without --key-env the session's \
+                             own tenant is used)"
+                        )
+                    })?,
+                }
+            }
+            // The operator's view, as in every other command: any tenant's session by id or
+            // key, and its notes are that tenant's.
+            None => crate::store::find_record(engine, name)?,
         };
+        caller.tenant.clone_from(&record.tenant);
         caller.session = Some(record.id);
         caller.session_key = Some(record.key);
     }
@@ -254,16 +280,36 @@ pub fn run(cmd: &NotesCommand, store: &StoreChoice) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let engine = store.open()?;
+    // An address missing its flag is refused before the store is opened (it may not exist).
+    match cmd {
+        NotesCommand::Write { address, who, .. }
+        | NotesCommand::Append { address, who, .. }
+        | NotesCommand::Read { address, who, .. }
+        | NotesCommand::Rm { address, who }
+        | NotesCommand::Stale { address, who, .. } => needs_flag(address, who, false)?,
+        NotesCommand::Mv { from, to, who } => {
+            needs_flag(from, who, false)?;
+            needs_flag(to, who, false)?;
+        }
+        NotesCommand::List { prefix, who, .. } | NotesCommand::Search { prefix, who, .. } => {
+            if let Some(p) = prefix {
+                needs_flag(p, who, true)?;
+            }
+        }
+    }
+    // Only a write may create the store.
+    let engine = if input.is_some() {
+        store.open()?
+    } else {
+        store.open_existing()?
+    };
     match cmd {
         NotesCommand::Write { address, who, .. } => {
-            needs_flag(address, who, false)?;
             let c = caller(&engine, who)?;
             let r = engine.notes_write(&c, address, input.as_deref().unwrap_or(""))?;
             print(who.json, &r, &render::written(&r.note, r.replaced))
         }
         NotesCommand::Append { address, who, .. } => {
-            needs_flag(address, who, false)?;
             let c = caller(&engine, who)?;
             let r = engine.notes_append(&c, address, input.as_deref().unwrap_or(""))?;
             print(
@@ -278,7 +324,6 @@ pub fn run(cmd: &NotesCommand, store: &StoreChoice) -> anyhow::Result<()> {
             stop,
             who,
         } => {
-            needs_flag(address, who, false)?;
             let c = caller(&engine, who)?;
             let r = engine.notes_read(&c, address, *start, *stop)?;
             if who.json {
@@ -300,9 +345,6 @@ pub fn run(cmd: &NotesCommand, store: &StoreChoice) -> anyhow::Result<()> {
             max,
             who,
         } => {
-            if let Some(p) = prefix {
-                needs_flag(p, who, true)?;
-            }
             let c = caller(&engine, who)?;
             let order = ListOrder {
                 by: OrderBy::parse(order_by)?,
@@ -317,22 +359,16 @@ pub fn run(cmd: &NotesCommand, store: &StoreChoice) -> anyhow::Result<()> {
             max,
             who,
         } => {
-            if let Some(p) = prefix {
-                needs_flag(p, who, true)?;
-            }
             let c = caller(&engine, who)?;
             let r = engine.notes_search(&c, query, prefix.as_deref(), list::max_results(*max)?)?;
             print(who.json, &r, &r.text())
         }
         NotesCommand::Rm { address, who } => {
-            needs_flag(address, who, false)?;
             let c = caller(&engine, who)?;
             let r = engine.notes_delete(&c, address)?;
             print(who.json, &r, &render::deleted(&r))
         }
         NotesCommand::Mv { from, to, who } => {
-            needs_flag(from, who, false)?;
-            needs_flag(to, who, false)?;
             let c = caller(&engine, who)?;
             let r = engine.notes_rename(&c, from, to)?;
             print(who.json, &r, &render::renamed(&r.from, &r.note))
@@ -342,7 +378,6 @@ pub fn run(cmd: &NotesCommand, store: &StoreChoice) -> anyhow::Result<()> {
             clear,
             who,
         } => {
-            needs_flag(address, who, false)?;
             let c = caller(&engine, who)?;
             let r = engine.notes_mark_stale(&c, address, !clear)?;
             print(who.json, &r, &render::stale(&r))

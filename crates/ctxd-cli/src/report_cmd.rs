@@ -26,12 +26,13 @@ fn load_source(
     arg: &std::path::Path,
     store: &StoreChoice,
 ) -> anyhow::Result<(String, Session, Vec<String>)> {
-    if arg.exists() || !(store.given() || store.exists()) {
+    // No store there (given or default): the argument can only be a file.
+    if arg.exists() || !store.exists() {
         let import = load::import(arg)?;
         let warnings = import.warnings.iter().map(ToString::to_string).collect();
         return Ok((arg.display().to_string(), import.session, warnings));
     }
-    let engine = store.open()?;
+    let engine = store.open_existing()?;
     let name = arg.display().to_string();
     let session = crate::store::find_stored(&engine, &name)
         .with_context(|| format!("{name}: no such file"))?;

@@ -12,7 +12,7 @@ use crate::store::StoreChoice;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on. Binds to loopback unless told otherwise.
+    /// Address to listen on; loopback unless told otherwise [default: 127.0.0.1:8787].
     #[arg(long, env = "CTXD_LISTEN", value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
     /// The Anthropic API origin requests to `/v1/messages` go to [default: https://api.anthropic.com].

@@ -38,7 +38,7 @@ fn default_dirs(home: &Path) -> Vec<PathBuf> {
 }
 
 pub fn run(args: &SessionsArgs, store: &StoreChoice) -> anyhow::Result<()> {
-    if store.explicit {
+    if args.stored || store.explicit {
         return run_store(args, store);
     }
     let dirs = match &args.dir {
@@ -197,17 +197,22 @@ fn tenant_label(tenant: &str) -> &str {
     }
 }
 
-/// `ctxd sessions --store`: the sessions in the store, most recently updated first. The
+/// `ctxd sessions --stored`: the sessions in the store, most recently updated first. The
 /// operator sees every tenant (imports are the local tenant; the gateway's are keyed hashes of
 /// client credentials, shown shortened).
 fn run_store(args: &SessionsArgs, store: &StoreChoice) -> anyhow::Result<()> {
-    let engine = store.open()?;
+    let engine = store.open_existing()?;
     let mut records = Vec::new();
     for tenant in engine.store().tenants()? {
         records.extend(engine.store().list_sessions(&tenant)?);
     }
     records.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
     let mut out = std::io::stdout().lock();
+    if records.is_empty() && !args.json {
+        // A header alone read as a failure to list.
+        writeln!(out, "no sessions in the store {}", store.location()?)?;
+        return Ok(());
+    }
     if !args.json {
         writeln!(
             out,

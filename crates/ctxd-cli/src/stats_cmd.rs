@@ -12,7 +12,7 @@ use crate::store::StoreChoice;
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
-    /// One session (store id or key, as `ctxd sessions --store` lists it): request by request.
+    /// One session (store id or key, as `ctxd sessions --stored` lists it): request by request.
     pub session: Option<String>,
     /// Print JSON (the shape of the gateway's `GET /stats` and `GET /stats/{id}`).
     #[arg(long)]
@@ -20,7 +20,7 @@ pub struct StatsArgs {
 }
 
 pub fn run(args: &StatsArgs, store: &StoreChoice) -> anyhow::Result<()> {
-    let engine = store.open()?;
+    let engine = store.open_existing()?;
     let mut out = std::io::stdout().lock();
     if let Some(name) = &args.session {
         let record = crate::store::find_record(&engine, name)?;
@@ -36,54 +36,140 @@ pub fn run(args: &StatsArgs, store: &StoreChoice) -> anyhow::Result<()> {
             "session {} ({})",
             detail.session.id, detail.session.key
         )?;
-        writeln!(out, "{}", header("request"))?;
-        for (i, r) in detail.requests.iter().enumerate() {
-            let label = format!("{} {}", i + 1, r.timestamp.as_deref().unwrap_or(""));
-            writeln!(
-                out,
-                "{}",
-                row(
-                    &label,
-                    r.sent,
-                    r.whole,
-                    r.saved,
-                    &r.saved_by,
-                    r.cost_saved_usd
-                )
-            )?;
-        }
-        return footer(&mut out, &detail.session.totals);
+        let rows: Vec<Row> = detail
+            .requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Row {
+                first: (i + 1).to_string(),
+                sent: r.sent,
+                whole: r.whole,
+                saved: r.saved,
+                by: r.saved_by,
+                usd: r.cost_saved_usd,
+                last: r.timestamp.clone().unwrap_or_default(),
+            })
+            .collect();
+        return table(
+            &mut out,
+            ("REQUEST", "TIME"),
+            &rows,
+            &detail.session.totals,
+            0,
+        );
     }
-    let mut rows = Vec::new();
+    // Newest first, as `ctxd sessions --stored` lists them.
+    let mut records = Vec::new();
     for tenant in engine.store().tenants()? {
-        for record in engine.store().list_sessions(&tenant)? {
-            let session = engine.store().load(record.id)?;
-            rows.push(ctxd_gateway::stats::session_stats(&record, &session, true));
-        }
+        records.extend(engine.store().list_sessions(&tenant)?);
     }
-    let overview = ctxd_gateway::stats::overview(rows);
+    records.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
+    let mut sessions = Vec::with_capacity(records.len());
+    for record in &records {
+        let session = engine.store().load(record.id)?;
+        sessions.push(ctxd_gateway::stats::session_stats(record, &session, true));
+    }
+    let overview = ctxd_gateway::stats::overview(sessions);
     if args.json {
         serde_json::to_writer(&mut out, &overview)?;
         writeln!(out)?;
         return Ok(());
     }
-    writeln!(out, "{}", header("session"))?;
-    for s in &overview.sessions {
-        let t = &s.totals;
-        let label = format!("{} {}", s.id, s.key);
-        let usd = (t.requests > t.unpriced).then_some(t.cost_saved_usd);
-        writeln!(
-            out,
-            "{}",
-            row(&label, t.sent, t.whole, t.saved, &t.saved_by, usd)
-        )?;
-    }
-    footer(&mut out, &overview.total)
+    // A session without request records (an import: the gateway never planned its requests)
+    // has nothing to show but zeros; they are counted below the table instead.
+    let rows: Vec<Row> = overview
+        .sessions
+        .iter()
+        .filter(|s| s.totals.requests > 0)
+        .map(|s| {
+            let t = &s.totals;
+            Row {
+                first: s.id.to_string(),
+                sent: t.sent,
+                whole: t.whole,
+                saved: t.saved,
+                by: t.saved_by,
+                usd: (t.requests > t.unpriced).then_some(t.cost_saved_usd),
+                last: s.key.clone(),
+            }
+        })
+        .collect();
+    let unrecorded = overview.sessions.len() - rows.len();
+    table(&mut out, ("ID", "KEY"), &rows, &overview.total, unrecorded)
 }
 
-/// The totals row and how the figures were estimated.
-fn footer(out: &mut impl Write, totals: &Totals) -> anyhow::Result<()> {
-    writeln!(out, "{}", total_row(totals))?;
+/// One line of the table: the id (or request number) first and the key (or time) last,
+/// whole, so that no key is cut.
+struct Row {
+    first: String,
+    sent: u64,
+    whole: u64,
+    saved: i64,
+    by: ByMechanism,
+    usd: Option<f64>,
+    last: String,
+}
+
+/// The rows, the total and how the figures were estimated. Only the mechanisms that saved or
+/// spent something get a column (all of them made lines ~160 characters wide of zeros); the
+/// others are named under the table.
+fn table(
+    out: &mut impl Write,
+    (first, last): (&str, &str),
+    rows: &[Row],
+    totals: &Totals,
+    unrecorded: usize,
+) -> anyhow::Result<()> {
+    let shown: Vec<Mechanism> = Mechanism::EXISTING
+        .into_iter()
+        .filter(|m| totals.saved_by.get(*m) != 0 || rows.iter().any(|r| r.by.get(*m) != 0))
+        .collect();
+    let width = |m: &Mechanism| m.name().len().max(8);
+    let mut line = format!("{first:>7} {:>10} {:>10} {:>10}", "SENT", "WHOLE", "SAVED");
+    for m in &shown {
+        line.push_str(&format!(" {:>w$}", m.name(), w = width(m)));
+    }
+    line.push_str(&format!(" {:>10}  {last}", "USD SAVED"));
+    writeln!(out, "{line}")?;
+    let total = Row {
+        first: "total".to_owned(),
+        sent: totals.sent,
+        whole: totals.whole,
+        saved: totals.saved,
+        by: totals.saved_by,
+        usd: (totals.requests > totals.unpriced).then_some(totals.cost_saved_usd),
+        last: format!("{} requests", totals.requests),
+    };
+    for r in rows.iter().chain(std::iter::once(&total)) {
+        let mut line = format!(
+            "{:>7} {:>10} {:>10} {:>10}",
+            r.first, r.sent, r.whole, r.saved
+        );
+        for m in &shown {
+            line.push_str(&format!(" {:>w$}", r.by.get(*m), w = width(m)));
+        }
+        match r.usd {
+            Some(u) => line.push_str(&format!(" {u:>10.4}")),
+            None => line.push_str(&format!(" {:>10}", "-")),
+        }
+        line.push_str(&format!("  {}", r.last));
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    let idle: Vec<&str> = Mechanism::EXISTING
+        .into_iter()
+        .filter(|m| !shown.contains(m))
+        .map(Mechanism::name)
+        .collect();
+    if !idle.is_empty() {
+        writeln!(out, "nothing saved or spent by: {}", idle.join(", "))?;
+    }
+    if unrecorded > 0 {
+        writeln!(
+            out,
+            "{unrecorded} session(s) without request records (imported, not through the \
+             gateway) not listed"
+        )?;
+    }
     writeln!(
         out,
         "tokens: {}; cost: {}",
@@ -91,39 +177,4 @@ fn footer(out: &mut impl Write, totals: &Totals) -> anyhow::Result<()> {
         ctxd_gateway::stats::COST
     )?;
     Ok(())
-}
-
-fn header(first: &str) -> String {
-    let mut s = format!("{first:<32} {:>10} {:>10} {:>10}", "sent", "whole", "saved");
-    for m in Mechanism::EXISTING {
-        s.push_str(&format!(" {:>12}", m.name()));
-    }
-    s.push_str(&format!(" {:>10}", "usd saved"));
-    s
-}
-
-fn row(
-    label: &str,
-    sent: u64,
-    whole: u64,
-    saved: i64,
-    by: &ByMechanism,
-    usd: Option<f64>,
-) -> String {
-    let label: String = label.chars().take(32).collect();
-    let mut s = format!("{label:<32} {sent:>10} {whole:>10} {saved:>10}");
-    for m in Mechanism::EXISTING {
-        s.push_str(&format!(" {:>12}", by.get(m)));
-    }
-    match usd {
-        Some(u) => s.push_str(&format!(" {u:>10.4}")),
-        None => s.push_str(&format!(" {:>10}", "-")),
-    }
-    s
-}
-
-fn total_row(t: &Totals) -> String {
-    let label = format!("total ({} requests)", t.requests);
-    let usd = (t.requests > t.unpriced).then_some(t.cost_saved_usd);
-    row(&label, t.sent, t.whole, t.saved, &t.saved_by, usd)
 }

@@ -19,17 +19,14 @@ pub struct StoreChoice {
 }
 
 impl StoreChoice {
-    /// `--store PATH`, `--store` alone (then `CTXD_STORE` if set, else the default), or
-    /// `CTXD_STORE` without the flag.
+    /// `--store PATH|URL`, else `CTXD_STORE`, else nothing given (the default store). An empty
+    /// value counts as none.
     pub fn new(value: Option<OsString>, matches: &clap::ArgMatches) -> Self {
         let explicit = matches.value_source("store") == Some(ValueSource::CommandLine);
-        let given = value
-            .filter(|p| !p.is_empty())
-            .or_else(|| std::env::var_os("CTXD_STORE").filter(|p| !p.is_empty()))
-            .map(|v| match v.to_str() {
-                Some(text) => Location::parse(text),
-                None => Location::Sqlite(PathBuf::from(v)),
-            });
+        let given = value.filter(|p| !p.is_empty()).map(|v| match v.to_str() {
+            Some(text) => Location::parse(text),
+            None => Location::Sqlite(PathBuf::from(v)),
+        });
         Self { given, explicit }
     }
 
@@ -60,6 +57,24 @@ impl StoreChoice {
         }
     }
 
+    /// The store, which must exist: the commands that only read it never leave a new empty
+    /// store behind (`ctxd stats --store typo.db` made one and printed an empty table).
+    pub fn open_existing(&self) -> anyhow::Result<StoreEngine> {
+        if let Location::Sqlite(path) = self.location()? {
+            if !path.exists() {
+                let how = if self.given() {
+                    "--store takes an existing store's PATH or URL"
+                } else {
+                    "the default store: `ctxd serve` or `ctxd import` creates it"
+                };
+                anyhow::bail!("no store at {} ({how})", path.display());
+            }
+        }
+        self.open()
+    }
+
+    /// The store, created when it does not exist yet: for the commands that write into it
+    /// (`serve`, `import`, notes that write).
     pub fn open(&self) -> anyhow::Result<StoreEngine> {
         let store = ctxd_store::open(&self.location()?, Durability::Full)?;
         Ok(Engine::from_boxed(store))
@@ -95,7 +110,7 @@ pub fn find_record(engine: &StoreEngine, name: &str) -> anyhow::Result<ctxd_stor
     }
     match found.as_slice() {
         [] => anyhow::bail!(
-            "no session {name:?} in the store (list them with `ctxd sessions --store`)"
+            "no session {name:?} in the store (list them with `ctxd sessions --stored`)"
         ),
         many => anyhow::bail!(
             "{name}: {} sessions have this key (in different tenants): use the numeric id ({})",

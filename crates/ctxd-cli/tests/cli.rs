@@ -36,11 +36,8 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ctxd-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn temp_dir(name: &str) -> common::TestDir {
+    common::fresh_dir(name)
 }
 
 fn json_report(path: &Path, extra: &[&str]) -> Value {
@@ -240,8 +237,9 @@ fn bad_input_is_one_line_and_exit_code_2() {
     // The same with a default store present (a missing file is then looked up as a stored
     // session): still one line that says there is no such file.
     let home = common::fresh_dir("bad-home");
+    let pi = shared().join("sessions/pi/large-session.jsonl");
     let made = common::ctxd_in(&home)
-        .args(["sessions", "--store"])
+        .args(["import", pi.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(made.status.success(), "{}", stderr(&made));
@@ -320,8 +318,10 @@ fn sessions_lists_each_session_under_a_directory() {
     assert_eq!(missing.status.code(), Some(2));
 }
 
+/// `sessions --stored` lists the store: `--store PATH`, else `CTXD_STORE`, else the default
+/// store, whichever side of the command the flag is on.
 #[test]
-fn store_alone_is_the_default_store_or_ctxd_store() {
+fn stored_lists_the_default_store_or_ctxd_store() {
     let home = common::fresh_dir("store-alone");
     let file = shared().join("sessions/pi/large-session.jsonl");
     let run = |args: &[&str], env: Option<&Path>| {
@@ -333,38 +333,163 @@ fn store_alone_is_the_default_store_or_ctxd_store() {
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
         String::from_utf8(out.stdout).unwrap()
     };
-    // README's `ctxd import` then `ctxd sessions --store`, and the flag before the command.
+    // README's `ctxd import` then `ctxd sessions --stored`.
     run(&["import", file.to_str().unwrap()], None);
-    assert!(common::default_store(&home).exists());
-    for args in [
-        &["sessions", "--store", "--json"][..],
-        &["--store", "sessions", "--json"],
-        &["sessions", "--json", "--store"],
-    ] {
-        let listed = run(args, None);
-        assert_eq!(listed.lines().count(), 1, "{args:?}: {listed}");
-        assert!(listed.contains("\"pi\""), "{args:?}: {listed}");
-    }
-    // With CTXD_STORE exported, `--store` alone is that store (here a new, empty one).
-    let other = home.join("other.db");
-    for args in [
-        &["sessions", "--store", "--json"][..],
-        &["--store", "sessions", "--json"],
-    ] {
-        assert_eq!(run(args, Some(&other)), "", "{args:?}");
-    }
-    assert!(other.exists());
-    // A path still goes after the flag.
-    let listed = run(
-        &[
-            "sessions",
-            "--json",
-            "--store",
-            common::default_store(&home).to_str().unwrap(),
-        ],
-        Some(&other),
-    );
+    let default = common::default_store(&home);
+    assert!(default.exists());
+    let listed = run(&["sessions", "--stored", "--json"], None);
     assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(listed.contains("\"pi\""), "{listed}");
+    let text = run(&["sessions", "--stored"], None);
+    assert!(text.starts_with("   ID"), "{text}");
+    // With CTXD_STORE exported, that store (here an empty one: said in words, not a bare
+    // header).
+    let other = home.join("other.db");
+    let o = other.to_str().unwrap();
+    run(
+        &["--store", o, "notes", "write", "@human/a.md", "a note"],
+        None,
+    );
+    assert_eq!(run(&["sessions", "--stored", "--json"], Some(&other)), "");
+    let empty = run(&["sessions", "--stored"], Some(&other));
+    assert_eq!(
+        empty.trim(),
+        format!("no sessions in the store {}", other.display())
+    );
+    // `--store PATH` on either side of the command, and it wins over CTXD_STORE.
+    for args in [
+        &["sessions", "--json", "--store", default.to_str().unwrap()][..],
+        &["--store", default.to_str().unwrap(), "sessions", "--json"],
+    ] {
+        let listed = run(args, Some(&other));
+        assert_eq!(listed.lines().count(), 1, "{args:?}: {listed}");
+    }
+}
+
+/// `--store` always takes a value, so it cannot eat the word after it: `ctxd stats --store 4`
+/// (meaning session 4) made an empty SQLite file `./4`, printed an empty table and exited 0;
+/// `ctxd --store a.db sessions --store` silently used (and created) the default store. Now
+/// each is one refusal naming what to type, exit 2, and no file is created anywhere; commands
+/// that only read a store refuse a store that does not exist instead of creating it.
+#[test]
+fn store_takes_a_value_and_cannot_eat_a_session_name() {
+    let home = common::fresh_dir("store-value");
+    let work = home.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let run = |args: &[&str]| {
+        common::ctxd_in(&home)
+            .current_dir(&work)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    for (args, says) in [
+        (&["stats", "--store", "4"][..], "`4` is no store file"),
+        (&["report", "--store", "4"], "`4` is no store file"),
+        (
+            &["--store", "a.db", "sessions", "--store"],
+            "a value is required",
+        ),
+        (&["--store", "sessions"], "`sessions` is a command"),
+        (&["sessions", "--store", "typo.db"], "no store at typo.db"),
+        (&["stats", "--store", "typo.db"], "no store at typo.db"),
+        (
+            &["history", "windows", "4", "--store", "typo.db"],
+            "no store at typo.db",
+        ),
+        (
+            &["recall", "4", "e1", "--store", "typo.db"],
+            "no store at typo.db",
+        ),
+        (
+            &["notes", "list", "--store", "typo.db"],
+            "no store at typo.db",
+        ),
+        (
+            &["mcp", "--session", "4", "--store", "typo.db"],
+            "no store at typo.db",
+        ),
+        (&["sessions", "--stored"], "no store at"),
+        (&["stats"], "no store at"),
+    ] {
+        let out = run(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&work).unwrap().collect();
+    assert!(left.is_empty(), "files created: {left:?}");
+    assert!(!common::default_store(&home).exists());
+    // A file of that name is a store, though (`--store ./4` or `--store 4` alike).
+    let pi = shared().join("sessions/pi/large-session.jsonl");
+    let out = run(&["--store", "./4", "import", pi.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(&["stats", "--store", "4"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// No help text prints an environment variable's value: `CTXD_STORE` can be a PostgreSQL URL
+/// with its password (`[env: CTXD_STORE=postgres://u:secretpw@h/db]` was in every help), and
+/// any other variable the CLI reads could hold something private. Every command's help and
+/// every subcommand's, with every variable the helps name set to a secret.
+#[test]
+fn no_help_prints_an_environment_variables_value() {
+    const SECRET: &str = "postgres://u:secretpw@h/db";
+    fn helps(path: &[String], env: &[String], out: &mut Vec<(Vec<String>, String)>) {
+        let mut cmd = common::ctxd();
+        cmd.args(path).arg("--help");
+        for name in env {
+            cmd.env(name, SECRET);
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{path:?}: {}", stderr(&o));
+        let text = String::from_utf8(o.stdout).unwrap();
+        let subcommands: Vec<String> = text
+            .split("\nCommands:\n")
+            .nth(1)
+            .map(|rest| {
+                rest.lines()
+                    .take_while(|l| l.starts_with("  "))
+                    .filter_map(|l| l.split_whitespace().next())
+                    .filter(|c| *c != "help")
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push((path.to_vec(), text));
+        for sub in subcommands {
+            let mut deeper = path.to_vec();
+            deeper.push(sub);
+            helps(&deeper, env, out);
+        }
+    }
+    // First pass: every variable any help names.
+    let mut first = Vec::new();
+    helps(&[], &[], &mut first);
+    let mut env: Vec<String> = first
+        .iter()
+        .flat_map(|(_, text)| text.split("[env: ").skip(1))
+        .filter_map(|rest| rest.split([']', '=']).next())
+        .map(str::to_owned)
+        .collect();
+    env.sort();
+    env.dedup();
+    assert!(env.len() >= 30, "{env:?}");
+    assert!(env.iter().any(|e| e == "CTXD_STORE"), "{env:?}");
+    let mut second = Vec::new();
+    helps(&[], &env, &mut second);
+    assert!(second.len() >= 25, "{}", second.len());
+    for (path, text) in &second {
+        assert!(!text.contains("secretpw"), "ctxd {path:?} --help: {text}");
+        assert!(!text.contains("[env: CTXD_STORE="), "ctxd {path:?} --help");
+    }
+    assert!(
+        second
+            .iter()
+            .any(|(p, t)| p == &["sessions"] && t.contains("[env: CTXD_STORE]")),
+        "the variable's name is still shown"
+    );
 }
 
 #[test]
@@ -384,7 +509,14 @@ fn a_closed_pipe_is_quiet_and_exit_0() {
     // The reader has gone (`| head -c 100`); the rest of the output has nowhere to go.
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(stderr(&out), "");
+    // Quiet about the pipe; an import warning about a file reached before the reader left
+    // (under load) is that file's, not the pipe's.
+    let err = stderr(&out);
+    assert!(
+        err.lines()
+            .all(|l| l.contains(".jsonl: ") && !l.contains("pipe")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -422,4 +554,15 @@ fn a_busy_port_is_one_error_said_once() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert_eq!(err.matches("in use").count(), 1, "{err}");
+    // The failed start left nothing: it made a new store, `-wal`, `-shm` and `.serve.lock`.
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    // Nor with the default store (nor its directory).
+    let home = common::fresh_dir("busy-home");
+    let out = common::ctxd_in(&home)
+        .args(["serve", "--listen", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(!common::default_store(&home).parent().unwrap().exists());
 }

@@ -14,10 +14,8 @@ fn json(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-fn store() -> (PathBuf, String) {
-    let dir = std::env::temp_dir().join(format!("ctxd-history-cli-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+fn store() -> (common::TestDir, String) {
+    let dir = common::fresh_dir("history-cli");
     let db = dir.join("s.db").to_str().unwrap().to_owned();
     let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../ctxd-formats/tests/fixtures/pi/tree-v3.jsonl");

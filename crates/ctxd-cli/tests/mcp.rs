@@ -14,13 +14,13 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 /// A store of its own (`name`: the test's) holding one imported Pi session (`pi:sess-v3`).
-fn store(name: &str) -> String {
+fn store(name: &str) -> (common::TestDir, String) {
     let dir = common::fresh_dir(name);
     let db = dir.join("s.db").to_str().unwrap().to_owned();
     let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../ctxd-formats/tests/fixtures/pi/tree-v3.jsonl");
     common::succeed(common::ctxd().args(["--store", &db, "import"]).arg(fixture));
-    db
+    (dir, db)
 }
 
 /// `ctxd mcp` running, its stdout read line by line on a thread (a reply that never comes
@@ -124,7 +124,7 @@ impl Server {
 
 #[test]
 fn a_line_that_is_not_json_gets_a_parse_error_and_the_server_goes_on() {
-    let db = store("mcp-parse");
+    let (_dir, db) = store("mcp-parse");
     let mut s = Server::start(&db, &["--session", "pi:sess-v3"]);
     s.initialize();
     for bad in ["this is not json", r#"{"jsonrpc":"2.0","id":7,"method":"#] {
@@ -156,7 +156,7 @@ fn a_line_that_is_not_json_gets_a_parse_error_and_the_server_goes_on() {
 
 #[test]
 fn a_history_tool_without_a_session_is_a_tool_error_saying_how_to_name_one() {
-    let db = store("mcp-no-session");
+    let (_dir, db) = store("mcp-no-session");
     let mut s = Server::start(&db, &[]);
     s.initialize();
     for (id, tool, args) in [
@@ -179,7 +179,7 @@ fn a_history_tool_without_a_session_is_a_tool_error_saying_how_to_name_one() {
 
 #[test]
 fn the_help_names_exactly_the_tools_served() {
-    let db = store("mcp-help");
+    let (_dir, db) = store("mcp-help");
     let help = common::succeed(common::ctxd().args(["mcp", "--help"]));
     let help = String::from_utf8(help.stdout).unwrap();
     let mut s = Server::start(&db, &[]);

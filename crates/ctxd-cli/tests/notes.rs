@@ -5,20 +5,15 @@
 mod common;
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Output, Stdio};
 
 use serde_json::Value;
 
-struct Store(PathBuf);
+struct Store(common::TestDir);
 
 impl Store {
     fn new(name: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("ctxd-notes-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Store(dir)
+        Store(common::fresh_dir(&format!("notes-cli-{name}")))
     }
 
     fn db(&self) -> String {
@@ -67,12 +62,6 @@ impl Store {
         assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
         assert!(out.stdout.is_empty());
         err
-    }
-}
-
-impl Drop for Store {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -170,8 +159,8 @@ fn session_home_needs_a_known_session() {
     assert!(err.contains("no session \"nope\""), "{err}");
     // The refusal names the flag to give (and the other homes).
     let err = s.fails(&["write", "a.md", "x"], None);
-    assert!(err.contains("--session KEY"), "{err}");
-    assert!(err.contains("ctxd sessions --store"), "{err}");
+    assert!(err.contains("--session SESSION"), "{err}");
+    assert!(err.contains("ctxd sessions --stored"), "{err}");
     assert!(err.contains("@project/"), "{err}");
     let err = s.fails(&["write", "@project/todo.md", "x"], None);
     assert!(err.contains("--project KEY"), "{err}");
@@ -198,6 +187,57 @@ fn session_home_needs_a_known_session() {
     let list = s.json(&["list", "--session", "pi:abc"]);
     assert_eq!(list["notes"][0]["home"], "session:pi:abc");
     assert_eq!(list["notes"][0]["address"], "a.md");
+}
+
+/// `--session` names a session as every other command does: by the id `sessions --stored`
+/// lists as well as by key, in whichever tenant holds it (a gateway session's notes are its
+/// client's tenant's, found without --key-env). It refused the id ("no session \"8\"") and
+/// looked only in the local tenant.
+#[test]
+fn session_is_named_by_id_or_key_in_any_tenant() {
+    let s = Store::new("session-id");
+    let (local, gateway) = {
+        use ctxd_store::Store;
+        let store =
+            ctxd_store::SqliteStore::open(std::path::Path::new(&s.db()), Default::default())
+                .unwrap();
+        let local = store
+            .open_session("", "pi:local", &Default::default())
+            .unwrap()
+            .id;
+        let gateway = store
+            .open_session("t0123456789abcdef", "cc:gateway", &Default::default())
+            .unwrap()
+            .id;
+        (local, gateway)
+    };
+    let listed = common::succeed(common::ctxd().args(["--store", &s.db(), "sessions", "--json"]));
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(listed.contains("cc:gateway"), "{listed}");
+    for (id, key) in [(local, "pi:local"), (gateway, "cc:gateway")] {
+        let id = id.to_string();
+        s.ok(&["write", "todo.md", &format!("for {key}"), "--session", &id]);
+        assert_eq!(
+            s.ok(&["read", "todo.md", "--session", key]),
+            format!("for {key}")
+        );
+        assert_eq!(
+            s.ok(&["read", "todo.md", "--session", &id]),
+            format!("for {key}")
+        );
+        let list = s.json(&["list", "--session", &id]);
+        assert_eq!(list["notes"][0]["home"], format!("session:{key}"), "{list}");
+    }
+    // Acting as a key's tenant, another tenant's session is not that key's.
+    let out = common::ctxd()
+        .args(["--store", &s.db(), "notes", "read", "todo.md"])
+        .args(["--session", "cc:gateway", "--key-env", "K"])
+        .env("K", "sk-someone")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no session \"cc:gateway\""), "{err}");
 }
 
 #[test]

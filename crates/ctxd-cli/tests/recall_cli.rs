@@ -16,9 +16,7 @@ fn stdout(o: &Output) -> String {
 
 #[test]
 fn recall_shows_an_entry_whole_by_lines_or_by_pattern_and_fails_in_one_line() {
-    let dir = std::env::temp_dir().join(format!("ctxd-recall-cli-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::fresh_dir("recall-cli");
     let db = dir.join("s.db").to_str().unwrap().to_owned();
     let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../ctxd-formats/tests/fixtures/pi/tree-v3.jsonl");
@@ -49,6 +47,14 @@ fn recall_shows_an_entry_whole_by_lines_or_by_pattern_and_fails_in_one_line() {
         lines.starts_with("b.png\n\n[limit reached: showed lines 2-2 of 3."),
         "{lines}"
     );
+    // The hint is the command a person types, not the model's tool call.
+    assert!(
+        lines
+            .trim_end()
+            .ends_with("More: ctxd recall pi:sess-v3 a3 --offset 3]"),
+        "{lines}"
+    );
+    assert!(!lines.contains("recall({"), "{lines}");
 
     let doc: Value = serde_json::from_str(&stdout(&common::on_store(
         &db,
@@ -63,6 +69,10 @@ fn recall_shows_an_entry_whole_by_lines_or_by_pattern_and_fails_in_one_line() {
     let long = "a".repeat(501);
     for (args, says) in [
         (vec!["recall", "pi:sess-v3", "nope"], "No entry \"nope\""),
+        (
+            vec!["recall", "pi:sess-v3", "nope"],
+            "`ctxd history items pi:sess-v3`",
+        ),
         (vec!["recall", "no-such-session", "a3"], "no session"),
         (
             vec!["recall", "pi:sess-v3", "a3", "--pattern", "(unclosed"],

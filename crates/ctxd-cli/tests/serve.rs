@@ -636,3 +636,49 @@ fn a_bad_distill_cpu_share_is_refused_at_start() {
     );
     assert!(err.contains("distill-cpu-percent"), "{err}");
 }
+
+/// One HTTP/1.1 request of any method without a body; the whole response as text.
+fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// An MCP client ending its session (`DELETE /mcp`) gets 204: the official client accepts
+/// 200 or 204, and on rmcp's 202 it printed "Session termination failed: 202" at every exit.
+#[test]
+fn ending_an_mcp_session_answers_204() {
+    let mock = MockServer::start_blocking(Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut gw = serve(&dir.path().join("gw.db"), &mock.base_url());
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"}}});
+    let accept = ("accept", "application/json, text/event-stream");
+    let resp = post(&gw.addr, "/mcp", &[accept], &init.to_string());
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    let session = resp
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session id: {resp}"));
+    let ended = request(
+        &gw.addr,
+        "DELETE",
+        "/mcp",
+        &[accept, ("mcp-session-id", &session)],
+    );
+    assert!(ended.starts_with("HTTP/1.1 204"), "{ended}");
+    stop(&mut gw);
+}

@@ -112,6 +112,111 @@ fn stats_sums_the_records_of_every_session_and_lists_one_request_by_request() {
 
     let text = common::succeed(common::ctxd().arg("--store").arg(db).arg("stats"));
     let text = String::from_utf8(text.stdout).unwrap();
-    assert!(text.contains("total (4 requests)"), "{text}");
-    assert!(text.contains("served-tools"), "{text}");
+    assert!(text.contains("4 requests"), "{text}");
+    assert!(
+        text.contains("windows") && text.contains("reminders"),
+        "{text}"
+    );
+}
+
+/// The text table as people read it: the sessions in `ctxd sessions --stored`'s order (newest
+/// first), keys whole at the end of the line (they were cut at 30 characters), a column only
+/// for a mechanism that saved or spent something (all nine made ~160-column rows of zeros),
+/// imported sessions (no request records: all zeros) counted instead of listed, and the
+/// session's current model (the last) as `report` and `sessions` show it, not its first.
+#[test]
+fn stats_text_is_narrow_whole_and_in_the_sessions_order() {
+    let dir = common::fresh_dir("stats-text");
+    let db = dir.join("s.db");
+    let long_key = "claude-code:0123456789abcdef0123456789abcdef-long";
+    {
+        let store = SqliteStore::open(&db, Durability::Normal).unwrap();
+        store_session(&store, "tenant-a", "older", &[(1000, 500)]);
+        store_session(&store, "tenant-a", long_key, &[(400, 50), (400, 60)]);
+        // An import: entries, no request records.
+        let rec = store
+            .open_session("", "pi:imported", &SessionMeta::default())
+            .unwrap();
+        let m = Message::text(Role::User, "hello".to_owned());
+        store
+            .append(rec.id, &[entry("u0", None, EntryKind::Message(m))], None)
+            .unwrap();
+        // A session that switched models: its first in the meta, the last in its answers.
+        let meta = SessionMeta {
+            model: Some("claude-sonnet-4-5".into()),
+            ..SessionMeta::default()
+        };
+        let rec = store.open_session("tenant-a", "switched", &meta).unwrap();
+        let mut answer = Message::text(Role::Assistant, "ok".to_owned());
+        answer.model = Some("claude-opus-4-1".into());
+        let u = Message::text(Role::User, "q".to_owned());
+        store
+            .append(
+                rec.id,
+                &[
+                    entry("u0", None, EntryKind::Message(u)),
+                    entry("a0", Some("u0"), EntryKind::Message(answer)),
+                ],
+                None,
+            )
+            .unwrap();
+    }
+    let db = db.to_str().unwrap();
+    let text =
+        String::from_utf8(common::succeed(common::ctxd().args(["--store", db, "stats"])).stdout)
+            .unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].contains("SENT") && lines[0].ends_with("KEY"),
+        "{text}"
+    );
+    // Narrow up to the key (which is as long as it is).
+    assert!(lines[0].chars().count() <= 80, "{text}");
+    assert!(!lines[0].contains("distillation"), "{text}");
+    assert!(
+        text.contains("nothing saved or spent by: distillation"),
+        "{text}"
+    );
+    assert!(lines.iter().any(|l| l.ends_with(long_key)), "{text}");
+    assert!(!text.contains("pi:imported"), "{text}");
+    assert!(
+        text.contains("2 session(s) without request records"),
+        "{text}"
+    );
+    // The same order as `sessions --stored`.
+    let listed = String::from_utf8(
+        common::succeed(common::ctxd().args(["--store", db, "sessions", "--json"])).stdout,
+    )
+    .unwrap();
+    let order: Vec<String> = listed
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["key"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .filter(|k| k == "older" || k == long_key)
+        .collect();
+    let pos = |k: &str| {
+        text.find(&format!("  {k}\n"))
+            .unwrap_or_else(|| panic!("{k}: {text}"))
+    };
+    assert_eq!(order.len(), 2, "{listed}");
+    assert!(pos(&order[0]) < pos(&order[1]), "{order:?}: {text}");
+    // The switched session's model: the last, in stats as in sessions.
+    let all = json(db, &["--json"]);
+    let switched = all["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == "switched")
+        .unwrap();
+    assert_eq!(switched["model"], "claude-opus-4-1", "{switched}");
+    let row = listed
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["key"] == "switched")
+        .unwrap();
+    assert_eq!(row["model"], switched["model"]);
 }

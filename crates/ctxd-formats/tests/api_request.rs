@@ -259,7 +259,8 @@ fn a_single_body_per_api() {
 }
 
 fn temp_file(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ctxd-api-test-{}", std::process::id()));
+    // In cargo's scratch space for tests, not /tmp: nothing here removes it.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ctxd-api-test");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));

@@ -239,7 +239,8 @@ fn temp_copy(name: &str, mutate: impl FnOnce(&mut Vec<String>)) -> PathBuf {
     let text = std::fs::read_to_string(real(name)).unwrap_or_default();
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
     mutate(&mut lines);
-    let dir = std::env::temp_dir().join(format!("ctxd-cc-test-{}", std::process::id()));
+    // In cargo's scratch space for tests, not /tmp: nothing here removes it.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ctxd-cc-test");
     std::fs::create_dir_all(&dir).unwrap_or_default();
     let path = dir.join(format!("{}-{name}", lines.len()));
     std::fs::write(&path, lines.join("\n")).unwrap_or_default();

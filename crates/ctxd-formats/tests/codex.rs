@@ -216,7 +216,8 @@ fn legacy_rollout() {
 }
 
 fn temp_copy(name: &str, text: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ctxd-codex-test-{}", std::process::id()));
+    // In cargo's scratch space for tests, not /tmp: nothing here removes it.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ctxd-codex-test");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));

@@ -158,7 +158,8 @@ fn mutated_copy(name: &str, edit: impl FnOnce(&mut Vec<String>)) -> PathBuf {
     let text = std::fs::read_to_string(large_session()).expect("shared session");
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
     edit(&mut lines);
-    let dir = std::env::temp_dir().join(format!("ctxd-pi-test-{}", std::process::id()));
+    // In cargo's scratch space for tests, not /tmp: nothing here removes it.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ctxd-pi-test");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(name);
     std::fs::write(&path, lines.join("\n")).expect("write copy");

@@ -95,6 +95,52 @@ impl ServeLock {
     }
 }
 
+/// The files of a SQLite store that a start is about to create: removed when the start fails
+/// (dropped without [`NewFiles::keep`]), so a refused `ctxd serve` leaves no empty store,
+/// `-wal`, `-shm` or `.serve.lock` behind. Files that existed before are never touched.
+#[derive(Default)]
+struct NewFiles {
+    files: Vec<std::path::PathBuf>,
+    dir: Option<std::path::PathBuf>,
+}
+
+impl NewFiles {
+    fn watch(store: &std::path::Path) -> Self {
+        let files = ["", "-wal", "-shm", ".serve.lock"]
+            .iter()
+            .map(|suffix| {
+                let mut p = store.as_os_str().to_owned();
+                p.push(suffix);
+                std::path::PathBuf::from(p)
+            })
+            .filter(|p| !p.exists())
+            .collect();
+        let dir = store
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+            .map(std::path::Path::to_path_buf);
+        Self { files, dir }
+    }
+
+    /// The start succeeded: the files are the gateway's.
+    fn keep(&mut self) {
+        self.files.clear();
+        self.dir = None;
+    }
+}
+
+impl Drop for NewFiles {
+    fn drop(&mut self) {
+        for file in &self.files {
+            let _ = std::fs::remove_file(file);
+        }
+        if let Some(dir) = &self.dir {
+            // Only when empty: nothing else of anyone's goes.
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
 /// State shared by every request.
 pub struct Gateway {
     pub settings: Settings,
@@ -310,6 +356,18 @@ pub struct Server {
 impl Server {
     /// Open the store, bind the listener, start the writer.
     pub async fn bind(settings: Settings) -> Result<Self, StartError> {
+        // The port first: a busy port is refused before the store is touched. Any later
+        // failure removes the files this start created (store, WAL, shared memory, lock).
+        let listener = tokio::net::TcpListener::bind(settings.listen)
+            .await
+            .map_err(|source| StartError::Listen {
+                addr: settings.listen,
+                source,
+            })?;
+        let mut created = match &settings.store {
+            Location::Sqlite(path) => NewFiles::watch(path),
+            _ => NewFiles::default(),
+        };
         let (store, lock, checkpoints): (Box<dyn Backend>, _, _) = match &settings.store {
             // One gateway per SQLite file, which checkpoints its WAL off the commit path.
             Location::Sqlite(path) => {
@@ -369,12 +427,6 @@ impl Server {
                  gateway with their own API key (plain HTTP: keys cross the network unencrypted)"
             );
         }
-        let listener = tokio::net::TcpListener::bind(settings.listen)
-            .await
-            .map_err(|source| StartError::Listen {
-                addr: settings.listen,
-                source,
-            })?;
         let app = Arc::new(Gateway {
             upstream: Upstream::new(&settings)?,
             sessions: Sessions::new(settings.cached_sessions, settings.session_cache_bytes),
@@ -397,6 +449,7 @@ impl Server {
             engine,
             settings,
         });
+        created.keep();
         Ok(Server {
             listener,
             app,
@@ -672,6 +725,9 @@ pub async fn shutdown_signal() {
 fn router(app: Arc<Gateway>) -> Router {
     let mcp = crate::mcp::service(app.engine.clone(), app.tenant_key, app.mcp_seen.clone());
     let stats = crate::stats::service(&app);
+    let mcp = Router::new()
+        .fallback_service(mcp)
+        .layer(axum::middleware::from_fn(mcp_deleted_no_content));
     Router::new()
         .nest_service("/mcp", mcp)
         .nest_service("/ui", crate::ui::service(&app))
@@ -686,6 +742,21 @@ fn router(app: Arc<Gateway>) -> Router {
         .fallback(fallback)
         .with_state(app)
         .merge(stats)
+}
+
+/// A session's end (`DELETE /mcp`) answered 204 No Content: rmcp answers 202 Accepted, which
+/// the official MCP clients do not take as success (they accept 200 or 204 and log "Session
+/// termination failed: 202"). 202 stays the answer to a POSTed notification, as the spec says.
+async fn mcp_deleted_no_content(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let delete = request.method() == Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 /// A conversation route of `api`.

@@ -170,16 +170,43 @@ pub struct Detail {
 
 /// The totals of one stored session.
 pub fn session_stats(r: &SessionRecord, session: &Session, with_tenant: bool) -> SessionStats {
-    stats_of(r, record::totals(session), with_tenant)
+    stats_of(
+        r,
+        record::totals(session),
+        current_model(session),
+        with_tenant,
+    )
 }
 
-fn stats_of(r: &SessionRecord, totals: Totals, with_tenant: bool) -> SessionStats {
+/// The model the session uses now: the last one an answer or a model change names, as
+/// `ctxd report` and `ctxd sessions` show it. The record's meta keeps the session's first
+/// model, which in a session that switched models made `stats` disagree with them.
+fn current_model(session: &Session) -> Option<String> {
+    use ctxd_core::model::{EntryKind, Role};
+    session
+        .entries
+        .iter()
+        .rev()
+        .find_map(|e| match &e.kind {
+            EntryKind::Message(m) if m.role == Role::Assistant => m.model.clone(),
+            EntryKind::ModelChange { model, .. } => Some(model.clone()),
+            _ => None,
+        })
+        .or_else(|| session.meta.model.clone())
+}
+
+fn stats_of(
+    r: &SessionRecord,
+    totals: Totals,
+    model: Option<String>,
+    with_tenant: bool,
+) -> SessionStats {
     SessionStats {
         id: r.id,
         key: r.key.clone(),
         tenant: with_tenant.then(|| r.tenant.clone()),
         agent: r.meta.agent.map(|a| a.as_str().to_owned()),
-        model: r.meta.model.clone(),
+        model: model.or_else(|| r.meta.model.clone()),
         title: r.meta.title.clone(),
         totals,
     }
@@ -227,12 +254,15 @@ pub fn detail(r: &SessionRecord, session: &Session, with_tenant: bool) -> Detail
     }
 }
 
+/// A session's totals and current model at a version of it (its entry count).
+type Cached = (u64, Totals, Option<String>);
+
 /// The state of `/stats`: the dashboard's access rules, a read connection of its own, totals
 /// cached per version of a session (its entry count).
 struct StatsState {
     access: Access,
     reader: crate::ui::Reader,
-    cache: Mutex<HashMap<SessionId, (u64, Totals)>>,
+    cache: Mutex<HashMap<SessionId, Cached>>,
 }
 
 /// `GET /stats` and `GET /stats/{id}`.
@@ -283,19 +313,20 @@ async fn all(State(state): State<Arc<StatsState>>, headers: HeaderMap) -> Respon
                 let cache = state.cache.lock().unwrap_or_else(|p| p.into_inner());
                 cache
                     .get(&r.id)
-                    .filter(|(n, _)| *n == r.entry_count)
-                    .map(|(_, t)| *t)
+                    .filter(|(n, _, _)| *n == r.entry_count)
+                    .map(|(_, t, m)| (*t, m.clone()))
             };
-            let totals = match cached {
-                Some(t) => t,
+            let (totals, model) = match cached {
+                Some(c) => c,
                 None => {
-                    let t = record::totals(&store.load(r.id)?);
+                    let session = store.load(r.id)?;
+                    let (t, m) = (record::totals(&session), current_model(&session));
                     let mut cache = state.cache.lock().unwrap_or_else(|p| p.into_inner());
-                    cache.insert(r.id, (r.entry_count, t));
-                    t
+                    cache.insert(r.id, (r.entry_count, t, m.clone()));
+                    (t, m)
                 }
             };
-            rows.push(stats_of(r, totals, with_tenant));
+            rows.push(stats_of(r, totals, model, with_tenant));
         }
         Ok(overview(rows))
     })

@@ -64,7 +64,7 @@ impl<S: ?Sized> ToolServer<S> {
         match &*self.binding {
             Binding::Fixed(_) => format!(
                 "ctxd: {what} needs a session, and this server was started without one: start \
-                 it as `ctxd mcp --session KEY` (`ctxd sessions --store` lists the keys)"
+                 it as `ctxd mcp --session KEY` (`ctxd sessions --stored` lists the keys)"
             ),
             Binding::PerRequest(_) => format!(
                 "ctxd: {what} needs a session: name it with the x-ctxd-session header (its key \

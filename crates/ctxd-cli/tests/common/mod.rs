@@ -28,18 +28,54 @@ pub fn ctxd_in(home: &Path) -> Command {
     cmd
 }
 
-/// This test program's empty home.
+/// This test program's empty home: a directory in cargo's scratch space for tests
+/// (`CARGO_TARGET_TMPDIR`), one per test program, emptied when the program starts. Not a
+/// temporary directory, which a static could never remove: every run left one in /tmp.
 pub fn home() -> &'static Path {
     static HOME: OnceLock<PathBuf> = OnceLock::new();
-    HOME.get_or_init(|| fresh_dir("home"))
+    HOME.get_or_init(|| {
+        let program = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .unwrap_or_default();
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("home-{program}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    })
 }
 
-/// A new empty directory under the system's temporary directory, named for this process.
-pub fn fresh_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ctxd-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A new empty directory of a test's own, removed with its contents when dropped (also when the
+/// test fails): nothing is left in the system's temporary directory.
+pub struct TestDir(tempfile::TempDir);
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TestDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.path().as_os_str()
+    }
+}
+
+/// A [`TestDir`] whose name starts with `ctxd-test-{name}-`.
+pub fn fresh_dir(name: &str) -> TestDir {
+    TestDir(
+        tempfile::Builder::new()
+            .prefix(&format!("ctxd-test-{name}-"))
+            .tempdir()
+            .unwrap(),
+    )
 }
 
 /// Where `ctxd` keeps its default store under `home` (Linux: the XDG data directory).
