@@ -719,12 +719,13 @@ mod tests {
         h.send(append(record.id, vec![entry("b", Some("a"))], Some(tx)));
         assert_eq!(rx.await.unwrap(), Ok(()));
         assert_eq!(engine.store().load(record.id).unwrap().entries.len(), 2);
-        // A duplicate id: the write fails and its ack says so.
+        // An id the session holds for another entry (another parent): the write fails and
+        // its ack says so.
         let (tx, rx) = tokio::sync::oneshot::channel();
         let stale = Arc::new(AtomicBool::new(false));
         h.send(Job::Append {
             session: record.id,
-            entries: vec![entry("b", Some("a"))],
+            entries: vec![entry("b", None)],
             expect_leaf: None,
             stale: stale.clone(),
             ack: Some(tx),
@@ -767,9 +768,9 @@ mod tests {
             .collect();
         assert_eq!(ids, ["p", "q", "r"]);
         assert_eq!(h.depth(), 0);
-        // A failing write answers its ack with the error.
+        // A failing write (an id held by another entry) answers its ack with the error.
         let (tx, rx) = tokio::sync::oneshot::channel();
-        h.commit(append(record.id, vec![entry("r", Some("q"))], Some(tx)));
+        h.commit(append(record.id, vec![entry("r", None)], Some(tx)));
         assert!(rx.await.unwrap().is_err());
         // After the stop, a commit is refused: its ack is dropped, never answered Ok.
         writer.shutdown();

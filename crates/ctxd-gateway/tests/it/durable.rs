@@ -112,6 +112,14 @@ async fn a_store_refusing_writes_withholds_the_end_with_the_apis_error() {
     .unwrap();
     for path in CASES {
         for stream in [false, true] {
+            // After a failed write the gateway refuses requests up front until its probe (a
+            // write to the settings table, which the trigger lets through) commits again:
+            // each case waits for that, so its request goes upstream and meets the refusal.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while crate::support::get(&rig, "/readyz", &[]).await.0 != 200 {
+                assert!(std::time::Instant::now() < deadline, "never ready again");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
             let key = format!("refused{path}-{stream}");
             let h = [
                 ("x-api-key", "sk-refused"),
