@@ -682,7 +682,7 @@ fn keyed_or_allowed(app: &Gateway, api: Api, headers: &HeaderMap) -> Result<(), 
 }
 
 /// The id of the log's leaf: where a response attaches.
-fn leaf_id(log: &SessionLog) -> Option<ctxd_core::model::EntryId> {
+pub(crate) fn leaf_id(log: &SessionLog) -> Option<ctxd_core::model::EntryId> {
     log.leaf().and_then(|p| log.entry(p)).map(|e| e.id.clone())
 }
 

@@ -247,11 +247,7 @@ impl Context {
             stale: self.slot.stale.clone(),
             ack: None,
         });
-        let leaf = loaded
-            .log
-            .leaf()
-            .and_then(|p| loaded.log.entry(p))
-            .map(|e| e.id.clone());
+        let leaf = crate::handler::leaf_id(&loaded.log);
         if continues {
             body = Some(self.continuation_body(&loaded.log)?);
         }
@@ -370,11 +366,7 @@ impl Context {
         }
         outcome.reset.as_ref()?;
         let body = self.continuation_body(&loaded.log).ok()?;
-        let leaf = loaded
-            .log
-            .leaf()
-            .and_then(|p| loaded.log.entry(p))
-            .map(|e| e.id.clone());
+        let leaf = crate::handler::leaf_id(&loaded.log);
         let mut tail = lock(&self.tail);
         tail.attach = leaf;
         tail.hidden

@@ -52,6 +52,19 @@ fn element_text(el: &Value) -> String {
     }
 }
 
+/// The `remaining_tokens` that `get_context_remaining` answered, as the last upstream request
+/// carried it (`None`: absent, or `null`).
+fn remaining_tokens(rig: &Rig) -> Option<u64> {
+    let last = rig.mock.requests().last()?.json()?;
+    let text = last.to_string();
+    let after = text.split("remaining_tokens").nth(1)?;
+    after
+        .trim_start_matches(|c: char| !c.is_ascii_digit() && c != 'n')
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|d| d.parse().ok())
+}
+
 #[tokio::test]
 async fn a_reset_on_chat_keeps_the_clients_system_message() {
     let rig = rig_with_tools(Config::default()).await;
@@ -187,18 +200,8 @@ async fn an_overflow_in_a_continuation_is_recovered_and_its_window_learned() {
         let (b, _) = turn(&rig, api, &conversation, false, false).await;
         assert_eq!(text_of(&b), "counted", "{api:?}");
         // The tool's answer went upstream in the last continuation.
-        let last = rig.mock.requests().last().unwrap().json().unwrap();
-        let shown = last.to_string();
-        let remaining: u64 = shown
-            .split("remaining_tokens")
-            .nth(1)
-            .and_then(|s| {
-                s.trim_start_matches(|c: char| !c.is_ascii_digit())
-                    .split(|c: char| !c.is_ascii_digit())
-                    .next()
-                    .and_then(|d| d.parse().ok())
-            })
-            .unwrap_or_else(|| panic!("{api:?}: no remaining_tokens in {shown}"));
+        let remaining = remaining_tokens(&rig)
+            .unwrap_or_else(|| panic!("{api:?}: no remaining_tokens upstream"));
         assert!(remaining < 30_000, "{api:?}: {remaining} in a 30k window");
         let stored = rig.stored().await;
         let session = stored.load(&stored.sessions()[0]);
@@ -214,16 +217,6 @@ async fn an_overflow_in_a_continuation_is_recovered_and_its_window_learned() {
 /// configured one, and the 1M beta's.
 #[tokio::test]
 async fn get_context_remaining_counts_in_the_window_in_use() {
-    let remaining = |rig: &Rig| -> Option<u64> {
-        let last = rig.mock.requests().last().unwrap().json().unwrap();
-        let text = last.to_string();
-        let after = text.split("remaining_tokens").nth(1)?;
-        after
-            .trim_start_matches(|c: char| !c.is_ascii_digit() && c != 'n')
-            .split(|c: char| !c.is_ascii_digit())
-            .next()
-            .and_then(|d| d.parse().ok())
-    };
     let api = Api::Anthropic;
     // A model ctxd's table does not know, with a configured window.
     let rig = Rig::with(Config::default(), |s| {
@@ -247,7 +240,7 @@ async fn get_context_remaining_counts_in_the_window_in_use() {
         )
         .await;
     assert!(resp.status().is_success());
-    let r = remaining(&rig).expect("a number with a configured window");
+    let r = remaining_tokens(&rig).expect("a number with a configured window");
     assert!(r < 30_000, "{r}");
 
     let rig = rig_with_tools(Config::default()).await;
@@ -262,7 +255,7 @@ async fn get_context_remaining_counts_in_the_window_in_use() {
         .post(api.path(), &headers, serde_json::to_vec(&body).unwrap())
         .await;
     assert!(resp.status().is_success());
-    let r = remaining(&rig).expect("a number");
+    let r = remaining_tokens(&rig).expect("a number");
     assert!(r > 200_000, "{r} under the 1M beta");
 }
 
@@ -378,18 +371,7 @@ async fn a_learned_window_outlives_the_gateway_that_learned_it() {
         )
         .await;
     assert!(resp.status().is_success());
-    let last = second.mock.requests().last().unwrap().json().unwrap();
-    let text = last.to_string();
-    let remaining: u64 = text
-        .split("remaining_tokens")
-        .nth(1)
-        .and_then(|s| {
-            s.trim_start_matches(|c: char| !c.is_ascii_digit())
-                .split(|c: char| !c.is_ascii_digit())
-                .next()
-                .and_then(|d| d.parse().ok())
-        })
-        .unwrap_or_else(|| panic!("no remaining_tokens in {text}"));
+    let remaining = remaining_tokens(&second).expect("no remaining_tokens upstream");
     assert!(remaining < 32_000, "{remaining}: the learned 32k window");
     drop(dir);
 }
