@@ -247,17 +247,22 @@ impl Context {
             stale: self.slot.stale.clone(),
             ack: None,
         });
-        let leaf = crate::handler::leaf_id(&loaded.log);
         if continues {
             body = Some(self.continuation_body(&loaded.log)?);
         }
+        self.advance(&loaded.log, covered);
+        Ok(body)
+    }
+
+    /// The tail follows the log: the response attaches at its leaf, and `covered` (entries the
+    /// client will not see) joins the hidden ones.
+    fn advance(&self, log: &ctxd_engine::turn::SessionLog, covered: Vec<String>) {
         let mut tail = lock(&self.tail);
-        tail.attach = leaf;
+        tail.attach = crate::handler::leaf_id(log);
         tail.hidden
             .get_or_insert_with(Hidden::default)
             .covered
             .extend(covered);
-        Ok(body)
     }
 
     /// The continuation's body: the projection of the log as it is now, with the tools the
@@ -366,13 +371,7 @@ impl Context {
         }
         outcome.reset.as_ref()?;
         let body = self.continuation_body(&loaded.log).ok()?;
-        let leaf = crate::handler::leaf_id(&loaded.log);
-        let mut tail = lock(&self.tail);
-        tail.attach = leaf;
-        tail.hidden
-            .get_or_insert_with(Hidden::default)
-            .covered
-            .extend(covered);
+        self.advance(&loaded.log, covered);
         Some(body)
     }
 

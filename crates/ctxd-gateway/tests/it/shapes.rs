@@ -52,6 +52,18 @@ fn element_text(el: &Value) -> String {
     }
 }
 
+/// POST `body` to `api`'s route with its usual headers (and `extra`); the response, which must
+/// be a success.
+async fn post_ok(rig: &Rig, api: Api, body: &Value, extra: &[(&str, &str)]) -> reqwest::Response {
+    let mut headers = api.headers().to_vec();
+    headers.extend_from_slice(extra);
+    let resp = rig
+        .post(api.path(), &headers, serde_json::to_vec(body).unwrap())
+        .await;
+    assert!(resp.status().is_success(), "{api:?}: {}", resp.status());
+    resp
+}
+
 /// The `remaining_tokens` that `get_context_remaining` answered, as the last upstream request
 /// carried it (`None`: absent, or `null`).
 fn remaining_tokens(rig: &Rig) -> Option<u64> {
@@ -232,14 +244,7 @@ async fn get_context_remaining_counts_in_the_window_in_use() {
     rig.mock.script().push(Reply::text("ok"));
     let mut body = api.body(&[api.user_message("room?")], false, false);
     body["model"] = json!("acme-coder-2");
-    let resp = rig
-        .post(
-            api.path(),
-            &api.headers(),
-            serde_json::to_vec(&body).unwrap(),
-        )
-        .await;
-    assert!(resp.status().is_success());
+    post_ok(&rig, api, &body, &[]).await;
     let r = remaining_tokens(&rig).expect("a number with a configured window");
     assert!(r < 30_000, "{r}");
 
@@ -249,12 +254,13 @@ async fn get_context_remaining_counts_in_the_window_in_use() {
         .push(Reply::tool_call("get_context_remaining", json!({})));
     rig.mock.script().push(Reply::text("ok"));
     let body = api.body(&[api.user_message("room?")], false, false);
-    let mut headers = api.headers().to_vec();
-    headers.push(("anthropic-beta", "context-1m-2025-08-07"));
-    let resp = rig
-        .post(api.path(), &headers, serde_json::to_vec(&body).unwrap())
-        .await;
-    assert!(resp.status().is_success());
+    post_ok(
+        &rig,
+        api,
+        &body,
+        &[("anthropic-beta", "context-1m-2025-08-07")],
+    )
+    .await;
     let r = remaining_tokens(&rig).expect("a number");
     assert!(r > 200_000, "{r} under the 1M beta");
 }
@@ -363,14 +369,7 @@ async fn a_learned_window_outlives_the_gateway_that_learned_it() {
         .push(Reply::tool_call("get_context_remaining", json!({})));
     second.mock.script().push(Reply::text("ok"));
     let body = api.body(&[api.user_message("room?")], false, false);
-    let resp = second
-        .post(
-            api.path(),
-            &api.headers(),
-            serde_json::to_vec(&body).unwrap(),
-        )
-        .await;
-    assert!(resp.status().is_success());
+    post_ok(&second, api, &body, &[]).await;
     let remaining = remaining_tokens(&second).expect("no remaining_tokens upstream");
     assert!(remaining < 32_000, "{remaining}: the learned 32k window");
     drop(dir);
