@@ -207,8 +207,17 @@ def loopback_checks(args, workdir, mock_url, driver):
     store = os.path.join(workdir, "shared.db")
     files = sorted(f for f in glob.glob(os.path.join(SHARED, "sessions", "**", "*"), recursive=True)
                    if os.path.isfile(f) and not f.endswith(".md"))
-    subprocess.run([args.ctxd, "--store", store, "import", *files], check=True,
-                   stdout=subprocess.DEVNULL)
+    # One import per file: a format ctxd does not read yet (Gemini CLI's JSONL) is left out,
+    # any other failure fails the run.
+    imported = []
+    for f in files:
+        r = subprocess.run([args.ctxd, "--store", store, "import", f],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if r.returncode == 0:
+            imported.append(f)
+        elif "not a session file ctxd knows" not in r.stderr:
+            raise subprocess.CalledProcessError(r.returncode, r.args, stderr=r.stderr)
+    files = imported
     gw, base = serve(args.ctxd, store, mock_url, "127.0.0.1:0", workdir, "gateway-loopback")
     try:
         t = time.time()
