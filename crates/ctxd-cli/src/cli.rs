@@ -151,8 +151,8 @@ pub enum Command {
     /// A stored session's history: windows, items, read, search.
     #[command(subcommand)]
     History(crate::history_cmd::HistoryCommand),
-    /// The store itself: `copy` every session, note and setting from one store to another
-    /// (SQLite to PostgreSQL and back).
+    /// The store itself: `check` it (integrity, sizes), `vacuum` a SQLite store, `copy` every
+    /// session, note and setting from one store to another (SQLite to PostgreSQL and back).
     #[command(subcommand)]
     Store(crate::store_cmd::StoreCommand),
     /// An entry's raw content by id, whole, by --pattern or by lines (what `recall` returns).

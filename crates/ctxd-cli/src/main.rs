@@ -60,7 +60,7 @@ fn main() -> ExitCode {
         cli::Command::Import(args) => import_cmd::run(&args, &store),
         cli::Command::Notes(cmd) => notes_cmd::run(&cmd, &store),
         cli::Command::History(cmd) => history_cmd::run(&cmd, &store),
-        cli::Command::Store(cmd) => store_cmd::run(&cmd),
+        cli::Command::Store(cmd) => store_cmd::run(&cmd, &store),
         cli::Command::Recall(args) => recall_cmd::run(&args, &store),
         cli::Command::Mcp(args) => mcp_cmd::run(&args, &store),
         cli::Command::Eval(args) => eval_cmd::run(&args),

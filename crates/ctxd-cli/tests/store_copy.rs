@@ -191,3 +191,62 @@ fn postgres_round_trip() {
     psql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `ctxd store check` and `ctxd store vacuum` on a SQLite store: the integrity, the sessions
+/// and the sizes; a vacuum empties the WAL and never grows the file, and is refused while a
+/// gateway serves the store.
+#[test]
+fn check_and_vacuum_report_the_store_and_vacuum_waits_for_no_gateway() {
+    let dir = common::fresh_dir("store-vacuum");
+    let db = dir.join("s.db");
+    let db = db.to_str().unwrap();
+    filled(db);
+    let text = ok(db, &["store", "check"]);
+    assert!(
+        text.contains("3 sessions") && text.contains("integrity: ok"),
+        "{text}"
+    );
+    let checked: Value = serde_json::from_str(&ok(db, &["store", "check", "--json"])).unwrap();
+    assert_eq!(checked["sessions"], 3);
+    assert_eq!(checked["integrity"], "ok");
+    assert!(checked["wal_bytes"].is_u64(), "{checked}");
+
+    let done: Value = serde_json::from_str(&ok(db, &["store", "vacuum", "--json"])).unwrap();
+    assert_eq!(done["after"]["wal_bytes"], 0, "{done}");
+    assert!(
+        done["after"]["database_bytes"].as_u64() <= done["before"]["database_bytes"].as_u64(),
+        "{done}"
+    );
+    assert_eq!(done["after"]["sessions"], 3);
+    assert_eq!(done["after"]["integrity"], "ok");
+
+    // A gateway holds the store: vacuum is refused, the store untouched.
+    let mut gateway = common::ctxd()
+        .args(["--store", db, "serve", "--listen", "127.0.0.1:0"])
+        .env("CTXD_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(gateway.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.contains("listening on"), "{line}");
+    let refused = common::on_store(db, &["store", "vacuum"]);
+    let _ = gateway.kill();
+    let _ = gateway.wait();
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        why.contains("serves") && why.contains("stop it first"),
+        "{why}"
+    );
+    let text = ok(db, &["store", "check"]);
+    assert!(
+        text.contains("3 sessions") && text.contains("integrity: ok"),
+        "{text}"
+    );
+}

@@ -37,4 +37,4 @@ mod upstream;
 mod writer;
 
 pub use config::Settings;
-pub use server::{shutdown_signal, Gateway, Server, StartError};
+pub use server::{shutdown_signal, Gateway, ServeLock, Server, StartError};

@@ -108,6 +108,13 @@ impl SqliteStore {
         }
     }
 
+    /// Rewrite the database file without its free pages (`VACUUM`): the file shrinks to what
+    /// it holds. Needs the store to itself: no gateway serving it.
+    pub fn vacuum(&self) -> Result<(), StoreError> {
+        self.conn().execute_batch("VACUUM")?;
+        Ok(())
+    }
+
     /// `PRAGMA integrity_check`: `ok`, or what is wrong.
     pub fn integrity_check(&self) -> Result<String, StoreError> {
         let conn = self.conn();
