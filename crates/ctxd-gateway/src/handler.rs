@@ -288,6 +288,36 @@ impl Replan {
         policy::refit(&app.settings.management, self.policy, model, window)
     }
 
+    /// The provider refused this request (or its continuation) as too long: the turn ends as
+    /// an overflow, with what the provider stated of the window, and its drafts go to the
+    /// writer. The drafts' ids when a recovery window opened (once per failure chain), `None`
+    /// when none did and the refusal stands. Both the first call and a continuation go here.
+    pub async fn open_recovery_window(
+        &self,
+        app: &Arc<Gateway>,
+        slot: &Slot,
+        loaded: &mut Loaded,
+        caller: &Caller,
+    ) -> Option<Vec<String>> {
+        let policy = self.current_policy(app);
+        let (outcome, drafts) =
+            turn::end_turn(app, loaded, caller, &policy, TurnEnd::Overflow).await;
+        let ids = drafts
+            .iter()
+            .map(|d| d.entry.id.as_str().to_owned())
+            .collect();
+        if !drafts.is_empty() {
+            app.writer.send(Job::Append {
+                session: loaded.record.id,
+                entries: drafts,
+                expect_leaf: None,
+                stale: slot.stale.clone(),
+                ack: None,
+            });
+        }
+        outcome.reset.map(|_| ids)
+    }
+
     /// The `tools` edit of a body built now, and the tokens lazy tools leave out of it: a
     /// hidden round's `find_capability` shows in its continuation.
     pub fn tools_edit(&self, log: &SessionLog) -> (Option<Insert>, u64) {
@@ -702,18 +732,9 @@ async fn recover_overflow(
     }
     let loaded = state.as_mut()?;
     let caller = completion.caller().clone();
-    let policy = replan.current_policy(app);
-    let (outcome, drafts) = turn::end_turn(app, loaded, &caller, &policy, TurnEnd::Overflow).await;
-    if !drafts.is_empty() {
-        app.writer.send(Job::Append {
-            session: loaded.record.id,
-            entries: drafts,
-            expect_leaf: None,
-            stale: slot.stale.clone(),
-            ack: None,
-        });
-    }
-    outcome.reset.as_ref()?;
+    replan
+        .open_recovery_window(app, &slot, loaded, &caller)
+        .await?;
     let parts = match upstream_parts(&loaded.log, &replan.element_entries) {
         Ok(Some(parts)) => parts,
         Ok(None) | Err(_) => return None,

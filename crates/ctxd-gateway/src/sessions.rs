@@ -183,6 +183,8 @@ pub struct Sessions {
     clock: AtomicU64,
     capacity: usize,
     byte_budget: usize,
+    /// The slots' bytes as last weighed, summed (kept as they change: no walk per request).
+    cached: AtomicUsize,
     /// Bytes of previous request bodies kept (at most `byte_budget / RETAINED_SHARE`).
     retained: Arc<AtomicUsize>,
 }
@@ -194,22 +196,23 @@ impl Sessions {
             clock: AtomicU64::new(0),
             capacity: capacity.max(1),
             byte_budget,
+            cached: AtomicUsize::new(0),
             retained: Arc::new(AtomicUsize::new(0)),
         }
     }
 
     /// Record what `slot`'s loaded log holds now (after a request planned against it).
     pub fn weigh(&self, slot: &Slot, bytes: usize) {
-        slot.bytes.store(bytes, Ordering::Relaxed);
+        // Under the slots' lock: an eviction subtracting this slot's bytes sees either weight.
+        let _slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let old = slot.bytes.swap(bytes, Ordering::Relaxed);
+        self.cached.fetch_add(bytes, Ordering::Relaxed);
+        self.cached.fetch_sub(old, Ordering::Relaxed);
     }
 
     /// Bytes the loaded logs of every cached session hold, as last weighed.
     pub fn cached_bytes(&self) -> usize {
-        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        slots
-            .values()
-            .map(|s| s.bytes.load(Ordering::Relaxed))
-            .sum()
+        self.cached.load(Ordering::Relaxed)
     }
 
     /// Keep `prev` as `slot`'s latest request, within the bytes budget.
@@ -254,11 +257,7 @@ impl Sessions {
 
     /// Drop least recently used slots nobody holds while over the count or the byte budget.
     fn evict(&self, slots: &mut HashMap<(String, String), Arc<Slot>>) {
-        let mut bytes: usize = slots
-            .values()
-            .map(|s| s.bytes.load(Ordering::Relaxed))
-            .sum();
-        while slots.len() > self.capacity || bytes > self.byte_budget {
+        while slots.len() > self.capacity || self.cached_bytes() > self.byte_budget {
             let victim = slots
                 .iter()
                 .filter(|(_, s)| Arc::strong_count(s) == 1)
@@ -268,11 +267,12 @@ impl Sessions {
                 return;
             };
             if let Some(gone) = slots.remove(&k) {
-                bytes -= gone.bytes.load(Ordering::Relaxed);
+                self.cached
+                    .fetch_sub(gone.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
                 metrics::counter!("ctxd_sessions_evicted_total").increment(1);
             }
         }
-        metrics::gauge!("ctxd_session_cache_bytes").set(bytes as f64);
+        metrics::gauge!("ctxd_session_cache_bytes").set(self.cached_bytes() as f64);
     }
 
     pub fn len(&self) -> usize {

@@ -124,24 +124,18 @@ pub fn describe(e: &reqwest::Error) -> String {
         .map(String::as_str)
         .collect();
     if tail.is_empty() {
-        format!("{kind}: {}", e.without_url_ref())
+        format!("{kind}: {}", without_url(e))
     } else {
         format!("{kind}: {}", tail.join(": "))
     }
 }
 
-/// `reqwest::Error` without its URL, by reference.
-trait WithoutUrlRef {
-    fn without_url_ref(&self) -> String;
-}
-
-impl WithoutUrlRef for reqwest::Error {
-    fn without_url_ref(&self) -> String {
-        let text = self.to_string();
-        match self.url() {
-            Some(url) => text.replace(&format!(" for url ({url})"), ""),
-            None => text,
-        }
+/// `e`'s message without its URL.
+fn without_url(e: &reqwest::Error) -> String {
+    let text = e.to_string();
+    match e.url() {
+        Some(url) => text.replace(&format!(" for url ({url})"), ""),
+        None => text,
     }
 }
 

@@ -352,24 +352,10 @@ impl Context {
             return None;
         }
         let loaded = state.as_mut()?;
-        let policy = self.replan.current_policy(&self.app);
-        let (outcome, drafts) =
-            crate::turn::end_turn(&self.app, loaded, &self.caller, &policy, TurnEnd::Overflow)
-                .await;
-        let covered: Vec<String> = drafts
-            .iter()
-            .map(|d| d.entry.id.as_str().to_owned())
-            .collect();
-        if !drafts.is_empty() {
-            self.app.writer.send(Job::Append {
-                session: loaded.record.id,
-                entries: drafts,
-                expect_leaf: None,
-                stale: self.slot.stale.clone(),
-                ack: None,
-            });
-        }
-        outcome.reset.as_ref()?;
+        let covered = self
+            .replan
+            .open_recovery_window(&self.app, &self.slot, loaded, &self.caller)
+            .await?;
         let body = self.continuation_body(&loaded.log).ok()?;
         self.advance(&loaded.log, covered);
         Some(body)
