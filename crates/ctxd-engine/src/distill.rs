@@ -33,7 +33,11 @@ use std::time::{Duration, Instant};
 use futures_util::stream::{self, StreamExt};
 
 use ctxd_core::distill::record::Usage;
-use ctxd_core::distill::{local, Answer, Batch, Missing, Plan};
+use ctxd_core::distill::{local, Answer, Batch, Config, Decisions, Missing, Phase, Plan};
+use ctxd_core::model::{ContentBlock, EntryKind, Role, Session};
+use ctxd_store::NewEntry;
+
+use crate::turn::{hash, SessionLog};
 
 /// One pass's shared view for a classifier: the plan, and what a classifier prepares once per
 /// pass (the local classifier's citation index).
@@ -373,4 +377,80 @@ mod tests {
         assert!(d.edits.is_empty());
         assert!(d.results.iter().all(|r| r.reason == "timeout"));
     }
+}
+
+/// The phase of a pass at the end of `branch`: a run end after an answer without tool calls,
+/// a mid-run checkpoint after one with calls; `None` when the branch does not end with an
+/// answer (an abort, a failed turn). Passes follow every recorded answer, the gateway's and
+/// `ctxd eval`'s alike.
+pub fn phase_at_end(log: &SessionLog, branch: &[usize]) -> Option<Phase> {
+    let last = branch
+        .iter()
+        .rev()
+        .find_map(|&p| match &log.entry(p)?.kind {
+            EntryKind::Message(m) if m.role != Role::System && m.role != Role::Developer => Some(m),
+            _ => None,
+        })?;
+    if last.role != Role::Assistant {
+        return None;
+    }
+    let calls = last
+        .content
+        .iter()
+        .any(|b| matches!(b, ContentBlock::ToolCall { .. }));
+    Some(if calls { Phase::MidRun } else { Phase::RunEnd })
+}
+
+/// A pass decided: the entries to land (edits, then the record) and the decisions behind
+/// them (what `ctxd eval` attributes a hidden line to).
+#[derive(Debug)]
+pub struct PassOutcome {
+    pub drafts: Vec<EntryKind>,
+    pub decisions: Decisions,
+    pub usage: Usage,
+}
+
+/// One distillation pass over `session`'s `branch` (root first, ending at an answer): plan,
+/// ask `classifier` within `limits`, decide. `None` when there is nothing to judge.
+pub async fn run_pass<C: Classifier>(
+    classifier: &C,
+    session: &Session,
+    branch: &[usize],
+    config: &Config,
+    phase: Phase,
+    limits: &Limits,
+) -> Option<PassOutcome> {
+    let plan = ctxd_core::distill::plan(session, branch, config, phase);
+    if plan.is_empty() {
+        return None;
+    }
+    let answered = ask(classifier, &plan, limits).await;
+    let decisions = ctxd_core::distill::decide(session, &plan, &answered.answers, config);
+    let drafts = decisions.drafts(classifier.name(), answered.usage, answered.timed_out);
+    Some(PassOutcome {
+        drafts,
+        decisions,
+        usage: answered.usage,
+    })
+}
+
+/// A pass's drafts appended under `log`'s leaf (before the session's next request is
+/// planned, or at once when the session is idle): the entries for the store, in order.
+pub fn land(log: &mut SessionLog, drafts: Vec<EntryKind>, now: &str) -> Vec<NewEntry> {
+    let stamp = Some(now.to_owned());
+    let mut parent = log.leaf();
+    drafts
+        .into_iter()
+        .enumerate()
+        .map(|(i, kind)| {
+            let tag = match &kind {
+                EntryKind::ContextEdit { target, .. } => format!("distill {target}"),
+                _ => format!("distill record {i}"),
+            };
+            let (pos, entry) =
+                log.append_under(parent, "distill", &hash::text(&tag), kind, stamp.clone());
+            parent = Some(pos);
+            NewEntry::new(entry)
+        })
+        .collect()
 }

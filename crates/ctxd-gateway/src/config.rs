@@ -222,43 +222,7 @@ impl<'de> Deserialize<'de> for ToolsSetting {
     }
 }
 
-/// Which management mechanisms act. All on by default: they are what keeps a long session
-/// inside its window (reminders warn the model; resets fold the old window away; distillation
-/// takes the tool outputs the work no longer needs out of its view).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Mechanisms {
-    /// The budget's early reminder and final warning.
-    pub reminders: bool,
-    /// Threshold resets and overflow recovery.
-    pub resets: bool,
-    /// Distillation passes at turn ends (only where the model is offered `recall`, which
-    /// every replacement text names).
-    pub distill: bool,
-    /// Shell outputs above `digest-min-tokens` replaced by a digest before the model first
-    /// sees them.
-    pub digests: bool,
-    /// Meta-amnesia: a round of read-like results judged all drops is taken out of the
-    /// request while it is the tail. Off by default: measured on the shared sessions it costs
-    /// retention (`ctxd eval`, README).
-    pub amnesia: bool,
-    /// Lazy tools: only the agent's base set of the client's tools and `find_capability` go
-    /// upstream. Off by default: each change of the set rewrites the provider's whole cached
-    /// prompt (README).
-    pub lazy_tools: bool,
-}
-
-impl Default for Mechanisms {
-    fn default() -> Self {
-        Mechanisms {
-            reminders: true,
-            resets: true,
-            distill: true,
-            digests: true,
-            amnesia: false,
-            lazy_tools: false,
-        }
-    }
-}
+pub use ctxd_engine::turn::Mechanisms;
 
 /// An agent's departures from the default [`Mechanisms`] and tools.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]

@@ -32,10 +32,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use ctxd_core::distill::{self, Config, Phase};
-use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Role, Session, SessionMeta};
-use ctxd_engine::distill::{ask, Classifier, Configured, Limits};
-use ctxd_engine::turn::hash;
+use ctxd_core::distill::{Config, Phase};
+use ctxd_core::model::{Entry, EntryId, EntryKind, Session, SessionMeta};
+use ctxd_engine::distill::{land, phase_at_end, run_pass, Configured, Limits};
 use ctxd_engine::turn::SessionLog;
 use ctxd_store::NewEntry;
 
@@ -43,27 +42,6 @@ use crate::sessions::{Loaded, Slot};
 use crate::writer::{Job, WriterHandle};
 use ctxd_core::pace::Pacer;
 use ctxd_engine::background::{lowest_priority, thread_cpu};
-
-/// The phase of a pass at the end of `branch`: a run end after an answer without tool calls,
-/// a mid-run checkpoint after one with calls; `None` when the branch does not end with an
-/// answer (an abort, a failed turn).
-pub(crate) fn phase_at_end(log: &SessionLog, branch: &[usize]) -> Option<Phase> {
-    let last = branch
-        .iter()
-        .rev()
-        .find_map(|&p| match &log.entry(p)?.kind {
-            EntryKind::Message(m) if m.role != Role::System && m.role != Role::Developer => Some(m),
-            _ => None,
-        })?;
-    if last.role != Role::Assistant {
-        return None;
-    }
-    let calls = last
-        .content
-        .iter()
-        .any(|b| matches!(b, ContentBlock::ToolCall { .. }));
-    Some(if calls { Phase::MidRun } else { Phase::RunEnd })
-}
 
 /// Where a pass's edits are committed from: the request runtime (the landing takes the
 /// session's lock; at the passes' lowest priority it could hold a request up), the store
@@ -472,20 +450,21 @@ async fn pass(
         ..base.clone()
     };
     let branch: Vec<usize> = (0..session.entries.len()).collect();
-    let plan = distill::plan(&session, &branch, &config, phase);
-    let ready = if plan.is_empty() {
-        None
-    } else {
-        let answered = ask(classifier, &plan, &Limits::default()).await;
-        let decisions = distill::decide(&session, &plan, &answered.answers, &config);
-        let drafts = decisions.drafts(classifier.name(), answered.usage, answered.timed_out);
-        Some(Ready {
-            drafts,
-            leaf,
-            edits: decisions.edits.len(),
-            saved_chars: decisions.saved_chars,
-        })
-    };
+    let ready = run_pass(
+        classifier,
+        &session,
+        &branch,
+        &config,
+        phase,
+        &Limits::default(),
+    )
+    .await
+    .map(|pass| Ready {
+        edits: pass.decisions.edits.len(),
+        saved_chars: pass.decisions.saved_chars,
+        drafts: pass.drafts,
+        leaf,
+    });
     let mirror = Mirror {
         positions,
         entries: session.entries,
@@ -508,23 +487,8 @@ pub(crate) fn apply_ready(slot: &Slot, loaded: &mut Loaded) -> Vec<NewEntry> {
         metrics::counter!("ctxd_distill_passes_total", "outcome" => "dropped").increment(1);
         return Vec::new();
     }
-    let stamp = Some(ctxd_core::windows::iso8601(ctxd_engine::now_ms()));
-    let mut parent = log.leaf();
-    let entries: Vec<NewEntry> = ready
-        .drafts
-        .into_iter()
-        .enumerate()
-        .map(|(i, kind)| {
-            let tag = match &kind {
-                EntryKind::ContextEdit { target, .. } => format!("distill {target}"),
-                _ => format!("distill record {i}"),
-            };
-            let (pos, entry) =
-                log.append_under(parent, "distill", &hash::text(&tag), kind, stamp.clone());
-            parent = Some(pos);
-            NewEntry::new(entry)
-        })
-        .collect();
+    let now = ctxd_core::windows::iso8601(ctxd_engine::now_ms());
+    let entries = land(log, ready.drafts, &now);
     if ready.edits > 0 {
         metrics::counter!("ctxd_distill_passes_total", "outcome" => "edited").increment(1);
         metrics::counter!("ctxd_distill_saved_chars_total").increment(ready.saved_chars as u64);
@@ -535,7 +499,7 @@ pub(crate) fn apply_ready(slot: &Slot, loaded: &mut Loaded) -> Vec<NewEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ctxd_core::model::Message;
+    use ctxd_core::model::{Message, Role};
 
     fn entry(id: &str, parent: Option<&str>) -> Entry {
         Entry {

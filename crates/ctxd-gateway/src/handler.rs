@@ -13,9 +13,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use ctxd_core::model::{Role, SessionMeta};
 use ctxd_core::view::ProjectionError;
-use ctxd_engine::turn::{
-    completes_batch, hash, plan_request, upstream, upstream_parts, SessionLog,
-};
+use ctxd_engine::turn::{hash, upstream_parts, SessionLog};
 use ctxd_engine::windows::{TurnEnd, WindowPolicy};
 use ctxd_engine::{now_ms, Caller};
 use futures_util::{Stream, StreamExt};
@@ -24,7 +22,6 @@ use tracing::Instrument;
 
 use crate::api::Api;
 use crate::budget;
-use crate::config::ToolsSetting;
 use crate::identity;
 use crate::policy;
 use crate::relay::{Completion, Outcome, Relay};
@@ -324,7 +321,7 @@ impl Replan {
         if self.lazy.is_none() {
             return (self.insert.clone(), 0);
         }
-        tools_edit(
+        turn::tools_edit(
             &self.req,
             &self.decoded,
             &self.offer,
@@ -332,21 +329,6 @@ impl Replan {
             log,
         )
     }
-}
-
-/// The `tools` edit of a body (ctxd's definitions; with lazy tools, the selection the log
-/// gives now) and the tokens lazy tools leave out.
-fn tools_edit(
-    req: &ParsedRequest,
-    body: &[u8],
-    offer: &Offer,
-    lazy: Option<&crate::lazy::Lazy>,
-    log: &SessionLog,
-) -> (Option<Insert>, u64) {
-    let kept = lazy.map(|l| l.kept(log));
-    let ranges = kept.as_ref().map(|k| k.ranges.as_slice());
-    let insert = crate::served::inject(req, body, offer, ranges);
-    (insert, kept.map_or(0, |k| k.avoided))
 }
 
 pub(crate) async fn conversation(
@@ -490,12 +472,8 @@ async fn prepare(
     };
     // A finished distillation pass's edits go under the previous turn, before this request;
     // a turn end that came while that pass ran gets its own now.
-    let distilled = crate::distill::apply_ready(&slot, loaded);
+    let landed = crate::distill::apply_ready(&slot, loaded);
     app.distiller.catch_up(&slot, loaded);
-    let now = ctxd_core::windows::iso8601(now_ms());
-    let mut plan = plan_request(&mut loaded.log, &req.with_body(&decoded), &now);
-    app.sessions.weigh(&slot, loaded.log.approx_bytes());
-    let management = &app.settings.management;
     // A Responses request continuing a conversation the provider keeps shows ctxd only its new
     // input: recorded, never managed (no tools of ctxd's, no rewrite), and the client is told.
     let unmanaged = req
@@ -505,79 +483,44 @@ async fn prepare(
     if unmanaged.is_some() {
         warn_unmanaged_once();
     }
-    let record_only = management.record_only || unmanaged.is_some();
-    let agent_name = caller.agent.as_deref().unwrap_or("sdk");
-    let offer = if record_only || matches!(management.tools_for(agent_name), ToolsSetting::None) {
-        Offer::default()
-    } else {
-        let client = crate::served::client_tool_names(&req, &decoded);
-        Offer::new(management, agent_name, client.iter().map(String::as_str))
-    };
-    // Lazy tools: the client's tools beyond the base set wait for `find_capability`.
-    let lazy =
-        crate::lazy::Lazy::new(management, agent_name, &req, &decoded).filter(|_| !record_only);
-    let offer = if lazy.is_some() {
-        offer.with_find_capability()
-    } else {
-        offer
-    };
+    let record_only = app.settings.management.record_only || unmanaged.is_some();
     let beta_1m = policy::wants_1m_context(headers);
-    let window = policy::RequestWindow {
-        beta_1m,
-        learned: crate::learned::window(app, req.model.as_deref(), beta_1m),
+    let counter = turn::counter_for(caller.model.clone());
+    let planned = turn::plan_turn(
+        &app.settings,
+        &turn::services(app, &counter),
+        loaded,
+        &mut caller,
+        turn::TurnRequest {
+            api,
+            req: &req,
+            decoded: &decoded,
+            beta_1m,
+            learned: crate::learned::window(app, req.model.as_deref(), beta_1m),
+            record_only,
+            landed,
+            now_ms: now_ms(),
+        },
+    )
+    .await;
+    app.sessions.weigh(&slot, loaded.log.approx_bytes());
+    let mut planned = match planned {
+        Ok(planned) => planned,
+        Err((ProjectionError::MissingBoot { .. }, window)) => {
+            drop(state);
+            return Err(repair_and_retry_hint(app, api, &slot, &caller, window.tools).await);
+        }
     };
-    let policy = policy::window_policy(
-        management,
-        agent_name,
-        req.model.as_deref(),
-        window,
-        loaded.log.accepted_tokens(),
-        offer.model_tools(),
-    );
-    let policy = if record_only {
-        policy::unmanaged(policy)
-    } else {
-        policy
-    };
-    caller.policy = Some(policy);
-    let mut appended = distilled;
-    appended.append(&mut plan.appended);
-    // Write calls whose results this request brings: their content stripped at the tail.
-    if !record_only {
-        appended.extend(ctxd_engine::turn::strip_writes(
-            &mut loaded.log,
-            &management.write_facts,
-            &plan.element_entries[plan.matched..],
-            &now,
-        ));
-    }
-    // Shell outputs above the threshold go to the model as digests from their first request
-    // on: the edits follow the request's elements, before the turn end.
-    if !record_only && management.mechanisms_for(agent_name).digests {
-        let recall = policy.tools.recall;
-        appended.extend(crate::digest::apply(app, loaded, &plan, &caller, recall, &now).await);
-    }
-    // Read-like results judged when they first arrive; a round of drops at the tail is taken
-    // out of this request and every later one (before the turn end, whose reminder goes after).
-    if !record_only && management.mechanisms_for(agent_name).amnesia {
-        appended.extend(crate::amnesia::apply(app, loaded, &plan, &caller, &now).await);
-    }
-    // The results that complete a tool batch end the turn that called the tools (the seed's
-    // `turn_end`): its reminder and a due reset are committed after them, before projecting.
-    if !record_only && completes_batch(&loaded.log, &plan.element_entries[plan.matched..]) {
-        let (_, drafts) = turn::end_turn(app, loaded, &caller, &policy, TurnEnd::Completed).await;
-        appended.extend(drafts);
-    }
-    let appended_count = appended.len();
+    let appended_count = planned.appended.len();
     if appended_count > 0 {
         app.writer.send(Job::Append {
             session: loaded.record.id,
-            entries: appended,
+            entries: std::mem::take(&mut planned.appended),
             expect_leaf: None,
             stale: slot.stale.clone(),
             ack: None,
         });
-    } else if let Some(leaf) = plan.moved_leaf.clone() {
+    } else if let Some(leaf) = planned.plan.moved_leaf.clone() {
         app.writer.send(Job::SetLeaf {
             session: loaded.record.id,
             leaf,
@@ -585,111 +528,60 @@ async fn prepare(
             ack: None,
         });
     }
-    let upstream = if record_only {
-        None
-    } else {
-        match upstream(&loaded.log, &plan.element_entries) {
-            Ok(upstream) => upstream,
-            Err(ProjectionError::MissingBoot { .. }) => {
-                drop(state);
-                return Err(repair_and_retry_hint(app, api, &slot, &caller, policy.tools).await);
-            }
-        }
-    };
     let attach = leaf_id(&loaded.log);
-    let (insert, avoided) = tools_edit(&req, &decoded, &offer, lazy.as_ref(), &loaded.log);
-    let measured = crate::stats::measure(
-        loaded,
-        upstream.is_some(),
-        insert.as_ref(),
-        avoided,
-        req.model.as_deref(),
-    );
     tracing::debug!(
         session = loaded.record.id,
-        matched = plan.matched,
+        matched = planned.plan.matched,
         appended = appended_count,
-        rewritten = upstream.is_some(),
+        rewritten = planned.rewritten,
         read_us,
         settled_us,
         locked_us,
         planned_us = started.elapsed().as_micros() as u64,
         "planned"
     );
-    // Anthropic breakpoints: planned on a conversation ctxd rewrites, recorded on every
-    // request that has any (the client's own where its messages go as they are).
-    let cache = (api == Api::Anthropic)
-        .then(|| {
-            crate::cache::prepare(
-                loaded,
-                &decoded,
-                upstream.as_ref(),
-                &plan.element_entries,
-                req.model.as_deref(),
-                app.settings.cache_plan,
-            )
-        })
-        .flatten();
     drop(state);
 
-    let (upstream_body, encoded, rewritten) = match (upstream.as_ref(), &insert) {
-        (None, None) => (raw, true, false),
-        (upstream, insert) => (
-            Bytes::from(splice(
-                &req,
-                &decoded,
-                upstream.map(|u| u.parts.as_slice()),
-                insert.as_ref(),
-            )),
-            false,
-            true,
-        ),
+    let (upstream_body, encoded) = match planned.body.take() {
+        Some(body) => (Bytes::from(body), false),
+        None => (raw, true),
     };
-    let (upstream_body, encoded, rewritten, cache_record) = match cache {
-        Some(prepared) => match prepared.finish(&upstream_body) {
-            (Some(body), record) => (Bytes::from(body), false, true, record),
-            (None, record) => (upstream_body, encoded, rewritten, record),
-        },
-        None => (upstream_body, encoded, rewritten, None),
-    };
-    if rewritten {
+    if planned.rewritten {
         metrics::counter!("ctxd_rewritten_total", "route" => api.route()).increment(1);
     }
+    let policy = planned.policy;
     let replan = (!record_only).then(|| Replan {
         req,
         decoded,
-        element_entries: std::mem::take(&mut plan.element_entries),
-        policy,
+        element_entries: std::mem::take(&mut planned.plan.element_entries),
+        policy: policy.window,
         beta_1m,
-        insert,
-        offer: offer.clone(),
-        lazy,
+        insert: planned.insert,
+        offer: planned.offer.clone(),
+        lazy: planned.lazy,
     });
-    // Distillation's replacement texts name `recall`: only where the model has it.
-    let distill =
-        !record_only && management.mechanisms_for(agent_name).distill && policy.tools.recall;
     let mut completion = Completion::new(
         app.clone(),
         slot,
         caller,
-        policy,
-        distill,
+        policy.window,
+        policy.distills(),
         attach,
         api,
         started,
         started.elapsed(),
     );
-    completion.measured(measured);
-    completion.cached(cache_record);
+    completion.measured(planned.measured);
+    completion.cached(planned.cache);
     Ok(Planned {
         unmanaged,
         upstream_body,
         encoded,
-        rewritten,
+        rewritten: planned.rewritten,
         completion,
         replan,
         bodies: held,
-        offer,
+        offer: planned.offer,
     })
 }
 

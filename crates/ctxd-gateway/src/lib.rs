@@ -8,13 +8,11 @@
 //! while it is assembled and recorded ([`relay`]). The gateway is the adapter: HTTP, streaming,
 //! the splice and the store's writer.
 
-mod amnesia;
 pub mod api;
 mod budget;
 mod cache;
 mod checkpoints;
 pub mod config;
-mod digest;
 mod distill;
 mod handler;
 pub mod identity;
@@ -31,7 +29,7 @@ pub mod served;
 mod server;
 mod sessions;
 pub mod stats;
-mod turn;
+pub mod turn;
 pub mod ui;
 mod upstream;
 mod writer;

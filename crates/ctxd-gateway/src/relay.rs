@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use ctxd_core::model::EntryId;
-use ctxd_engine::turn::{record_response, record_view, ResponseElement};
+use ctxd_engine::turn::{record_view, ResponseElement};
 use ctxd_engine::windows::{TurnEnd, WindowPolicy};
 use ctxd_engine::{now_ms, Caller};
 use ctxd_formats::wire::stream::{Assembled, Assembler, SseParser, StreamError};
@@ -292,10 +292,11 @@ impl TurnRecord {
                 return;
             };
             // The response and the boundary's drafts go to the store as one batch.
-            let mut batch = Vec::new();
-            let mut leaf = None;
-            let now = ctxd_core::windows::iso8601(now_ms());
-            let end = match (outcome, hidden) {
+            let now_ms = now_ms();
+            let now = ctxd_core::windows::iso8601(now_ms);
+            let counter = crate::turn::counter_for(caller.model.clone());
+            let svc = crate::turn::services(&app, &counter);
+            let (batch, leaf) = match (outcome, hidden) {
                 (Outcome::Response(assembled), None) => {
                     app.mcp_seen.note(
                         &caller.tenant,
@@ -309,16 +310,21 @@ impl TurnRecord {
                             })
                         }),
                     );
-                    (batch, leaf) = record_response(
-                        &mut loaded.log,
+                    crate::turn::record_answer(
+                        &svc,
+                        loaded,
+                        &caller,
+                        &policy,
                         attach.as_ref(),
                         elements(assembled),
-                        &now,
-                    );
-                    TurnEnd::Completed
+                        request.as_ref(),
+                        cache.as_ref(),
+                        now_ms,
+                    )
+                    .await
                 }
                 (Outcome::Response(view), Some(Hidden { covered, last })) => {
-                    batch = record_view(
+                    let shown = record_view(
                         &mut loaded.log,
                         attach.as_ref(),
                         covered,
@@ -326,23 +332,30 @@ impl TurnRecord {
                         elements(view),
                         &now,
                     );
-                    TurnEnd::Completed
+                    let batch = crate::turn::after_answer(
+                        &svc,
+                        loaded,
+                        &caller,
+                        &policy,
+                        shown,
+                        request.as_ref(),
+                        cache.as_ref(),
+                        now_ms,
+                    )
+                    .await;
+                    (batch, None)
                 }
-                (Outcome::Aborted, _) => TurnEnd::Aborted,
+                (Outcome::Aborted, _) => {
+                    let (_, entries) =
+                        crate::turn::end_turn(&app, loaded, &caller, &policy, TurnEnd::Aborted)
+                            .await;
+                    (entries, None)
+                }
                 (Outcome::Failed, _) => {
                     let _ = done.send(Ok(()));
                     return;
                 }
             };
-            if let Some(r) = request.filter(|_| matches!(end, TurnEnd::Completed)) {
-                batch.push(crate::stats::append(loaded, &r));
-            }
-            if let Some(r) = cache.filter(|_| matches!(end, TurnEnd::Completed)) {
-                batch.push(crate::cache::append(loaded, &r));
-            }
-            // An answer that called tools ends no turn: the boundary comes with their results.
-            let (_, entries) = crate::turn::end_turn(&app, loaded, &caller, &policy, end).await;
-            batch.extend(entries);
             let session = loaded.record.id;
             let stale = slot.stale.clone();
             // Committed here when nothing else is writing (no hand-off to the writer thread);

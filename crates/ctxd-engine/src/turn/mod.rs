@@ -1,5 +1,7 @@
 //! A turn's lifecycle over the session view the gateway hands the engine ([`SessionView`]: the
 //! session's record and its indexed log, including writes still queued for the store).
+//! [`prepare_turn`] runs a request's steps 1 to 4 in their one order (the gateway and
+//! `ctxd eval` both call it), under a [`TurnPolicy`] that says which mechanisms act.
 //!
 //! 1. [`plan_request`]: the client's request ([`ClientRequest`]) mapped onto the log; what is
 //!    new appended ([`RequestPlan`]).
@@ -24,6 +26,7 @@ mod end;
 pub mod hash;
 pub mod log;
 mod plan;
+mod prepare;
 mod project;
 mod record;
 mod writes;
@@ -33,6 +36,9 @@ use ctxd_store::SessionRecord;
 pub use end::{completes_batch, end_turn};
 pub use log::SessionLog;
 pub use plan::{plan_request, ClientRequest, RequestPlan};
+pub use prepare::{
+    end, prepare_turn, Mechanisms, PreparedTurn, Services, TurnPolicy, TurnSettings,
+};
 pub use project::{breakpoints, upstream, upstream_parts, Part, Upstream};
 pub use record::{
     branch_ids_after, record_events, record_response, record_results, record_view, ResponseElement,
