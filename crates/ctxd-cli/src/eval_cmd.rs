@@ -2,8 +2,12 @@
 //! policies, measured against sending everything and against keep-the-last-N-outputs masking
 //! (see [`replay`] for what each figure means).
 
+mod bounds;
 mod mechanisms;
 mod replay;
+mod split;
+mod sweep;
+mod terms;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -26,7 +30,7 @@ pub struct EvalArgs {
     /// (`*.jsonl`, `*.json`, `*.traj`).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
-    /// Print JSON (schema `ctxd.eval/1`): per session and in total, with every miss.
+    /// Print JSON (schema `ctxd.eval/2`): per session and in total, with every miss.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -47,9 +51,8 @@ pub struct EvalArgs {
     /// Read-like results under this many tokens are retained unjudged [default: 250].
     #[arg(long, value_name = "TOKENS")]
     pub amnesia_min_tokens: Option<u64>,
-    /// Count what lazy tools would leave out of each request: the recorded tool definitions
-    /// beyond the agent's base set (`ctxd serve`'s defaults) and the tools used since the last
-    /// prompt. Only gateway captures record definitions; agents' session files do not.
+    /// Lazy tools on, as `ctxd serve`'s agents table turns them on: only the agent's base set
+    /// of the client's tools and `find_capability` go upstream.
     #[arg(long)]
     pub lazy_tools: bool,
     /// The baseline: keep the last N tool outputs, mask older ones (SWE-agent's rule).
@@ -71,11 +74,80 @@ pub struct EvalArgs {
     /// --distill-exclude-tools`.
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     pub distill_exclude_tools: Vec<String>,
+    /// The API the requests are sent in [default: the agent's own: Anthropic Messages for
+    /// Claude Code and Pi, Responses for Codex, Chat Completions for the others].
+    #[arg(long, value_enum)]
+    pub api: Option<ApiArg>,
+    /// The model the requests name (its window and tokenizer) [default: the session's, else
+    /// claude-sonnet-4-5].
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Send each request at once after the previous answer, as a fast model does: a turn's
+    /// distillation pass then lands one request later (by default the model's think time lets
+    /// it finish before the next request, as `ctxd serve --distill-wait-ms` makes sure).
+    #[arg(long)]
+    pub back_to_back: bool,
+    /// Write each upstream request's measure here, one JSON line per request (bytes, BLAKE3,
+    /// tokens of the system prompt, the tools and each message): what the equivalence test
+    /// compares with the bodies `ctxd serve` sent.
+    #[arg(long, value_name = "FILE")]
+    pub requests: Option<PathBuf>,
+    /// Replay at each of these values of a setting instead, one row per point (tokens, cost,
+    /// visible and recoverable retention, cost with recall): `exchange-omit`, `chunk-keep`,
+    /// `none-threshold`, `max-keep-ratio`, `small-min-chars`, `min-result-chars`. Repeat for every combination.
+    #[arg(long, value_name = "SETTING=V1,V2,...", conflicts_with = "mechanisms")]
+    pub sweep: Vec<sweep::Sweep>,
+    /// The tuning/test split of the sessions (a TOML file with `tune` and `test` lists of
+    /// paths; the repository's is `eval/split.toml`): with `--half`, only that half's files.
+    #[arg(long, value_name = "FILE", requires = "half")]
+    pub split: Option<PathBuf>,
+    /// `tune` or `test`: the half of `--split` to replay.
+    #[arg(long, value_enum, requires = "split")]
+    pub half: Option<split::Half>,
     /// Measure each mechanism on and off instead: every mechanism alone, all of them together
     /// (meta-amnesia included), and all but each one; a table of tokens saved, cost saved,
     /// retention and estimated cache hit rate (the switches above set only the thresholds).
     #[arg(long, conflicts_with_all = ["no_digests", "no_write_facts", "amnesia", "no_amnesia"])]
     pub mechanisms: bool,
+}
+
+/// `--api`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApiArg {
+    Anthropic,
+    Chat,
+    Responses,
+}
+
+impl ApiArg {
+    fn api(self) -> ctxd_gateway::api::Api {
+        match self {
+            ApiArg::Anthropic => ctxd_gateway::api::Api::Anthropic,
+            ApiArg::Chat => ctxd_gateway::api::Api::Chat,
+            ApiArg::Responses => ctxd_gateway::api::Api::Responses,
+        }
+    }
+}
+
+/// The API a session's agent speaks.
+fn api_of(args: &EvalArgs, session: &ctxd_core::model::Session) -> ctxd_gateway::api::Api {
+    use ctxd_core::model::Agent;
+    if let Some(a) = args.api {
+        return a.api();
+    }
+    match session.meta.agent {
+        Some(Agent::ClaudeCode | Agent::Pi) => ctxd_gateway::api::Api::Anthropic,
+        Some(Agent::Codex) => ctxd_gateway::api::Api::Responses,
+        _ => ctxd_gateway::api::Api::Chat,
+    }
+}
+
+/// The model a session's requests name.
+fn model_of(args: &EvalArgs, session: &ctxd_core::model::Session) -> String {
+    args.model
+        .clone()
+        .or_else(|| session.meta.model.clone())
+        .unwrap_or_else(|| "claude-sonnet-4-5".to_owned())
 }
 
 /// Which of ctxd's mechanisms a replay runs.
@@ -130,25 +202,51 @@ struct Total {
     all: Sent,
     ctxd: Sent,
     last_n: Sent,
+    ctxd_cost_with_recall: f64,
+    bounds: bounds::Measured,
     retention_ctxd: Retention,
     retention_last_n: Retention,
     passes: usize,
     edits: usize,
-    write_facts: usize,
-    write_facts_tokens: u64,
-    digests: usize,
-    digest_saved_tokens: u64,
-    amnesia_judged: usize,
-    amnesia_dropped: usize,
-    amnesia_rounds: usize,
-    amnesia_saved_tokens: u64,
-    lazy_tools_tokens: u64,
+    windows: usize,
+    edited: std::collections::BTreeMap<String, usize>,
+    saved_by: std::collections::BTreeMap<&'static str, i64>,
+    /// Misses by the mechanism that hid the line.
+    misses_by: std::collections::BTreeMap<String, usize>,
     /// The classifier's requests, input tokens, cost and time over every pass.
     classifier: Usage,
     classifier_ms: f64,
     policy_ms: f64,
     seconds: f64,
     mb_per_second: f64,
+}
+
+impl Total {
+    fn add(&mut self, o: &Outcome) {
+        self.requests += o.requests;
+        self.all.add(&o.all);
+        self.ctxd.add(&o.ctxd);
+        self.last_n.add(&o.last_n);
+        self.ctxd_cost_with_recall += o.ctxd_cost_with_recall;
+        self.bounds.add(&o.bounds);
+        self.retention_ctxd.add(&o.retention_ctxd);
+        self.retention_last_n.add(&o.retention_last_n);
+        self.passes += o.passes;
+        self.edits += o.edits;
+        self.windows += o.windows;
+        for (k, v) in &o.edited {
+            *self.edited.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &o.saved_by {
+            *self.saved_by.entry(k).or_default() += v;
+        }
+        for m in &o.misses {
+            *self.misses_by.entry(m.mechanism.clone()).or_default() += 1;
+        }
+        self.classifier.add(&o.classifier);
+        self.classifier_ms += o.classifier_us as f64 / 1_000.0;
+        self.policy_ms += o.policy_us as f64 / 1_000.0;
+    }
 }
 
 #[derive(Serialize)]
@@ -192,7 +290,12 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
             .and_then(|e| e.to_str())
             .is_some_and(|e| matches!(e, "jsonl" | "json" | "traj"))
         {
-            out.push(p);
+            // A file found in a directory that ctxd cannot read (a format not supported yet)
+            // is left out with a note; one named on the command line is an error.
+            match load::import(&p) {
+                Ok(_) => out.push(p),
+                Err(e) => eprintln!("ctxd eval: left out {}: {e:#}", p.display()),
+            }
         }
     }
     Ok(())
@@ -232,35 +335,54 @@ fn amnesia_config(
     Ok(on.then_some(cfg))
 }
 
-/// The replay's options for one session with `switches` on.
+/// The gateway's settings for a replay with `switches` on: `ctxd serve`'s defaults, the
+/// mechanisms and thresholds the flags name.
+fn settings(args: &EvalArgs, switches: Switches) -> anyhow::Result<ctxd_gateway::Settings> {
+    // The replay keeps its log in memory: the store named here is never opened.
+    let mut s = ctxd_gateway::Settings::new(":memory:");
+    s.management.mechanisms.distill = switches.distill;
+    s.management.mechanisms.digests = switches.digests;
+    s.management.mechanisms.amnesia = switches.amnesia;
+    s.management.mechanisms.lazy_tools = args.lazy_tools;
+    s.management.write_facts = ctxd_core::wm::writes::Settings {
+        enabled: switches.write_facts,
+        min_bytes: args.write_facts_min_bytes,
+    };
+    if let Some(cfg) = digest_config(args, true)? {
+        s.digest = cfg;
+    }
+    if let Some(cfg) = amnesia_config(args, true)? {
+        s.amnesia = cfg;
+    }
+    s.exchange_omit = args.exchange_omit;
+    s.distill_exclude_tools = args.distill_exclude_tools.clone();
+    Ok(s)
+}
+
+/// The replay's options for one session.
 fn options<'a, C>(
     args: &EvalArgs,
-    switches: Switches,
+    settings: &'a ctxd_gateway::Settings,
+    session: &ctxd_core::model::Session,
+    model: &'a str,
     counter: &'a dyn ctxd_core::tokens::TokenCounter,
     runtime: &'a tokio::runtime::Runtime,
     classifier: &'a C,
-) -> anyhow::Result<replay::Options<'a, C>> {
-    Ok(replay::Options {
-        distill: switches.distill,
-        config: ctxd_core::distill::Config {
-            exchange_omit: args.exchange_omit,
-            exclude_tools: args.distill_exclude_tools.clone(),
-            ..ctxd_core::distill::Config::default()
-        },
+) -> replay::Options<'a, C> {
+    replay::Options {
+        settings,
         last_n: args.baseline_last,
         counter,
         runtime,
         classifier,
-        write_facts: ctxd_core::wm::writes::Settings {
-            enabled: switches.write_facts,
-            min_bytes: args.write_facts_min_bytes,
+        api: api_of(args, session),
+        model,
+        timing: if args.back_to_back {
+            replay::Timing::BackToBack
+        } else {
+            replay::Timing::ThinkTime
         },
-        digest: digest_config(args, switches.digests)?,
-        amnesia: amnesia_config(args, switches.amnesia)?,
-        lazy: args
-            .lazy_tools
-            .then(ctxd_core::wm::lazy::BaseTools::default),
-    })
+    }
 }
 
 /// The runtime the classifier runs on (the logprob classifier's HTTP needs the I/O driver).
@@ -293,15 +415,22 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     // The thresholds are checked before any work.
     digest_config(args, true)?;
     amnesia_config(args, true)?;
-    let files = collect(&args.files)?;
+    let mut files = collect(&args.files)?;
+    if let (Some(path), Some(half)) = (&args.split, args.half) {
+        files = split::Split::read(path)?.keep(half, files)?;
+    }
     if files.is_empty() {
         anyhow::bail!("no session files found");
     }
     if args.mechanisms {
         return mechanisms::run(args, &files, &classifier);
     }
+    if !args.sweep.is_empty() {
+        return sweep::run(args, &files, &classifier);
+    }
     let runtime = runtime()?;
-    let switches = Switches::from_args(args);
+    let settings = settings(args, Switches::from_args(args))?;
+    let mut request_lines = args.requests.as_ref().map(|_| Vec::new());
     let bar = progress(files.len());
     let started = Instant::now();
     let mut rows = Vec::new();
@@ -314,31 +443,22 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         let t0 = Instant::now();
         let import = load::import(path)?;
         let counter = load::tokenizer(&import.session);
-        let opts = options(args, switches, &counter, &runtime, &classifier)?;
-        let outcome = replay::replay(&import.session, &opts);
+        let model = model_of(args, &import.session);
+        let opts = options(
+            args,
+            &settings,
+            &import.session,
+            &model,
+            &counter,
+            &runtime,
+            &classifier,
+        );
+        let outcome = replay::replay(&import.session, &opts, request_lines.as_mut())
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let ms = t0.elapsed().as_secs_f64() * 1_000.0;
         total.sessions += 1;
         total.bytes += bytes;
-        total.requests += outcome.requests;
-        total.all.add(&outcome.all);
-        total.ctxd.add(&outcome.ctxd);
-        total.last_n.add(&outcome.last_n);
-        total.retention_ctxd.add(&outcome.retention_ctxd);
-        total.retention_last_n.add(&outcome.retention_last_n);
-        total.passes += outcome.passes;
-        total.edits += outcome.edits;
-        total.write_facts += outcome.write_facts;
-        total.write_facts_tokens += outcome.write_facts_tokens;
-        total.digests += outcome.digests;
-        total.digest_saved_tokens += outcome.digest_saved_tokens;
-        total.amnesia_judged += outcome.amnesia_judged;
-        total.amnesia_dropped += outcome.amnesia_dropped;
-        total.amnesia_rounds += outcome.amnesia_rounds;
-        total.amnesia_saved_tokens += outcome.amnesia_saved_tokens;
-        total.lazy_tools_tokens += outcome.lazy_tools_tokens;
-        total.classifier.add(&outcome.classifier);
-        total.classifier_ms += outcome.classifier_us as f64 / 1_000.0;
-        total.policy_ms += outcome.policy_us as f64 / 1_000.0;
+        total.add(&outcome);
         rows.push(SessionRow {
             file: path.display().to_string(),
             agent: import
@@ -358,13 +478,23 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
+    if let (Some(path), Some(lines)) = (&args.requests, &request_lines) {
+        let mut f = std::io::BufWriter::new(
+            std::fs::File::create(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
+        );
+        for line in lines {
+            serde_json::to_writer(&mut f, line)?;
+            writeln!(f)?;
+        }
+        f.flush()?;
+    }
     total.seconds = started.elapsed().as_secs_f64();
     total.mb_per_second = total.bytes as f64 / 1e6 / total.seconds.max(1e-9);
 
     let mut stdout = std::io::stdout().lock();
     if args.json {
         let report = Report {
-            schema: "ctxd.eval/1",
+            schema: "ctxd.eval/2",
             classifier: args.classifier.classifier.as_deref().unwrap_or("local"),
             classifier_name: classifier.name(),
             baseline_last: args.baseline_last,
@@ -483,61 +613,54 @@ fn write_text(
         total.policy_ms,
         total.classifier_ms
     )?;
-    if args.no_write_facts {
-        writeln!(out, "write facts: off")?;
-    } else {
-        writeln!(
-            out,
-            "write facts (min {} bytes): {} writes stripped, {} tokens saved over the later requests ({:.1}% of all tokens)",
-            args.write_facts_min_bytes,
-            total.write_facts,
-            total.write_facts_tokens,
-            100.0 * ratio(total.write_facts_tokens as f64, total.all.input_tokens as f64)
-        )?;
-    }
-    if args.no_digests {
-        writeln!(out, "digests off")?;
-    } else {
-        writeln!(
-            out,
-            "digests: {} shell outputs, {} tokens saved over all requests (4 bytes a token)",
-            total.digests, total.digest_saved_tokens
-        )?;
-    }
-    if args.amnesia && !args.no_amnesia {
-        writeln!(
-            out,
-            "amnesia: {} reads judged, {} dropped, {} rounds pruned, {} tokens saved over all requests (4 bytes a token)",
-            total.amnesia_judged,
-            total.amnesia_dropped,
-            total.amnesia_rounds,
-            total.amnesia_saved_tokens
-        )?;
-    } else {
-        writeln!(out, "amnesia: off")?;
-    }
-    if args.lazy_tools {
-        writeln!(
-            out,
-            "lazy tools: {} tokens of tool definitions left out over all requests (4 bytes a token; only sessions that record definitions count)",
-            total.lazy_tools_tokens
-        )?;
-    } else {
-        writeln!(out, "lazy tools: off")?;
-    }
     writeln!(
         out,
-        "old exchanges: omitted below P(relevant) {}{}; tools never distilled: {}",
+        "retention: visible {:.1}%, recoverable (a stub naming `recall` shown) {:.1}%; {} used lines the client itself no longer sent (not counted); cost with one recall round per recoverable miss {:.3}",
+        total.retention_ctxd.share() * 100.0,
+        total.retention_ctxd.recoverable_share() * 100.0,
+        total.retention_ctxd.client_dropped,
+        ratio(total.ctxd_cost_with_recall, total.all.cost)
+    )?;
+    let (a, b) = (&total.bounds.decided_once, &total.bounds.after_last_use);
+    writeln!(
+        out,
+        "bounds at 100% retention (every output and call over {} characters cut to the lines the work uses again): (a) decided once, tokens {:.3} cost {:.3}; (b) dropped after last use, tokens {:.3} cost {:.3}",
+        bounds::MIN_ITEM_CHARS,
+        ratio(a.input_tokens as f64, total.all.input_tokens as f64),
+        ratio(a.cost, total.all.cost),
+        ratio(b.input_tokens as f64, total.all.input_tokens as f64),
+        ratio(b.cost, total.all.cost),
+    )?;
+    let join = |m: &mut dyn Iterator<Item = String>| m.collect::<Vec<_>>().join(", ");
+    writeln!(
+        out,
+        "tokens saved by mechanism (the gateway's accounting, 4 bytes a token): {}",
+        join(&mut total.saved_by.iter().map(|(k, v)| format!("{k} {v}")))
+    )?;
+    writeln!(
+        out,
+        "edits: {}; windows opened {}; misses by mechanism: {}",
+        join(&mut total.edited.iter().map(|(k, v)| format!("{k} {v}"))),
+        total.windows,
+        join(&mut total.misses_by.iter().map(|(k, v)| format!("{k} {v}")))
+    )?;
+    writeln!(
+        out,
+        "mechanisms: write facts {}, digests {}, amnesia {}; old exchanges omitted below P(relevant) {}{}; tools never distilled: {}; passes land {}",
+        if args.no_write_facts { "off" } else { "on" },
+        if args.no_digests { "off" } else { "on" },
+        if args.amnesia && !args.no_amnesia { "on" } else { "off" },
         args.exchange_omit,
-        if args.exchange_omit == 0.0 {
-            " (never)"
-        } else {
-            ""
-        },
+        if args.exchange_omit == 0.0 { " (never)" } else { "" },
         if args.distill_exclude_tools.is_empty() {
             "none".to_owned()
         } else {
             args.distill_exclude_tools.join(", ")
+        },
+        if args.back_to_back {
+            "one request late (--back-to-back)"
+        } else {
+            "before the next request (think time)"
         }
     )?;
     if total.classifier.input_tokens > 0 {
@@ -565,7 +688,7 @@ fn write_text(
         for (file, m) in misses {
             writeln!(
                 out,
-                "  {} request {}: {} {} line {} ({}): {}\n    hidden by: {}",
+                "  {} request {}: {} {} line {} ({}): {}\n    hidden by {}: {}{}",
                 name_of(file),
                 m.request,
                 m.tool,
@@ -573,7 +696,9 @@ fn write_text(
                 m.line,
                 m.term,
                 m.text,
-                m.hidden_by
+                m.mechanism,
+                m.hidden_by,
+                if m.recoverable { " (recall shown)" } else { "" }
             )?;
         }
     }

@@ -81,6 +81,10 @@ pub struct Settings {
     /// never omitted; the seed's 0.2). Omission saves the most after distillation's own edits
     /// and is what retention trades for it (docs/eval.md).
     pub exchange_omit: f32,
+    /// Distillation's thresholds (`distill-chunk-keep`, `distill-none-threshold`,
+    /// `distill-max-keep-ratio`,
+    /// `distill-small-min-chars`, `distill-min-result-chars`; `ctxd eval --sweep` measures them).
+    pub distill_tuning: DistillTuning,
     /// The classifier distillation asks (`[classifier]` in the file; local by default).
     pub classifier: ctxd_engine::distill::ClassifierSettings,
     /// What ctxd changes in what the model sees.
@@ -321,6 +325,58 @@ pub fn parse_store_sync(s: &str) -> Result<ctxd_store::Durability, String> {
     }
 }
 
+/// Distillation's thresholds a user may tune: where a chunk is kept, how much of an output is
+/// worth an edit, and the range of outputs judged whole (below it, too small to judge; above
+/// it, chunked).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DistillTuning {
+    /// A chunk is kept when P(needed) reaches this (0 to 1).
+    pub chunk_keep: f32,
+    /// A whole output goes only when "none needed" wins with at least this (0 to 1).
+    pub none_threshold: f32,
+    /// Keeping more than this share of an output is not worth an edit (0 to 1).
+    pub max_keep_ratio: f32,
+    /// Outputs from this many characters are judged whole...
+    pub small_min_chars: usize,
+    /// ...and from this many, chunked.
+    pub min_result_chars: usize,
+}
+
+impl Default for DistillTuning {
+    fn default() -> Self {
+        let c = ctxd_core::distill::Config::default();
+        DistillTuning {
+            chunk_keep: c.chunk_keep,
+            none_threshold: c.none_threshold,
+            max_keep_ratio: c.max_keep_ratio,
+            small_min_chars: c.small_min_chars,
+            min_result_chars: c.min_result_chars,
+        }
+    }
+}
+
+impl DistillTuning {
+    /// The thresholds, checked: probabilities 0 to 1, and the small-output range not empty.
+    pub fn checked(self) -> Result<Self, String> {
+        for (name, p) in [
+            ("distill-chunk-keep", self.chunk_keep),
+            ("distill-none-threshold", self.none_threshold),
+            ("distill-max-keep-ratio", self.max_keep_ratio),
+        ] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("{name}: {p}: expected a probability, 0 to 1"));
+            }
+        }
+        if self.small_min_chars >= self.min_result_chars {
+            return Err(format!(
+                "distill-small-min-chars ({}) must be below distill-min-result-chars ({})",
+                self.small_min_chars, self.min_result_chars
+            ));
+        }
+        Ok(self)
+    }
+}
+
 /// An `--exchange-omit` probability: 0 (old exchanges are never omitted) to 1.
 pub fn parse_exchange_omit(p: f32) -> Result<f32, String> {
     if (0.0..=1.0).contains(&p) {
@@ -393,6 +449,7 @@ impl Settings {
             distill_cpu_percent: ctxd_core::pace::DEFAULT_CPU_PERCENT,
             distill_exclude_tools: Vec::new(),
             exchange_omit: ctxd_core::distill::Config::default().exchange_omit,
+            distill_tuning: DistillTuning::default(),
             classifier: ctxd_engine::distill::ClassifierSettings::default(),
             management: Management::default(),
             digest: ctxd_core::wm::digest::Config::default(),
@@ -488,6 +545,16 @@ impl Settings {
             self.exchange_omit = parse_exchange_omit(p)
                 .map_err(|e| format!("config {}: exchange-omit: {e}", path.display()))?;
         }
+        let t = &mut self.distill_tuning;
+        let mut tuned = *t;
+        tuned.chunk_keep = file.distill_chunk_keep.unwrap_or(t.chunk_keep);
+        tuned.none_threshold = file.distill_none_threshold.unwrap_or(t.none_threshold);
+        tuned.max_keep_ratio = file.distill_max_keep_ratio.unwrap_or(t.max_keep_ratio);
+        tuned.small_min_chars = file.distill_small_min_chars.unwrap_or(t.small_min_chars);
+        tuned.min_result_chars = file.distill_min_result_chars.unwrap_or(t.min_result_chars);
+        *t = tuned
+            .checked()
+            .map_err(|e| format!("config {}: {e}", path.display()))?;
         if let Some(c) = file.classifier {
             self.classifier = c;
         }
@@ -577,6 +644,11 @@ impl Settings {
         ctxd_core::distill::Config {
             exclude_tools: self.distill_exclude_tools.clone(),
             exchange_omit: self.exchange_omit,
+            chunk_keep: self.distill_tuning.chunk_keep,
+            none_threshold: self.distill_tuning.none_threshold,
+            max_keep_ratio: self.distill_tuning.max_keep_ratio,
+            small_min_chars: self.distill_tuning.small_min_chars,
+            min_result_chars: self.distill_tuning.min_result_chars,
             ..ctxd_core::distill::Config::default()
         }
     }
@@ -677,6 +749,11 @@ struct FileSettings {
     distill_exclude_tools: Option<Vec<String>>,
     /// A probability, as `--exchange-omit`.
     exchange_omit: Option<f32>,
+    distill_chunk_keep: Option<f32>,
+    distill_none_threshold: Option<f32>,
+    distill_max_keep_ratio: Option<f32>,
+    distill_small_min_chars: Option<usize>,
+    distill_min_result_chars: Option<usize>,
     /// `[classifier]` table: `kind`, `base_url`, `model`, `api_key_env`, `timeout_ms`,
     /// `concurrency`, `price_per_mtok`.
     classifier: Option<ctxd_engine::distill::ClassifierSettings>,
@@ -768,6 +845,26 @@ mod tests {
         std::fs::write(&path, "exchange-omit = 1\n").unwrap();
         s.apply_file(&path).unwrap();
         assert_eq!(s.distill_config().exchange_omit, 1.0);
+        std::fs::write(
+            &path,
+            "distill-chunk-keep = 0.6\ndistill-max-keep-ratio = 0.5\ndistill-small-min-chars = 500\ndistill-min-result-chars = 3000\n",
+        )
+        .unwrap();
+        let mut s = Settings::new("x.db");
+        s.apply_file(&path).unwrap();
+        let c = s.distill_config();
+        assert_eq!(
+            (
+                c.chunk_keep,
+                c.max_keep_ratio,
+                c.small_min_chars,
+                c.min_result_chars
+            ),
+            (0.6, 0.5, 500, 3000)
+        );
+        std::fs::write(&path, "distill-small-min-chars = 9000\n").unwrap();
+        let e = Settings::new("x.db").apply_file(&path).unwrap_err();
+        assert!(e.contains("must be below distill-min-result-chars"), "{e}");
         std::fs::write(&path, "exchange-omit = 1.5\n").unwrap();
         let e = s.apply_file(&path).unwrap_err();
         assert!(e.contains("exchange-omit") && e.contains("0 to 1"), "{e}");

@@ -69,11 +69,12 @@ pub(crate) fn headers(h: &mut HeaderMap, r: &Record) {
 
 /// The record into the log after its turn's response (the entry for the store, in the
 /// turn's batch), counted on the gateway's metrics.
-pub(crate) fn append(loaded: &mut Loaded, r: &Record) -> NewEntry {
+pub(crate) fn append(loaded: &mut Loaded, r: &Record, now: i64) -> NewEntry {
     let kind = r.to_entry();
-    let now = ctxd_engine::now_ms();
-    // Unique under its parent: two requests may measure the same.
-    let tag = format!("{now} {} {}", loaded.log.len(), r.saved_total());
+    // Unique under its parent as the log grows, and no clock in it: entry ids chain through
+    // their parents, and a time here made every later id (and the `recall` ids texts name)
+    // differ from one run of the same conversation to the next.
+    let tag = format!("request {} {}", loaded.log.len(), r.saved_total());
     let stamp = Some(ctxd_core::windows::iso8601(now));
     let parent = loaded.log.leaf();
     let (_, entry) = loaded

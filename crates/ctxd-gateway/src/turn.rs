@@ -341,7 +341,7 @@ where
     S: Store + Send + Sync + ?Sized + 'static,
 {
     if let Some(r) = measured {
-        batch.push(crate::stats::append(loaded, r));
+        batch.push(crate::stats::append(loaded, r, now_ms));
     }
     if let Some(r) = cache {
         batch.push(crate::cache::append(loaded, r));

@@ -12,7 +12,7 @@ use ctxd_engine::distill::{Classifier, Configured};
 use serde::Serialize;
 
 use super::replay::{self, Retention, Sent};
-use super::{options, progress, ratio, runtime, EvalArgs, Switches};
+use super::{model_of, options, progress, ratio, runtime, settings, EvalArgs, Switches};
 use crate::load;
 
 /// The mechanisms the eval can switch, in the order the table lists them.
@@ -114,6 +114,9 @@ struct Report<'a> {
     /// Sending everything (the agent's own projection).
     everything: Sent,
     everything_cache_hit_rate: f64,
+    /// None of these four: what ctxd sends with its tools, reminders and windows alone (the
+    /// base each mechanism's saving starts from).
+    none: Measured,
     all: Measured,
     mechanisms: &'a [Row],
 }
@@ -132,7 +135,7 @@ pub(super) fn run(
         .iter()
         .map(|&m| Switches::ALL.with(m, false))
         .collect();
-    let mut variants: Vec<Switches> = vec![Switches::ALL];
+    let mut variants: Vec<Switches> = vec![Switches::ALL, Switches::NONE];
     variants.extend(&alone);
     variants.extend(&all_but);
 
@@ -146,9 +149,20 @@ pub(super) fn run(
         }
         let import = load::import(path)?;
         let counter = load::tokenizer(&import.session);
+        let model = model_of(args, &import.session);
         for (i, &switches) in variants.iter().enumerate() {
-            let opts = options(args, switches, &counter, &runtime, classifier)?;
-            let outcome = replay::replay(&import.session, &opts);
+            let settings = settings(args, switches)?;
+            let opts = options(
+                args,
+                &settings,
+                &import.session,
+                &model,
+                &counter,
+                &runtime,
+                classifier,
+            );
+            let outcome = replay::replay(&import.session, &opts, None)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
             if i == 0 {
                 // Sending everything is the same in every variant.
                 everything.add(&outcome.all);
@@ -172,17 +186,18 @@ pub(super) fn run(
         .enumerate()
         .map(|(i, &mechanism)| Row {
             mechanism,
-            alone: measured[1 + i],
-            all_but: measured[1 + n + i],
+            alone: measured[2 + i],
+            all_but: measured[2 + n + i],
         })
         .collect();
     let report = Report {
-        schema: "ctxd.eval.mechanisms/1",
+        schema: "ctxd.eval.mechanisms/2",
         classifier: classifier.name(),
         sessions: files.len(),
         requests,
         everything,
         everything_cache_hit_rate: everything.hit_rate(),
+        none: measured[1],
         all: measured[0],
         mechanisms: &rows,
     };
@@ -246,6 +261,16 @@ fn write_text(out: &mut impl Write, r: &Report<'_>) -> std::io::Result<()> {
             points(r.all.retention.share() - b.retention.share()),
         )?;
     }
+    let none = &r.none;
+    writeln!(
+        out,
+        "{:<14} | {:>19} {:>10} {:>9} {:>9} |",
+        "none of them",
+        pct(1.0 - none.tokens),
+        pct(1.0 - none.cost),
+        pct(none.retention.share()),
+        pct(none.cache_hit_rate),
+    )?;
     let all = &r.all;
     writeln!(
         out,

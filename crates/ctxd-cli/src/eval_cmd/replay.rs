@@ -1,39 +1,69 @@
-//! One session replayed turn by turn, as if live, three ways: everything sent (the agent's own
-//! projection), ctxd's distillation and write facts, and keep-the-last-N-outputs masking.
+//! One session replayed request by request through the gateway's own turn
+//! (`ctxd_gateway::turn::plan_turn`, `record_answer`, and the engine's distillation pass), as
+//! if its agent talked to `ctxd serve`; measured beside sending everything and beside
+//! keep-the-last-N-outputs masking.
 //!
-//! Each assistant response is one request (Claude Code's split responses are grouped by their
-//! response id). Before a request, the policy may run a mid-run checkpoint (when the previous
-//! entry is a tool batch's results); after a response without tool calls, a run-end pass. The
-//! policy only ever sees the log so far: its drafts are appended to a working copy of the log,
-//! which every later request is projected from.
+//! The requests are the ones its client would have sent (`ctxd_gateway::replay::client_turns`:
+//! one per assistant response, the client's own projection of the session so far, in the
+//! API's wire format); each is planned by the gateway's code over an in-memory store, and the
+//! recorded answer recorded after it. A distillation pass follows every answer, as in the
+//! gateway; with [`Timing::ThinkTime`] (the default) its edits land before the next request
+//! (the model's think time let it finish: `ctxd serve --distill-wait-ms` makes that sure),
+//! with [`Timing::BackToBack`] one request later (a request sent at once goes without them).
 //!
-//! **Tokens** per request: system prompt, tools and every projected item, counted with the
-//! session's tokenizer (each distinct content once). **Cache-adjusted cost**, in base-input
-//! token units: the prefix a request shares with the previous request of the same variant is a
-//! cache read (0.1×), the rest a cache write (1.25×), as Anthropic prices them.
-//! **Retention**: a tool-output line is *used* when a term of it (a path, an identifier, a
-//! number of 3+ digits) that no earlier content had and at most 3 lines of that output hold
-//! reappears in a later assistant message's text or tool-call arguments; it is *retained* when,
-//! at every such use, the request that produced the message showed the line verbatim.
+//! **Tokens** per request: the body's system prompt, tool definitions (ctxd's among them) and
+//! each conversation element as a message, counted with the session's tokenizer
+//! (`ctxd_gateway::replay::measure_body`'s rules). Tokens, not bytes: a session file holds no
+//! client bytes (the bodies are rendered), and tokens are what is billed. **Cache-adjusted
+//! cost**, in base-input token units: the longest prefix of elements (system, tools, then the
+//! conversation, compared by their bytes) a request shares with the previous request of the
+//! same variant is a cache read (0.1×), the rest a cache write (1.25×), as Anthropic prices
+//! them.
+//!
+//! **Retention** (see [`super::terms`] for what a used term is): a tool-output line is *used*
+//! when a term of it reappears in a later answer. At that answer's request it counts
+//! - *client-dropped* when the client's own request no longer showed it (its compaction or
+//!   truncation): not ctxd's miss, counted apart;
+//! - *retained* when ctxd's request showed it verbatim;
+//! - else a *miss*, named with the mechanism and decision that hid it, and *recoverable* when
+//!   the request showed a stub naming the output's `recall` id.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
 
-use ctxd_core::distill::{self, record::Usage, Config, Phase};
-use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, Session};
+use bytes::Bytes;
+use ctxd_core::distill::{self, record::Usage};
+use ctxd_core::model::{ContentBlock, EntryId, EntryKind, Message, SessionMeta};
 use ctxd_core::tokens::{blocks_tokens, tool_def_tokens, TokenCounter};
-use ctxd_core::tree::active_branch;
-use ctxd_core::view::{self, ItemKind as ViewKind, Projection};
-use ctxd_engine::distill::{ask, Classifier, Limits};
+use ctxd_engine::distill::{land, phase_at_end, run_pass, Classifier, Limits, PassOutcome};
+use ctxd_engine::turn::{hash, SessionLog, SessionView};
+use ctxd_engine::{Caller, Engine};
+use ctxd_gateway::api::Api;
+use ctxd_gateway::request::{ParsedRequest, PrevRequest};
+use ctxd_gateway::turn::{self as gw, TurnRequest};
+use ctxd_store::{SqliteStore, Store};
 use serde::Serialize;
+
+use super::terms;
 
 /// Cache prices relative to base input (Anthropic).
 const CACHE_WRITE: f64 = 1.25;
 const CACHE_READ: f64 = 0.1;
 /// The stub SWE-agent's last-N rule puts in place of an older observation.
 const MASK_STUB: &str = "Old environment output: (lines omitted)";
-/// A term in more lines than this of one output is not attributable to a line.
-const MAX_TERM_LINES: usize = 3;
+
+/// When a turn's distillation pass lands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Timing {
+    /// Before the next request: the model's think time let the pass finish.
+    #[default]
+    ThinkTime,
+    /// One request later: the next request was sent at once, as a fast model sends them.
+    BackToBack,
+}
 
 /// Totals of one variant.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -62,14 +92,19 @@ impl Sent {
     }
 }
 
-/// Retention of one variant.
+/// Retention of one variant: lines the work used, those shown when used, and (ctxd's
+/// variant) those whose stub named `recall` when used, and those the client itself had
+/// dropped (not counted in `used_lines`).
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct Retention {
     pub used_lines: usize,
     pub retained: usize,
+    pub recoverable: usize,
+    pub client_dropped: usize,
 }
 
 impl Retention {
+    /// Visible retention.
     pub fn share(&self) -> f64 {
         if self.used_lines == 0 {
             1.0
@@ -77,16 +112,26 @@ impl Retention {
             self.retained as f64 / self.used_lines as f64
         }
     }
+    /// Visible or one `recall` away.
+    pub fn recoverable_share(&self) -> f64 {
+        if self.used_lines == 0 {
+            1.0
+        } else {
+            (self.retained + self.recoverable) as f64 / self.used_lines as f64
+        }
+    }
     pub fn add(&mut self, o: &Retention) {
         self.used_lines += o.used_lines;
         self.retained += o.retained;
+        self.recoverable += o.recoverable;
+        self.client_dropped += o.client_dropped;
     }
 }
 
 /// A used line ctxd did not show when the agent used it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Miss {
-    /// The tool output's entry id (what `recall` takes).
+    /// The tool output's entry id in the replay's log.
     pub entry: String,
     pub tool: String,
     /// 1-based line of the output.
@@ -95,9 +140,14 @@ pub struct Miss {
     /// The term the agent used, and the request (1-based) that used it.
     pub term: String,
     pub request: usize,
-    /// What took the line out of view: the last distillation pass that edited the output
-    /// (`distilled/chunks at request 130: kw.15 keep 9/29`), or another mechanism's edit.
+    /// The mechanism that hid the line: `distillation`, `write-facts`, `digest`, `amnesia`,
+    /// `window` (a reset folded the output away), or `unattributed`.
+    pub mechanism: String,
+    /// The decision: the pass's outcome, reason and trace (`distilled/chunks at request 130:
+    /// kw.15 keep 9/29`), the window, or the edit.
     pub hidden_by: String,
+    /// The request showed a stub naming the output's `recall` id.
+    pub recoverable: bool,
 }
 
 /// What a replay measured.
@@ -107,87 +157,157 @@ pub struct Outcome {
     pub all: Sent,
     pub ctxd: Sent,
     pub last_n: Sent,
+    /// ctxd's cost with one `recall` round per recoverable miss: the continuation resends the
+    /// request (its prefix a cache read) with the recalled output (a cache write).
+    pub ctxd_cost_with_recall: f64,
+    /// The floor at 100% retention: perfect-foresight cuts of every output and call, decided
+    /// once or dropped after their last use ([`super::bounds`]).
+    pub bounds: super::bounds::Measured,
     pub retention_ctxd: Retention,
     pub retention_last_n: Retention,
+    pub timing: Timing,
     pub passes: usize,
     pub edits: usize,
     pub saved_chars: usize,
-    /// Shell outputs digested (ctxd's variant, with digests on).
-    pub digests: usize,
-    /// Tokens the digests took off the requests, summed over every request (the savings
-    /// accounting's `digests`, at four bytes a token).
-    pub digest_saved_tokens: u64,
+    /// Edits by mechanism (distillation's counted per pass result, the others per entry).
+    pub edited: BTreeMap<String, usize>,
+    /// New context windows opened (threshold resets).
+    pub windows: usize,
+    /// Tokens each mechanism took off (negative: added) over every request, as the gateway's
+    /// savings accounting counts them (`/stats`, the dashboard; four bytes a token).
+    pub saved_by: BTreeMap<&'static str, i64>,
     pub classifier: Usage,
-    /// Time in the classifier (asking), and in the whole policy (plan, ask, decide).
+    /// Time in distillation passes, and in the whole turn code (plan, passes, record).
     pub classifier_us: u64,
     pub policy_us: u64,
     /// Items judged, by kind and reason: (count, characters before, characters after).
-    pub reasons: std::collections::BTreeMap<String, (usize, usize, usize)>,
+    pub reasons: BTreeMap<String, (usize, usize, usize)>,
     pub misses: Vec<Miss>,
-    /// Entry id → the last pass result that edited it, for [`Miss::hidden_by`].
-    #[serde(skip)]
-    pub edited_by: HashMap<String, String>,
-    /// Write calls whose content write facts stripped, and the tokens that saved over every
-    /// later request of the replay (the stripped arguments' tokens net of their facts).
-    pub write_facts: usize,
-    pub write_facts_tokens: u64,
-    /// Meta-amnesia: read-like results judged, those judged a drop, rounds pruned, and the
-    /// tokens the pruning took off the requests, summed over every request (the accounting's
-    /// `amnesia`).
-    pub amnesia_judged: usize,
-    pub amnesia_dropped: usize,
-    pub amnesia_rounds: usize,
-    pub amnesia_saved_tokens: u64,
-    /// Tool definitions lazy tools would leave out, summed over every request (the
-    /// accounting's `lazy-tools`).
-    pub lazy_tools_tokens: u64,
 }
 
 pub struct Options<'a, C> {
-    /// Distillation's passes (`false`: none, to measure the other mechanisms alone).
-    pub distill: bool,
-    pub config: Config,
+    /// The gateway's settings: the mechanisms on or off, their thresholds, distillation's.
+    pub settings: &'a ctxd_gateway::Settings,
     pub last_n: usize,
     pub counter: &'a dyn TokenCounter,
     pub runtime: &'a tokio::runtime::Runtime,
-    /// What answers the passes' questions.
+    /// What answers the passes' questions and judges meta-amnesia's reads.
     pub classifier: &'a C,
-    /// Write facts (`--no-write-facts` turns them off, `--write-facts-min-bytes`).
-    pub write_facts: ctxd_core::wm::writes::Settings,
-    /// Shell-output digests (`None`: off), local digests naming entry ids.
-    pub digest: Option<ctxd_core::wm::digest::Config>,
-    /// Meta-amnesia (`None`: off), judged by `classifier`.
-    pub amnesia: Option<ctxd_core::wm::amnesia::Config>,
-    /// Lazy tools' base sets (`None`: off).
-    pub lazy: Option<ctxd_core::wm::lazy::BaseTools>,
+    pub api: Api,
+    pub model: &'a str,
+    pub timing: Timing,
 }
 
-/// Token counts by content address (contents never move once appended) and variant.
-struct Tokens<'a> {
+/// One upstream request written by `--requests`: what the equivalence test compares with the
+/// bodies `ctxd serve` sent.
+#[derive(Clone, Debug, Serialize)]
+pub struct RequestLine {
+    pub request: usize,
+    pub bytes: usize,
+    pub blake3: String,
+    pub tokens: BodyTokens,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BodyTokens {
+    pub system: u64,
+    pub tools: u64,
+    pub messages: Vec<u64>,
+}
+
+/// A body measured: its tokens, the keys of its cacheable prefix, and its messages (for the
+/// retention checks).
+struct Measured {
+    tokens: BodyTokens,
+    keys: Vec<(u128, u64)>,
+    messages: Vec<Message>,
+}
+
+/// Token counts by the bytes they were counted from (a body's elements repeat at every
+/// request).
+struct Counter<'a> {
     counter: &'a dyn TokenCounter,
-    memo: HashMap<(usize, usize, bool), u64>,
+    memo: HashMap<u128, u64>,
 }
 
-type Key = (usize, usize, bool);
+fn key_of(bytes: &[u8]) -> u128 {
+    u128::from_le_bytes(hash::raw(bytes))
+}
 
-impl Tokens<'_> {
-    fn blocks(&mut self, blocks: &[ContentBlock], masked: bool) -> (Key, u64) {
-        let key = (blocks.as_ptr() as usize, blocks.len(), masked);
-        let counter = self.counter;
-        let t = *self.memo.entry(key).or_insert_with(|| {
-            if masked {
-                blocks_tokens(counter, &mask(blocks))
-            } else {
-                blocks_tokens(counter, blocks)
-            }
-        });
-        (key, t)
+impl Counter<'_> {
+    fn body(&mut self, api: Api, body: &[u8]) -> Option<Measured> {
+        let req = ParsedRequest::parse(api, body).ok()?;
+        let mut keys = Vec::with_capacity(req.elements.len() + 2);
+        let mut tokens = BodyTokens::default();
+        if let Some(system) = req.system(body) {
+            let k = key_of(system.as_bytes());
+            tokens.system = *self
+                .memo
+                .entry(k)
+                .or_insert_with(|| self.counter.count(&system));
+            keys.push((k, tokens.system));
+        }
+        if let Some((range, _)) = &req.tools_raw {
+            let k = key_of(&body[range.clone()]);
+            let counter = self.counter;
+            tokens.tools = *self.memo.entry(k).or_insert_with(|| {
+                req.tools(body)
+                    .iter()
+                    .map(|t| tool_def_tokens(counter, t))
+                    .sum()
+            });
+            keys.push((k, tokens.tools));
+        }
+        let mut messages = Vec::with_capacity(req.elements.len());
+        for (i, e) in req.elements.iter().enumerate() {
+            let k = u128::from_le_bytes(e.raw_hash);
+            let m = req.message(body, i);
+            let counter = self.counter;
+            let t = *self
+                .memo
+                .entry(k)
+                .or_insert_with(|| blocks_tokens(counter, &m.content));
+            tokens.messages.push(t);
+            keys.push((k, t));
+            messages.push(m);
+        }
+        Some(Measured {
+            tokens,
+            keys,
+            messages,
+        })
     }
-    fn text(&mut self, text: &str) -> (Key, u64) {
-        let key = (text.as_ptr() as usize, text.len(), false);
-        let counter = self.counter;
-        let t = *self.memo.entry(key).or_insert_with(|| counter.count(text));
-        (key, t)
+
+    /// The client's body with tool results older than the last `n` masked.
+    fn masked(&mut self, measured: &Measured, n: usize) -> Vec<(u128, u64)> {
+        let with_results: Vec<usize> = measured
+            .messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| has_results(&m.content))
+            .map(|(i, _)| i)
+            .collect();
+        let masked: HashSet<usize> = with_results[..with_results.len().saturating_sub(n)]
+            .iter()
+            .copied()
+            .collect();
+        let head = measured.keys.len() - measured.messages.len();
+        let mut keys = measured.keys[..head].to_vec();
+        for (i, m) in measured.messages.iter().enumerate() {
+            let (k, t) = measured.keys[head + i];
+            if masked.contains(&i) {
+                let mk = k ^ 0x5f5f;
+                let counter = self.counter;
+                let t = *self
+                    .memo
+                    .entry(mk)
+                    .or_insert_with(|| blocks_tokens(counter, &mask(&m.content)));
+                keys.push((mk, t));
+            } else {
+                keys.push((k, t));
+            }
+        }
+        keys
     }
 }
 
@@ -211,8 +331,8 @@ fn mask(blocks: &[ContentBlock]) -> Vec<ContentBlock> {
         .collect()
 }
 
-/// One variant's request: its keys and tokens, priced against the previous request's keys.
-fn price(keys: &[(Key, u64)], prev: &mut Vec<Key>) -> Sent {
+/// One variant's request priced against the previous request's keys.
+pub(super) fn price(keys: &[(u128, u64)], prev: &mut Vec<u128>) -> Sent {
     let total: u64 = keys.iter().map(|k| k.1).sum();
     let shared = keys
         .iter()
@@ -234,120 +354,6 @@ fn has_results(blocks: &[ContentBlock]) -> bool {
         .any(|b| matches!(b, ContentBlock::ToolResult { .. }))
 }
 
-/// Where the working log's copies of raw entries are: the raw log, and per working position
-/// the raw position it copies (ctxd's drafts: none).
-type Alias<'s> = (&'s Session, &'s [Option<usize>]);
-
-/// A request's keys: system, tools, items (`masked_items`: the items shown masked). With
-/// `alias`, an item shown as written counts as its raw entry's content (the same text, counted
-/// once for both logs rather than once per copy).
-fn request_keys(
-    p: &Projection<'_>,
-    tokens: &mut Tokens<'_>,
-    masked_items: Option<&HashSet<usize>>,
-    alias: Option<Alias<'_>>,
-) -> Vec<(Key, u64)> {
-    let mut keys = Vec::with_capacity(p.items.len() + 2);
-    if let Some((_, system)) = p.system {
-        keys.push(tokens.text(system));
-    }
-    if let Some((_, tools)) = p.tools {
-        let key = (tools.as_ptr() as usize, tools.len(), false);
-        let counter = tokens.counter;
-        let t = *tokens
-            .memo
-            .entry(key)
-            .or_insert_with(|| tools.iter().map(|t| tool_def_tokens(counter, t)).sum());
-        keys.push((key, t));
-    }
-    for (i, item) in p.items.iter().enumerate() {
-        match &item.kind {
-            ViewKind::Message {
-                content, edited, ..
-            } => {
-                let masked = masked_items.is_some_and(|m| m.contains(&i));
-                let raw_content = alias
-                    .filter(|_| !edited)
-                    .and_then(|(raw, of)| raw.entries.get(of.get(item.entry).copied()??))
-                    .and_then(|e| e.kind.as_message())
-                    .map(|m| m.content.as_slice());
-                keys.push(tokens.blocks(raw_content.unwrap_or(content), masked));
-            }
-            ViewKind::Summary { text, .. } => keys.push(tokens.text(text)),
-        }
-    }
-    keys
-}
-
-/// Items (indices) whose tool results are older than the last `n` results.
-fn masked(p: &Projection<'_>, n: usize) -> HashSet<usize> {
-    let with_results: Vec<usize> = p
-        .items
-        .iter()
-        .enumerate()
-        .filter(
-            |(_, it)| matches!(&it.kind, ViewKind::Message { content, .. } if has_results(content)),
-        )
-        .map(|(i, _)| i)
-        .collect();
-    let keep_from = with_results.len().saturating_sub(n);
-    with_results[..keep_from].iter().copied().collect()
-}
-
-/// The eval's own term scanner (kept apart from the local classifier's, so tuning the
-/// classifier never changes the measurement): paths, identifiers, numbers of 3+ digits.
-pub fn used_terms(text: &str, mut f: impl FnMut(&str)) {
-    for raw in
-        text.split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-')))
-    {
-        let t = raw.trim_matches(['.', '/', '-']);
-        if t.len() < 3 {
-            continue;
-        }
-        let b = t.as_bytes();
-        let alpha = b.iter().any(u8::is_ascii_alphabetic);
-        let digits = b.iter().filter(|c| c.is_ascii_digit()).count();
-        let term = if !alpha {
-            digits >= 3
-        } else if t.contains('/') || t.contains('.') {
-            t.len() >= 4
-        } else {
-            t.len() >= 4
-                && (t.contains('_')
-                    || digits > 0
-                    || (b[1..].iter().any(u8::is_ascii_uppercase)
-                        && b.iter().any(u8::is_ascii_lowercase)))
-        };
-        if term {
-            f(t);
-        }
-    }
-}
-
-fn text_of(blocks: &[ContentBlock], out: &mut String) {
-    for b in blocks {
-        match b {
-            ContentBlock::Text { text } => {
-                out.push_str(text);
-                out.push('\n');
-            }
-            ContentBlock::ToolCall {
-                name, arguments, ..
-            } => {
-                out.push_str(name);
-                out.push(' ');
-                match arguments {
-                    serde_json::Value::String(s) => out.push_str(s),
-                    other => out.push_str(&other.to_string()),
-                }
-                out.push('\n');
-            }
-            ContentBlock::ToolResult { content, .. } => text_of(content, out),
-            _ => {}
-        }
-    }
-}
-
 /// The text of a message's tool results: the lines the tools printed (an older Codex's JSON
 /// wrapper unwrapped, as distillation reads it).
 fn result_text(blocks: &[ContentBlock]) -> String {
@@ -363,460 +369,463 @@ fn result_text(blocks: &[ContentBlock]) -> String {
     out
 }
 
+/// What a request shows of tool outputs: every result's text, and every text at all (where a
+/// stub's `recall` id is looked for).
+struct Shown {
+    results: String,
+    all: String,
+}
+
+impl Shown {
+    fn of(messages: &[Message]) -> Self {
+        let mut results = String::new();
+        let mut all = String::new();
+        for m in messages {
+            if has_results(&m.content) {
+                results.push_str(&result_text(&m.content));
+                results.push('\n');
+            }
+            terms::text_of(&m.content, &mut all);
+        }
+        Shown { results, all }
+    }
+}
+
 /// A tool output's lines, as the eval tracks them.
 struct Output {
     tool: String,
-    entry: String,
+    /// Its entry in the replay's log, and the id `recall` takes for it.
+    entry: EntryId,
+    recall_id: String,
     lines: Vec<String>,
 }
 
-/// Line state: used, and retained so far by ctxd and by last-N.
-#[derive(Default)]
-struct LineState {
-    ctxd: bool,
-    last_n: bool,
+/// What hid an entry: the mechanism and its decision.
+type Hider = (String, String);
+
+/// A pass waiting to land, and what it decided (for the misses).
+struct PendingPass {
+    land_before: usize,
+    outcome: PassOutcome,
 }
 
-/// Does the item of `raw_pos` show `line`, else does any shown result show it?
-fn visible(
-    p: &Projection<'_>,
-    w_pos: Option<usize>,
-    line: &str,
-    masked: Option<&HashSet<usize>>,
-) -> bool {
-    for (i, item) in p.items.iter().enumerate() {
-        if Some(item.entry) != w_pos {
-            continue;
-        }
-        if masked.is_some_and(|m| m.contains(&i)) {
-            break;
-        }
-        if let ViewKind::Message {
-            content, edited, ..
-        } = &item.kind
-        {
-            if !edited || result_text(content).contains(line) {
-                return true;
-            }
-        }
-    }
-    p.items.iter().enumerate().any(|(i, item)| {
-        !masked.is_some_and(|m| m.contains(&i))
-            && matches!(&item.kind, ViewKind::Message { content, .. }
-                if has_results(content) && result_text(content).contains(line))
-    })
-}
-
-fn is_assistant(e: &Entry) -> Option<&Message> {
-    match &e.kind {
-        EntryKind::Message(m) if m.role == Role::Assistant => Some(m),
-        _ => None,
-    }
-}
-
-fn same_response(a: &Message, b: &Message) -> bool {
-    a.response_id.is_some() && a.response_id == b.response_id
-}
-
-/// Replay `session`.
-pub fn replay<C: Classifier>(session: &Session, opts: &Options<'_, C>) -> Outcome {
-    let branch = active_branch(session);
-    let entries: Vec<&Entry> = branch.iter().map(|&p| &session.entries[p]).collect();
-    let mut out = Outcome::default();
-    let mut raw = Session {
-        meta: session.meta.clone(),
-        ..Session::default()
+/// Replay `session`. `requests`: each upstream body's measure, for `--requests`.
+pub fn replay<C: Classifier>(
+    session: &ctxd_core::model::Session,
+    opts: &Options<'_, C>,
+    mut requests: Option<&mut Vec<RequestLine>>,
+) -> anyhow::Result<Outcome> {
+    let api = opts.api;
+    let turns = ctxd_gateway::replay::client_turns(api, session, opts.model);
+    let settings = opts.settings;
+    let agent = session.meta.agent.map_or("sdk", |a| a.as_str()).to_owned();
+    let key = format!("eval-{}", session.meta.id.as_deref().unwrap_or("session"));
+    let engine = Arc::new(Engine::new(SqliteStore::open_in_memory()?));
+    let meta = SessionMeta {
+        id: Some(key.clone()),
+        agent: None,
+        format: format!("gateway/{}", api.route()),
+        model: Some(opts.model.to_owned()),
+        ..SessionMeta::default()
     };
-    let mut work = raw.clone();
-    // raw position → working position.
-    let mut w_of: Vec<usize> = Vec::with_capacity(entries.len());
-    // working position → raw position (the inverse of `w_of`; drafts have none).
-    let mut raw_of: Vec<Option<usize>> = Vec::with_capacity(entries.len());
-    let mut tokens = Tokens {
+    let record = engine.store().open_session("", &key, &meta)?;
+    let mut loaded = SessionView {
+        log: SessionLog::new(engine.store().load(record.id)?),
+        record,
+        savings: Default::default(),
+    };
+    let counter_for = gw::counter_for(Some(opts.model.to_owned()));
+    let summarizer = ctxd_engine::digest::Summarizer::Local;
+    let svc = ctxd_engine::turn::Services {
+        engine: &engine,
+        settings: gw::turn_settings(settings),
+        summarizer: &summarizer,
+        judge: opts.classifier,
+        counter: &counter_for,
+    };
+    let distill_config = settings.distill_config();
+    let mut out = Outcome {
+        timing: opts.timing,
+        ..Outcome::default()
+    };
+    let mut count = Counter {
         counter: opts.counter,
         memo: HashMap::default(),
     };
     let (mut prev_all, mut prev_ctxd, mut prev_mask) = (Vec::new(), Vec::new(), Vec::new());
-    let mut seen: HashSet<String> = HashSet::default();
-    let mut pending: HashMap<String, Vec<(usize, usize)>> = HashMap::default();
-    let mut outputs: HashMap<usize, Output> = HashMap::default();
-    let mut lines: HashMap<(usize, usize), LineState> = HashMap::default();
-    let mut drafts = 0usize;
-    let limits = Limits {
-        budget: Duration::from_secs(20),
-        concurrency: 6,
-    };
-    let agent = session.meta.agent.map(|a| a.as_str());
-    let mut memo = ctxd_core::savings::Memo::default();
+    let mut prev: Option<PrevRequest> = None;
+    let mut passes: Vec<PendingPass> = Vec::new();
+    let mut hidden: HashMap<EntryId, Hider> = HashMap::default();
+    let mut scan = terms::Scanner::default();
+    let mut bounds = super::bounds::Bounds::default();
+    let mut outputs: Vec<Output> = Vec::new();
+    // A call's id → its tool's name (a result names its call, not always its tool).
+    let mut called: HashMap<String, String> = HashMap::default();
+    // (output, line) → retained so far by ctxd and by last-N.
+    let mut lines: HashMap<(usize, usize), (bool, bool)> = HashMap::default();
+    let mut clock = 1_767_225_600_000_i64; // 2026-01-01: the replay's own clock
 
-    for (k, entry) in entries.iter().enumerate() {
-        let assistant = is_assistant(entry);
-        let starts_request = assistant.is_some_and(|m| {
-            k == 0
-                || !entries[k - 1..k]
-                    .iter()
-                    .any(|p| is_assistant(p).is_some_and(|pm| same_response(pm, m)))
-        });
-        if starts_request {
-            // A checkpoint first, when a tool batch just completed.
-            let after_results = k > 0
-                && matches!(&entries[k - 1].kind, EntryKind::Message(m) if has_results(&m.content));
-            if after_results {
-                // The gateway strips the writes whose results a request brings as it plans
-                // the request, before the pass.
-                strip_writes(&mut work, opts, &mut out, &mut drafts);
-                amnesia(&mut work, agent, opts, &mut out, &mut drafts);
-                run_pass(
-                    &mut work,
-                    Phase::MidRun,
-                    opts,
-                    &limits,
-                    &mut out,
-                    &mut drafts,
-                );
+    for (k, turn) in turns.iter().enumerate() {
+        let started = Instant::now();
+        clock += 1_000;
+        // A pass's edits land before the request its timing allows.
+        let now = ctxd_core::windows::iso8601(clock);
+        let mut landed = Vec::new();
+        let mut keep = Vec::new();
+        for p in passes.drain(..) {
+            if p.land_before > k {
+                keep.push(p);
+                continue;
             }
-            out.requests += 1;
-            let wb: Vec<usize> = (0..work.entries.len()).collect();
-            let rb: Vec<usize> = (0..raw.entries.len()).collect();
-            let (Ok(pw), Ok(pr)) = (
-                view::project_checked(&work, &wb),
-                view::project_checked(&raw, &rb),
-            ) else {
+            note_pass(&p.outcome, k, &mut out, &mut hidden);
+            landed.extend(land(&mut loaded.log, p.outcome.drafts, &now));
+        }
+        passes = keep;
+
+        let decoded = Bytes::from(turn.body.clone());
+        let req = ParsedRequest::parse_after(api, &decoded, prev.as_ref())
+            .map_err(|e| anyhow::anyhow!("request {}: {e}", k + 1))?;
+        let conversation = req
+            .array
+            .clone()
+            .and_then(|r| decoded.get(r))
+            .unwrap_or_default();
+        let mut caller = Caller {
+            tenant: String::new(),
+            session: Some(loaded.record.id),
+            session_key: Some(key.clone()),
+            agent: Some(agent.clone()),
+            model: Some(opts.model.to_owned()),
+            project: ctxd_gateway::project::project(
+                &Default::default(),
+                req.system_bytes(&decoded),
+                conversation,
+            ),
+            policy: None,
+        };
+        let planned = opts
+            .runtime
+            .block_on(gw::plan_turn(
+                settings,
+                &svc,
+                &mut loaded,
+                &mut caller,
+                TurnRequest {
+                    api,
+                    req: &req,
+                    decoded: &decoded,
+                    beta_1m: false,
+                    learned: None,
+                    record_only: settings.management.record_only,
+                    landed,
+                    now_ms: clock,
+                },
+            ))
+            .map_err(|(e, _)| anyhow::anyhow!("request {}: {e}", k + 1))?;
+        for (m, v) in planned.measured.saved.iter() {
+            if v != 0 {
+                *out.saved_by.entry(m.name()).or_default() += v;
+            }
+        }
+        for (target, mechanism) in &planned.edited {
+            *out.edited.entry((*mechanism).to_owned()).or_default() += 1;
+            hidden.insert(
+                target.clone(),
+                (
+                    (*mechanism).to_owned(),
+                    format!("{mechanism} at request {}", k + 1),
+                ),
+            );
+        }
+        out.policy_us += started.elapsed().as_micros() as u64;
+        out.requests += 1;
+
+        // What went upstream, and what the client sent.
+        let body: &[u8] = planned.body.as_deref().unwrap_or(&turn.body);
+        let (Some(sent), Some(client)) = (count.body(api, body), count.body(api, &turn.body))
+        else {
+            anyhow::bail!("request {}: a body ctxd cannot read back", k + 1);
+        };
+        if let Some(requests) = requests.as_deref_mut() {
+            requests.push(RequestLine {
+                request: k + 1,
+                bytes: body.len(),
+                blake3: blake3::hash(body).to_hex().to_string(),
+                tokens: sent.tokens.clone(),
+            });
+        }
+        out.all.add(&price(&client.keys, &mut prev_all));
+        let this = price(&sent.keys, &mut prev_ctxd);
+        out.ctxd.add(&this);
+        let masked = count.masked(&client, opts.last_n);
+        out.last_n.add(&price(&masked, &mut prev_mask));
+
+        // The bounds see the client's request as it is.
+        {
+            let head = client.keys.len() - client.messages.len();
+            let new: Vec<(u128, u64, &Message)> = (planned.plan.matched.min(client.messages.len())
+                ..client.messages.len())
+                .map(|i| {
+                    (
+                        client.keys[head + i].0,
+                        client.keys[head + i].1,
+                        &client.messages[i],
+                    )
+                })
+                .collect();
+            bounds.request(
+                &client.keys[..head],
+                &client.keys[head..],
+                &new,
+                opts.counter,
+            );
+            bounds.answer(&turn.reply);
+        }
+
+        // New tool outputs this request brings (the client's new elements).
+        for i in planned.plan.matched..client.messages.len() {
+            let m = &client.messages[i];
+            if !has_results(&m.content) {
+                continue;
+            }
+            let Some(entry) = planned
+                .plan
+                .element_entries
+                .get(i)
+                .and_then(|&p| loaded.log.entry(p))
+                .map(|e| e.id.clone())
+            else {
                 continue;
             };
-            let mask_set = masked(&pr, opts.last_n);
-            out.all.add(&price(
-                &request_keys(&pr, &mut tokens, None, None),
-                &mut prev_all,
-            ));
-            out.ctxd.add(&price(
-                &request_keys(&pw, &mut tokens, None, Some((&raw, &raw_of))),
-                &mut prev_ctxd,
-            ));
-            if opts.digest.is_some() || opts.amnesia.is_some() {
-                let saved = ctxd_core::savings::measure(&work, &wb, &mut memo, 0).saved;
-                out.digest_saved_tokens += saved.digests.max(0) as u64;
-                out.amnesia_saved_tokens += saved.amnesia.max(0) as u64;
-            }
-            if let Some(base) = &opts.lazy {
-                out.lazy_tools_tokens += ctxd_core::wm::lazy::left_out(&work, &wb, base.row(agent));
-            }
-            out.last_n.add(&price(
-                &request_keys(&pr, &mut tokens, Some(&mask_set), None),
-                &mut prev_mask,
-            ));
-            // What the stripped writes save on this request: an assistant message shows other
-            // content only through write facts.
-            for item in &pw.items {
-                if let ViewKind::Message {
-                    message,
-                    content,
-                    edited: true,
-                } = &item.kind
-                {
-                    if message.role == Role::Assistant {
-                        let (_, shown) = tokens.blocks(content, false);
-                        let (_, raw) = tokens.blocks(&message.content, false);
-                        out.write_facts_tokens += raw.saturating_sub(shown);
-                    }
-                }
-            }
-
-            // What this response uses of earlier outputs.
-            let mut used_text = String::new();
-            let mut j = k;
-            while let Some(m) = entries.get(j).and_then(|e| is_assistant(e)) {
-                if j > k && !assistant.is_some_and(|a| same_response(a, m)) {
-                    break;
-                }
-                text_of(&m.content, &mut used_text);
-                j += 1;
-            }
-            let mut used: Vec<(String, usize, usize)> = Vec::new();
-            used_terms(&used_text, |t| {
-                if let Some(ls) = pending.get(t) {
-                    used.extend(ls.iter().map(|&(o, l)| (t.to_owned(), o, l)));
-                }
+            let text = result_text(&m.content);
+            let o = outputs.len();
+            let out_lines: Vec<String> = text.lines().map(str::to_owned).collect();
+            scan.output(o, &out_lines);
+            outputs.push(Output {
+                tool: m
+                    .content
+                    .iter()
+                    .find_map(|b| match b {
+                        ContentBlock::ToolResult {
+                            tool_name, call_id, ..
+                        } => tool_name.clone().or_else(|| called.get(call_id).cloned()),
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| "tool".to_owned()),
+                recall_id: ctxd_core::history::item_id(ctxd_core::history::item_key(
+                    loaded.record.id,
+                    entry.as_str(),
+                )),
+                entry,
+                lines: out_lines,
             });
-            used.sort_by_key(|u| (u.1, u.2));
-            used.dedup_by_key(|u| (u.1, u.2));
+        }
+        for i in planned.plan.matched..client.messages.len() {
+            scan.seen(&client.messages[i].content);
+        }
+
+        // What this answer uses of earlier outputs.
+        let mut used_text = String::new();
+        for m in &turn.reply {
+            terms::text_of(&m.content, &mut used_text);
+        }
+        let used = scan.used(&used_text);
+        if !used.is_empty() {
+            let shown = Shown::of(&sent.messages);
+            let client_shown = Shown::of(&client.messages);
+            let masked_shown = Shown::of(&masked_messages(&client.messages, opts.last_n));
             for (term, o, l) in used {
-                let Some(output) = outputs.get(&o) else {
-                    continue;
-                };
+                let output = &outputs[o];
                 let line = output.lines[l].trim();
-                let state = lines.entry((o, l)).or_insert(LineState {
-                    ctxd: true,
-                    last_n: true,
-                });
-                let w_pos = w_of.get(o).copied();
-                if state.ctxd && !visible(&pw, w_pos, line, None) {
-                    state.ctxd = false;
+                let state = lines.entry((o, l)).or_insert((true, true));
+                if !client_shown.results.contains(line) {
+                    if state.0 {
+                        out.retention_ctxd.client_dropped += 1;
+                        out.retention_last_n.client_dropped += 1;
+                    }
+                    state.0 = false;
+                    state.1 = false;
+                    continue;
+                }
+                if state.0 && !shown.results.contains(line) {
+                    state.0 = false;
+                    let recoverable = shown.all.contains(&output.recall_id)
+                        || shown.all.contains(output.entry.as_str());
+                    let (mechanism, hidden_by) = hidden
+                        .get(&output.entry)
+                        .cloned()
+                        .unwrap_or_else(|| hider_of(&loaded.log, &output.entry));
+                    if recoverable {
+                        out.ctxd_cost_with_recall += CACHE_READ * this.input_tokens as f64
+                            + CACHE_WRITE * opts.counter.count(&output.lines.join("\n")) as f64;
+                    }
                     out.misses.push(Miss {
-                        entry: output.entry.clone(),
+                        entry: output.entry.0.clone(),
                         tool: output.tool.clone(),
                         line: l + 1,
                         text: line.chars().take(160).collect(),
                         term,
-                        request: out.requests,
-                        hidden_by: out
-                            .edited_by
-                            .get(output.entry.as_str())
-                            .cloned()
-                            .unwrap_or_else(|| "another mechanism's edit".to_owned()),
+                        request: k + 1,
+                        mechanism,
+                        hidden_by,
+                        recoverable,
                     });
                 }
-                if state.last_n && !visible(&pr, Some(o), line, Some(&mask_set)) {
-                    state.last_n = false;
+                if state.1 && !masked_shown.results.contains(line) {
+                    state.1 = false;
+                }
+            }
+        }
+        for m in &turn.reply {
+            scan.seen(&m.content);
+            for b in &m.content {
+                if let ContentBlock::ToolCall { id, name, .. } = b {
+                    called.insert(id.clone(), name.clone());
                 }
             }
         }
 
-        // Append the entry to both logs (linear: each entry's parent is the previous one).
-        let raw_pos = raw.entries.len();
-        let mut copy = (*entry).clone();
-        copy.parent = raw.entries.last().map(|e| e.id.clone());
-        copy.sidechain = false;
-        raw.entries.push(copy.clone());
-        copy.parent = work.entries.last().map(|e| e.id.clone());
-        w_of.push(work.entries.len());
-        raw_of.resize(work.entries.len(), None);
-        raw_of.push(Some(raw_pos));
-        work.entries.push(copy);
-        if let Some(cfg) = &opts.digest {
-            let started = Instant::now();
-            digest(&mut work, agent, cfg, opts.counter, &mut out, &mut drafts);
-            out.policy_us += started.elapsed().as_micros() as u64;
-        }
-
-        // Track tool outputs' novel terms, and everything seen.
-        if let EntryKind::Message(m) = &entry.kind {
-            if has_results(&m.content) {
-                let text = result_text(&m.content);
-                let out_lines: Vec<String> = text.lines().map(str::to_owned).collect();
-                let mut by_term: HashMap<String, Vec<usize>> = HashMap::default();
-                for (l, line) in out_lines.iter().enumerate() {
-                    if line.trim().len() < 4 {
-                        continue;
-                    }
-                    used_terms(line, |t| {
-                        if !seen.contains(t) {
-                            let v = by_term.entry(t.to_owned()).or_default();
-                            if v.last() != Some(&l) {
-                                v.push(l);
-                            }
-                        }
+        // The answer recorded as the gateway records it, the turn ended, a pass after it.
+        let started = Instant::now();
+        let attach = loaded
+            .log
+            .leaf()
+            .and_then(|p| loaded.log.entry(p))
+            .map(|e| e.id.clone());
+        let answer = turn
+            .reply
+            .iter()
+            .map(|m| {
+                let wire =
+                    serde_json::to_vec(&ctxd_gateway::render::elements(api, m)).unwrap_or_default();
+                (m.clone(), wire)
+            })
+            .collect();
+        clock += 1_000;
+        opts.runtime.block_on(gw::record_answer(
+            &svc,
+            &mut loaded,
+            &caller,
+            &planned.policy.window,
+            attach.as_ref(),
+            answer,
+            Some(&planned.measured),
+            planned.cache.as_ref(),
+            clock,
+        ));
+        if planned.policy.distills() {
+            let branch = loaded.log.branch();
+            if let Some(phase) = phase_at_end(&loaded.log, &branch) {
+                let config = gw::pass_config(&distill_config, &loaded);
+                let asked = Instant::now();
+                let pass = opts.runtime.block_on(run_pass(
+                    opts.classifier,
+                    &loaded.log.session,
+                    &branch,
+                    &config,
+                    phase,
+                    &Limits::default(),
+                ));
+                out.classifier_us += asked.elapsed().as_micros() as u64;
+                if let Some(outcome) = pass {
+                    let land_before = match opts.timing {
+                        Timing::ThinkTime => k + 1,
+                        Timing::BackToBack => k + 2,
+                    };
+                    passes.push(PendingPass {
+                        land_before,
+                        outcome,
                     });
                 }
-                for (t, ls) in by_term {
-                    if ls.len() <= MAX_TERM_LINES {
-                        pending
-                            .entry(t)
-                            .or_default()
-                            .extend(ls.into_iter().map(|l| (raw_pos, l)));
-                    }
-                }
-                let tool = m
-                    .content
-                    .iter()
-                    .find_map(|b| match b {
-                        ContentBlock::ToolResult { tool_name, .. } => tool_name.clone(),
-                        _ => None,
-                    })
-                    .unwrap_or_else(|| "tool".to_owned());
-                outputs.insert(
-                    raw_pos,
-                    Output {
-                        tool,
-                        entry: entry.id.0.clone(),
-                        lines: out_lines,
-                    },
-                );
-            }
-            let mut all = String::new();
-            text_of(&m.content, &mut all);
-            used_terms(&all, |t| {
-                if !seen.contains(t) {
-                    seen.insert(t.to_owned());
-                }
-            });
-        }
-
-        // A response without tool calls (its last part) ends the run.
-        if let Some(m) = assistant {
-            let next_same = entries
-                .get(k + 1)
-                .and_then(|e| is_assistant(e))
-                .is_some_and(|n| same_response(m, n));
-            let calls = m
-                .content
-                .iter()
-                .any(|b| matches!(b, ContentBlock::ToolCall { .. }));
-            if !next_same && !calls {
-                run_pass(
-                    &mut work,
-                    Phase::RunEnd,
-                    opts,
-                    &limits,
-                    &mut out,
-                    &mut drafts,
-                );
             }
         }
-    }
-    out.retention_ctxd.used_lines = lines.len();
-    out.retention_ctxd.retained = lines.values().filter(|s| s.ctxd).count();
-    out.retention_last_n.used_lines = lines.len();
-    out.retention_last_n.retained = lines.values().filter(|s| s.last_n).count();
-    out
-}
-
-/// Write facts for the request about to start: the write calls of the last assistant message
-/// whose results were appended since it ([`ctxd_core::wm::writes::plan`]), their edits appended
-/// to the working log.
-fn strip_writes<C: Classifier>(
-    work: &mut Session,
-    opts: &Options<'_, C>,
-    out: &mut Outcome,
-    drafts: &mut usize,
-) {
-    if !opts.write_facts.enabled {
-        return;
-    }
-    let started = Instant::now();
-    let fresh: Vec<usize> = (0..work.entries.len())
-        .rev()
-        .take_while(|&p| is_assistant(&work.entries[p]).is_none())
-        .collect();
-    let branch: Vec<usize> = (0..work.entries.len()).collect();
-    for d in ctxd_core::wm::writes::plan(work, &branch, &fresh, &opts.write_facts) {
-        out.write_facts += d.calls.len();
-        push_draft(work, drafts, d.kind);
-    }
-    out.policy_us += started.elapsed().as_micros() as u64;
-}
-
-/// Meta-amnesia for the request about to start, as the gateway runs it on the request that
-/// first carries a round's results: the judgment's record, and the round's omission when
-/// every result is a drop, appended to the working log.
-fn amnesia<C: Classifier>(
-    work: &mut Session,
-    agent: Option<&str>,
-    opts: &Options<'_, C>,
-    out: &mut Outcome,
-    drafts: &mut usize,
-) {
-    let Some(cfg) = &opts.amnesia else {
-        return;
-    };
-    let started = Instant::now();
-    let mut fresh: Vec<usize> = (0..work.entries.len())
-        .rev()
-        .take_while(|&p| is_assistant(&work.entries[p]).is_none())
-        .filter(|&p| matches!(work.entries[p].kind, EntryKind::Message(_)))
-        .collect();
-    fresh.reverse();
-    let branch: Vec<usize> = (0..work.entries.len()).collect();
-    let Some(prepared) =
-        ctxd_core::wm::amnesia::prepare(work, &branch, &fresh, agent, cfg, opts.counter)
-    else {
         out.policy_us += started.elapsed().as_micros() as u64;
-        return;
-    };
-    let asked = Instant::now();
-    let judged = opts.runtime.block_on(ctxd_engine::amnesia::judge(
-        opts.classifier,
-        prepared,
-        ctxd_engine::amnesia::DEFAULT_BUDGET,
-    ));
-    out.classifier_us += asked.elapsed().as_micros() as u64;
-    let (record, kinds) =
-        ctxd_core::wm::amnesia::decide(judged.prepared, &judged.answers, opts.classifier.name());
-    out.amnesia_judged += record.judgments.len();
-    out.amnesia_dropped += record
-        .judgments
+        prev = Some(PrevRequest {
+            body: decoded,
+            parsed: req,
+        });
+    }
+    out.windows = loaded
+        .log
+        .branch()
         .iter()
-        .filter(|j| j.decision == ctxd_core::wm::amnesia::Decision::Drop)
+        .filter(|&&p| is_marker(&loaded.log, p))
         .count();
-    out.amnesia_rounds += usize::from(!record.pruned.is_empty());
-    for kind in kinds {
-        push_draft(work, drafts, kind);
-    }
-    out.policy_us += started.elapsed().as_micros() as u64;
+    let used = lines.len() - out.retention_ctxd.client_dropped;
+    out.retention_ctxd.used_lines = used;
+    out.retention_last_n.used_lines = used;
+    out.retention_ctxd.retained = lines.values().filter(|s| s.0).count();
+    out.retention_last_n.retained = lines.values().filter(|s| s.1).count();
+    out.retention_ctxd.recoverable = out.misses.iter().filter(|m| m.recoverable).count();
+    out.ctxd_cost_with_recall += out.ctxd.cost;
+    out.bounds = bounds.finish(opts.counter);
+    Ok(out)
 }
 
-/// The digests of the last entry of `work` (a tool batch's results), appended after it, as
-/// the gateway does on the request that first carries them.
-fn digest(
-    work: &mut Session,
-    agent: Option<&str>,
-    cfg: &ctxd_core::wm::digest::Config,
-    counter: &dyn TokenCounter,
-    out: &mut Outcome,
-    drafts: &mut usize,
-) {
-    use ctxd_core::wm::digest::{candidates, drafts as digest_drafts, render_local, Pointer};
-    let Some(last) = work.entries.len().checked_sub(1) else {
-        return;
-    };
-    let branch: Vec<usize> = (0..work.entries.len()).collect();
-    let found = candidates(work, &branch, &[last], agent, cfg, counter);
-    if found.is_empty() {
-        return;
-    }
-    out.digests += found.len();
-    let pairs: Vec<_> = found
-        .into_iter()
-        .map(|c| {
-            let pointer = Pointer::Recall(c.entry_id.0.clone());
-            let text = render_local(&c, &pointer, cfg, counter);
-            (c, text)
-        })
+/// The client's messages with tool results older than the last `n` masked.
+fn masked_messages(messages: &[Message], n: usize) -> Vec<Message> {
+    let with_results: Vec<usize> = messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| has_results(&m.content))
+        .map(|(i, _)| i)
         .collect();
-    for kind in digest_drafts(work, &pairs) {
-        push_draft(work, drafts, kind);
+    let masked: HashSet<usize> = with_results[..with_results.len().saturating_sub(n)]
+        .iter()
+        .copied()
+        .collect();
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            if masked.contains(&i) {
+                Message {
+                    content: mask(&m.content),
+                    ..m.clone()
+                }
+            } else {
+                m.clone()
+            }
+        })
+        .collect()
+}
+
+fn is_marker(log: &SessionLog, pos: usize) -> bool {
+    matches!(
+        log.entry(pos).map(|e| &e.kind),
+        Some(EntryKind::WindowMarker { .. })
+    )
+}
+
+/// What hid `entry` when no edit of a mechanism did: a window reset, else nothing known.
+fn hider_of(log: &SessionLog, entry: &EntryId) -> Hider {
+    let branch = log.branch();
+    let at = log.position(entry);
+    let reset = at.is_some_and(|at| branch.iter().any(|&p| p > at && is_marker(log, p)));
+    if reset {
+        ("window".to_owned(), "a context window reset".to_owned())
+    } else if at.is_some_and(|at| !branch.contains(&at)) {
+        (
+            "unattributed".to_owned(),
+            "the output is off the active branch".to_owned(),
+        )
+    } else {
+        ("unattributed".to_owned(), "no edit names it".to_owned())
     }
 }
 
-/// Append a draft of ctxd's (an edit, a record) after the last entry of `work`, as the
-/// gateway appends its drafts under the leaf; `drafts` numbers their ids.
-fn push_draft(work: &mut Session, drafts: &mut usize, kind: EntryKind) {
-    *drafts += 1;
-    let parent = work.entries.last().map(|e| e.id.clone());
-    work.entries.push(Entry {
-        id: EntryId::new(format!("ctxd-draft-{drafts}")),
-        parent,
-        timestamp: None,
-        sidechain: false,
-        kind,
-    });
-}
-
-fn run_pass<C: Classifier>(
-    work: &mut Session,
-    phase: Phase,
-    opts: &Options<'_, C>,
-    limits: &Limits,
+/// A landed pass's decisions: which entries it hid and why, for the misses.
+fn note_pass(
+    pass: &PassOutcome,
+    request: usize,
     out: &mut Outcome,
-    drafts: &mut usize,
+    hidden: &mut HashMap<EntryId, Hider>,
 ) {
-    if !opts.distill {
-        return;
-    }
-    let started = Instant::now();
-    let branch: Vec<usize> = (0..work.entries.len()).collect();
-    let plan = distill::plan(work, &branch, &opts.config, phase);
-    if plan.is_empty() {
-        out.policy_us += started.elapsed().as_micros() as u64;
-        return;
-    }
-    let asked = Instant::now();
-    let answered = opts.runtime.block_on(ask(opts.classifier, &plan, limits));
-    out.classifier_us += asked.elapsed().as_micros() as u64;
-    let decisions = distill::decide(work, &plan, &answered.answers, &opts.config);
     out.passes += 1;
-    out.edits += decisions.edits.len();
-    for r in &decisions.results {
+    out.edits += pass.decisions.edits.len();
+    out.saved_chars += pass.decisions.saved_chars;
+    out.classifier.add(&pass.usage);
+    for r in &pass.decisions.results {
         let key = format!(
             "{}/{}",
             serde_json::to_value(r.kind)
@@ -826,15 +835,19 @@ fn run_pass<C: Classifier>(
             r.reason
         );
         if r.outcome != distill::record::Outcome::Kept {
+            *out.edited.entry("distillation".to_owned()).or_default() += 1;
             let how = format!(
-                "{:?} {key} at request {}: {}",
+                "{:?} {key} landed before request {}: {}",
                 r.outcome,
-                out.requests,
+                request + 1,
                 r.trace.join("; ")
             )
             .to_lowercase();
             for id in std::iter::once(&r.entry_id).chain(&r.omitted) {
-                out.edited_by.insert(id.clone(), how.clone());
+                hidden.insert(
+                    EntryId::new(id.clone()),
+                    ("distillation".to_owned(), how.clone()),
+                );
             }
         }
         let e = out.reasons.entry(key).or_default();
@@ -842,10 +855,4 @@ fn run_pass<C: Classifier>(
         e.1 += r.before_chars;
         e.2 += r.after_chars;
     }
-    out.saved_chars += decisions.saved_chars;
-    out.classifier.add(&answered.usage);
-    for kind in decisions.drafts(opts.classifier.name(), answered.usage, answered.timed_out) {
-        push_draft(work, drafts, kind);
-    }
-    out.policy_us += started.elapsed().as_micros() as u64;
 }
