@@ -5,79 +5,20 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{post, Gateway};
 use ctxd_mock::{Config, MockServer, Reply};
 
 fn ctxd() -> Command {
     common::ctxd()
 }
 
-/// One HTTP/1.1 POST over a fresh connection; the whole response as text.
-fn post(addr: &str, path: &str, headers: &[(&str, &str)], body: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut req = format!(
-        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-struct Gateway {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Gateway {
-    /// A failed test must not leave the gateway running (it holds the test's output pipes).
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 fn serve(store: &std::path::Path, upstream: &str) -> Gateway {
-    let mut child = ctxd()
-        .args([
-            "--store",
-            store.to_str().unwrap(),
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .args([
-            "--upstream-anthropic",
-            upstream,
-            "--upstream-openai",
-            upstream,
-        ])
-        .env("CTXD_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line.trim().rsplit("http://").next().unwrap().to_owned();
-    assert!(line.starts_with("ctxd serve: listening on"), "{line}");
-    Gateway { child, addr }
+    common::serve(store, upstream, &[])
 }
 
 /// `ctxd report KEY --store STORE --json`, which must succeed.
@@ -565,12 +506,7 @@ fn a_person_reads_and_writes_their_own_tenants_notes_with_the_cli() {
 
 /// SIGTERM and wait: the gateway's store is closed when this returns.
 fn stop(gw: &mut Gateway) {
-    let killed = Command::new("kill")
-        .args(["-TERM", &gw.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    assert!(gw.child.wait().unwrap().success());
+    common::stop(gw);
 }
 
 /// `ctxd serve` on `store` with `args` (and `env`) after the listener flag: it must refuse to

@@ -23,6 +23,7 @@ pub mod policy;
 pub mod project;
 mod relay;
 pub mod render;
+pub mod replay;
 pub mod request;
 pub mod rewrite;
 pub mod served;

@@ -50,6 +50,23 @@ pub enum Part {
         name: String,
         args: Value,
     },
+    /// A tool call with the id the client will send back (Anthropic `tool_use.id`, Chat
+    /// `tool_calls[].id`, Responses `call_id`): a recorded response replayed exactly.
+    ToolCallWithId {
+        id: String,
+        name: String,
+        args: Value,
+    },
+    /// A thinking block (Anthropic `thinking`, or `redacted_thinking` carrying `signature` as
+    /// its data) or a reasoning item (Responses: `text` as its summary, `signature` as its
+    /// `encrypted_content`), in its place among the parts; Chat replies leave it out. A
+    /// recorded response replayed exactly: the signature is not the mock's, so strict mode
+    /// does not check it when it comes back.
+    Thinking {
+        text: String,
+        signature: Option<String>,
+        redacted: bool,
+    },
     /// One token sampled from these (token, probability) alternatives at temperature 0: the
     /// text is the most likely, and a Chat request asking for `logprobs` gets them all as the
     /// first token's `top_logprobs` (how a classifier reads a yes/no answer).

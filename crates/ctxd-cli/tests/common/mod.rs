@@ -103,3 +103,120 @@ pub fn succeed(cmd: &mut Command) -> std::process::Output {
     );
     out
 }
+
+/// The shared test data: `$CTXD_SHARED`, else `../shared` beside the repository.
+pub fn shared() -> PathBuf {
+    std::env::var_os("CTXD_SHARED").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
+        PathBuf::from,
+    )
+}
+
+/// One HTTP/1.1 POST over a fresh connection; the whole response as text.
+pub fn post(addr: &str, path: &str, headers: &[(&str, &str)], body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(120)))
+        .unwrap();
+    let mut req = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// A response's status code and body (after the headers) from [`post`]'s text; a chunked body
+/// is joined.
+pub fn status_and_body(response: &str) -> (u16, String) {
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((response, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return (status, body.to_owned());
+    }
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].strip_prefix("\r\n").unwrap_or(&after[n..]);
+    }
+    (status, out)
+}
+
+/// `ctxd serve` running as a child (killed when dropped, so a failed test leaves none).
+pub struct Gateway {
+    pub child: std::process::Child,
+    pub addr: String,
+}
+
+impl Drop for Gateway {
+    /// A failed test must not leave the gateway running (it holds the test's output pipes).
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// `ctxd --store STORE serve` on an ephemeral port with both upstreams at `upstream` and
+/// `args` after, once it listens.
+pub fn serve(store: &Path, upstream: &str, args: &[&str]) -> Gateway {
+    use std::io::BufRead;
+    let mut child = ctxd()
+        .args([
+            "--store",
+            store.to_str().unwrap(),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--upstream-anthropic",
+            upstream,
+            "--upstream-openai",
+            upstream,
+        ])
+        .args(args)
+        .env("CTXD_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.trim().rsplit("http://").next().unwrap().to_owned();
+    assert!(line.starts_with("ctxd serve: listening on"), "{line}");
+    Gateway { child, addr }
+}
+
+/// SIGTERM and wait: the gateway's store is closed when this returns.
+pub fn stop(gw: &mut Gateway) {
+    let killed = Command::new("kill")
+        .args(["-TERM", &gw.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(gw.child.wait().unwrap().success());
+}

@@ -34,6 +34,20 @@ fn blocks(plan: &Plan) -> Vec<Value> {
         Piece::Call { id, call, .. } => {
             json!({"type": "tool_use", "id": id, "name": call.name, "input": call.args})
         }
+        Piece::Thinking {
+            signature,
+            redacted: true,
+            ..
+        } => json!({"type": "redacted_thinking", "data": signature.as_deref().unwrap_or("")}),
+        Piece::Thinking {
+            text, signature, ..
+        } => {
+            let mut block = json!({"type": "thinking", "thinking": text});
+            if let Some(signature) = signature {
+                block["signature"] = json!(signature);
+            }
+            block
+        }
     });
     thinking.chain(rest).collect()
 }
@@ -88,6 +102,8 @@ pub(super) fn events(plan: &Plan) -> Vec<Bytes> {
         let empty = match kind.as_str() {
             "thinking" => json!({"type": "thinking", "thinking": "", "signature": ""}),
             "text" => json!({"type": "text", "text": ""}),
+            // Whole in its start event, as Anthropic sends it.
+            "redacted_thinking" => block.clone(),
             _ => {
                 let mut b = block.clone();
                 b["input"] = json!({});
@@ -118,9 +134,12 @@ pub(super) fn events(plan: &Plan) -> Vec<Bytes> {
                         json!({"type": "thinking_delta", "thinking": d}),
                     ));
                 }
-                let sig = json!({"type": "signature_delta", "signature": text("signature")});
-                out.push(delta(index, sig));
+                if block.get("signature").is_some() {
+                    let sig = json!({"type": "signature_delta", "signature": text("signature")});
+                    out.push(delta(index, sig));
+                }
             }
+            "redacted_thinking" => {}
             "text" => {
                 for d in deltas(&text("text")) {
                     out.push(delta(index, json!({"type": "text_delta", "text": d})));

@@ -33,7 +33,7 @@ fn text(plan: &Plan) -> Option<String> {
         .iter()
         .filter_map(|p| match p {
             Piece::Text { text, .. } => Some(text.as_str()),
-            Piece::Call { .. } => None,
+            Piece::Call { .. } | Piece::Thinking { .. } => None,
         })
         .collect();
     (!texts.is_empty()).then(|| texts.concat())
@@ -47,7 +47,7 @@ fn calls(plan: &Plan) -> Vec<(&str, &str, String)> {
             Piece::Call { id, call, .. } => {
                 Some((id.as_str(), call.name.as_str(), call.args.to_string()))
             }
-            Piece::Text { .. } => None,
+            Piece::Text { .. } | Piece::Thinking { .. } => None,
         })
         .collect()
 }

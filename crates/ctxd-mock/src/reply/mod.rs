@@ -69,6 +69,13 @@ pub(crate) enum Piece {
         call_id: String,
         call: Call,
     },
+    /// A scripted thinking block / reasoning item ([`Part::Thinking`]).
+    Thinking {
+        id: String,
+        text: String,
+        signature: Option<String>,
+        redacted: bool,
+    },
 }
 
 /// A rendered reply body.
@@ -119,8 +126,21 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
                     Part::Text(t) => Planned::Text(t),
                     Part::ToolCall { name, args } => {
                         let kind = turn::kind_of(&tools, &name);
-                        Planned::Call(Call { name, args, kind })
+                        Planned::Call(Call { name, args, kind }, None)
                     }
+                    Part::ToolCallWithId { id, name, args } => {
+                        let kind = turn::kind_of(&tools, &name);
+                        Planned::Call(Call { name, args, kind }, Some(id))
+                    }
+                    Part::Thinking {
+                        text,
+                        signature,
+                        redacted,
+                    } => Planned::Thinking {
+                        text,
+                        signature,
+                        redacted,
+                    },
                     Part::Sampled(alternatives) => {
                         let text = logprobs::sampled(&alternatives);
                         if first.is_none() {
@@ -139,7 +159,7 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
         }
         None => match turn::decide(api, head) {
             Turn::Final => vec![Planned::Text(final_text.to_owned())],
-            Turn::Tool(call) => vec![Planned::Call(call)],
+            Turn::Tool(call) => vec![Planned::Call(call, None)],
         },
     };
     let (id_prefix, text_prefix) = match api {
@@ -154,7 +174,7 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
                 id: ids.next(text_prefix),
                 text,
             },
-            Planned::Call(call) => {
+            Planned::Call(call, given) => {
                 let (id_prefix, call_prefix) = match (api, call.kind) {
                     (Api::Anthropic, _) => ("toolu_", ""),
                     (Api::OpenAiChat, _) => ("call_", ""),
@@ -162,12 +182,25 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
                     (Api::OpenAiResponses, ToolKind::Custom) => ("ctc_", "call_"),
                     (Api::OpenAiResponses, _) => ("fc_", "call_"),
                 };
-                Piece::Call {
-                    id: ids.next(id_prefix),
-                    call_id: ids.next(call_prefix),
-                    call,
-                }
+                // The id the client sends back: Anthropic's and Chat's `id`, Responses'
+                // `call_id` (its item `id` stays the mock's).
+                let (id, call_id) = match (api, given) {
+                    (Api::OpenAiResponses, Some(given)) => (ids.next(id_prefix), given),
+                    (_, Some(given)) => (given, ids.next(call_prefix)),
+                    (_, None) => (ids.next(id_prefix), ids.next(call_prefix)),
+                };
+                Piece::Call { id, call_id, call }
             }
+            Planned::Thinking {
+                text,
+                signature,
+                redacted,
+            } => Piece::Thinking {
+                id: ids.next("rs_"),
+                text,
+                signature,
+                redacted,
+            },
         })
         .collect::<Vec<Piece>>();
     let logprobs = logprobs_asked.then(|| {
@@ -175,7 +208,7 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
             .iter()
             .filter_map(|p| match p {
                 Piece::Text { text, .. } => Some(text.as_str()),
-                Piece::Call { .. } => None,
+                Piece::Call { .. } | Piece::Thinking { .. } => None,
             })
             .collect();
         logprobs::for_text(&text, first.as_deref())
@@ -209,7 +242,13 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
 
 enum Planned {
     Text(String),
-    Call(Call),
+    /// A call, with the id a script gave it.
+    Call(Call, Option<String>),
+    Thinking {
+        text: String,
+        signature: Option<String>,
+        redacted: bool,
+    },
 }
 
 fn reasoned(api: Api, ids: &Ids) -> Reasoned {
@@ -240,6 +279,7 @@ impl Plan {
             .map(|p| match p {
                 Piece::Text { text, .. } => text.len(),
                 Piece::Call { call, .. } => call.args.to_string().len() + call.name.len(),
+                Piece::Thinking { text, .. } => text.len(),
             })
             .sum();
         (bytes / 4).max(1) as u64 + self.reasoning_tokens()

@@ -64,6 +64,23 @@ fn items(plan: &Plan) -> Vec<Value> {
         |r| json!({"type": "reasoning", "id": r.id, "summary": [], "encrypted_content": r.opaque}),
     );
     let rest = plan.pieces.iter().map(|p| match p {
+        Piece::Thinking {
+            id,
+            text,
+            signature,
+            ..
+        } => {
+            let summary = if text.is_empty() {
+                json!([])
+            } else {
+                json!([{"type": "summary_text", "text": text}])
+            };
+            let mut item = json!({"type": "reasoning", "id": id, "summary": summary});
+            if let Some(signature) = signature {
+                item["encrypted_content"] = json!(signature);
+            }
+            item
+        }
         Piece::Text { id, text } => json!({
             "type": "message", "id": id, "status": "completed", "role": "assistant",
             "content": [{"type": "output_text", "text": text, "annotations": []}],

@@ -109,6 +109,92 @@ async fn parallel_tool_calls_in_each_api() {
     assert_eq!(r["output"][2]["input"], "*** Begin Patch");
 }
 
+/// A recorded response replayed exactly: the call ids the client sends back, and thinking
+/// blocks / reasoning items in their place, JSON and SSE.
+#[tokio::test]
+async fn recorded_ids_and_thinking_in_each_api() {
+    let mock = start().await;
+    let parts = vec![
+        Part::Thinking {
+            text: "plan".into(),
+            signature: Some("sig-1".into()),
+            redacted: false,
+        },
+        Part::Thinking {
+            text: String::new(),
+            signature: Some("opaque".into()),
+            redacted: true,
+        },
+        Part::Text("Looking.".into()),
+        Part::ToolCallWithId {
+            id: "toolu_recorded".into(),
+            name: "Read".into(),
+            args: json!({"path": "a"}),
+        },
+        Part::ToolCallWithId {
+            id: "call_patch".into(),
+            name: "apply_patch".into(),
+            args: json!("*** Begin Patch"),
+        },
+    ];
+    for _ in 0..6 {
+        mock.script().push(Reply::parts(parts.clone()));
+    }
+    let m = post(&mock, "/v1/messages", &anthropic(false)).await.json();
+    assert_eq!(
+        m["content"][0],
+        json!({"type": "thinking", "thinking": "plan", "signature": "sig-1"})
+    );
+    assert_eq!(
+        m["content"][1],
+        json!({"type": "redacted_thinking", "data": "opaque"})
+    );
+    assert_eq!(m["content"][3]["id"], "toolu_recorded");
+    assert_eq!(m["content"][4]["id"], "call_patch");
+    let events = sse(&post(&mock, "/v1/messages", &anthropic(true)).await.body);
+    let starts: Vec<&Value> = events
+        .iter()
+        .filter(|e| e.name.as_deref() == Some("content_block_start"))
+        .map(|e| &e.data["content_block"])
+        .collect();
+    assert_eq!(
+        starts[1],
+        &json!({"type": "redacted_thinking", "data": "opaque"})
+    );
+    assert_eq!(starts[3]["id"], "toolu_recorded");
+    assert!(events
+        .iter()
+        .any(|e| e.data["delta"]["signature"] == "sig-1"));
+
+    let c = post(&mock, "/v1/chat/completions", &chat(false))
+        .await
+        .json();
+    let message = &c["choices"][0]["message"];
+    assert_eq!(message["content"], "Looking.");
+    assert_eq!(message["tool_calls"][0]["id"], "toolu_recorded");
+    assert_eq!(message["tool_calls"][1]["id"], "call_patch");
+    post(&mock, "/v1/chat/completions", &chat(true)).await;
+
+    let r = post(&mock, "/v1/responses", &responses(false)).await.json();
+    let output = r["output"].as_array().unwrap();
+    assert_eq!(output[0]["type"], "reasoning");
+    assert_eq!(output[0]["summary"][0]["text"], "plan");
+    assert_eq!(output[0]["encrypted_content"], "sig-1");
+    assert_eq!(output[1]["summary"], json!([]));
+    assert_eq!(output[3]["call_id"], "toolu_recorded");
+    assert_eq!(output[4]["type"], "custom_tool_call");
+    assert_eq!(output[4]["call_id"], "call_patch");
+    let events = sse(&post(&mock, "/v1/responses", &responses(true)).await.body);
+    let done: Vec<&Value> = events
+        .iter()
+        .filter(|e| e.name.as_deref() == Some("response.output_item.done"))
+        .map(|e| &e.data["item"])
+        .collect();
+    assert_eq!(done[0]["encrypted_content"], "sig-1");
+    assert_eq!(done[4]["call_id"], "call_patch");
+    assert!(mock.script().is_empty());
+}
+
 #[tokio::test]
 async fn http_errors_in_each_api_shape() {
     let mock = start().await;
