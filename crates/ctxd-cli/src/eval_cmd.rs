@@ -92,6 +92,10 @@ pub struct EvalArgs {
     /// compares with the bodies `ctxd serve` sent.
     #[arg(long, value_name = "FILE")]
     pub requests: Option<PathBuf>,
+    /// With `--requests`, each body whole too (what the equivalence test saves on a
+    /// difference).
+    #[arg(long, requires = "requests", hide = true)]
+    pub requests_with_bodies: bool,
     /// Replay at each of these values of a setting instead, one row per point (tokens, cost,
     /// visible and recoverable retention, cost with recall): `exchange-omit`, `chunk-keep`,
     /// `none-threshold`, `max-keep-ratio`, `small-min-chars`, `min-result-chars`. Repeat for every combination.
@@ -382,6 +386,7 @@ fn options<'a, C>(
         } else {
             replay::Timing::ThinkTime
         },
+        with_bodies: args.requests_with_bodies,
     }
 }
 

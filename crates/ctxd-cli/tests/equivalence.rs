@@ -84,9 +84,17 @@ const MINI_SWE_AGENT: Family = Family {
     model: "gpt-4o",
 };
 
+/// Every Claude Code session of `../shared/sessions`, not only the first: the issue's
+/// figure (eval's cost within 0.02 of the gateway's) is for Claude Code.
 #[test]
 fn claude_code() {
-    replay(&CLAUDE_CODE);
+    let sessions = sessions_of(&CLAUDE_CODE);
+    if sessions.is_empty() {
+        eprintln!("claude-code: no session in ../shared/sessions, skipped");
+    }
+    for (path, session) in sessions {
+        replay_session(&CLAUDE_CODE, path, session);
+    }
 }
 
 #[test]
@@ -119,20 +127,29 @@ fn requests_limit() -> usize {
     }
 }
 
-/// The family's session: the first file of its directory (by name) that imports as that
-/// agent's. `None` when the directory holds none.
-fn session_of(family: &Family) -> Option<(PathBuf, Session)> {
+/// The family's sessions: the files of its directory (by name) that import as that agent's.
+fn sessions_of(family: &Family) -> Vec<(PathBuf, Session)> {
     let dir = common::shared().join("sessions").join(family.dir);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .ok()?
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
         .map(|e| e.unwrap().path())
         .filter(|p| p.is_file())
         .collect();
     files.sort();
-    files.into_iter().find_map(|path| {
-        let session = ctxd_formats::import_path(&path).ok()?.session;
-        (session.meta.agent == Some(family.agent)).then_some((path, session))
-    })
+    files
+        .into_iter()
+        .filter_map(|path| {
+            let session = ctxd_formats::import_path(&path).ok()?.session;
+            (session.meta.agent == Some(family.agent)).then_some((path, session))
+        })
+        .collect()
+}
+
+/// The family's session: the first of [`sessions_of`].
+fn session_of(family: &Family) -> Option<(PathBuf, Session)> {
+    sessions_of(family).into_iter().next()
 }
 
 /// The recorded reply as the mock's scripted parts: the same ids, thinking and text, so the
@@ -176,12 +193,6 @@ fn route(api: Api) -> &'static str {
     }
 }
 
-/// `ctxd eval --help` names `--requests`.
-fn eval_writes_requests() -> bool {
-    let out = common::succeed(common::ctxd().args(["eval", "--help"]));
-    String::from_utf8_lossy(&out.stdout).contains("--requests")
-}
-
 fn api_name(api: Api) -> &'static str {
     match api {
         Api::Anthropic => "anthropic",
@@ -211,6 +222,10 @@ fn replay(family: &Family) {
         eprintln!("{}: no session in ../shared/sessions, skipped", family.dir);
         return;
     };
+    replay_session(family, path, session);
+}
+
+fn replay_session(family: &Family, path: PathBuf, session: Session) {
     let api = family.api;
     let model = ctxd_tokens::last_model(&session)
         .unwrap_or(family.model)
@@ -233,8 +248,12 @@ fn replay(family: &Family) {
 
     // The strict mock, with room for any session: its window is an estimate from bytes, and
     // what a model's window allows is not what this test is about.
+    // No usage in its replies: the gateway then counts its window with its tokenizer, as
+    // the eval does (a recorded session's usage is of the requests its client sent
+    // unmanaged, not of ctxd's).
     let mock = MockServer::start_blocking(Config {
         windows: vec![(String::new(), u64::MAX / 4)],
+        usage: false,
         ..Config::default()
     })
     .unwrap();
@@ -244,7 +263,8 @@ fn replay(family: &Family) {
         &mock.base_url(),
         &["--distill-wait-ms", "60000"],
     );
-    let session_key = format!("equiv-{}", family.dir);
+    // The key the eval's replay uses: a boot or a notes home may quote it.
+    let session_key = ctxd_gateway::replay::session_key(&session);
     let mut headers: Vec<(&str, &str)> = vec![
         ("x-ctxd-session", &session_key),
         ("x-ctxd-agent", family.name),
@@ -406,10 +426,6 @@ fn replay(family: &Family) {
         broken.join("\n")
     );
 
-    if !eval_writes_requests() {
-        eprintln!("eval --requests not available yet: harness only");
-        return;
-    }
     compare_with_eval(family, &path, &model, &bodies, &measured, &turns, &kept);
 }
 
@@ -426,6 +442,22 @@ fn forks(store: &Path, key: &str) -> Vec<String> {
         .find_map(|t| store.find_session(&t, key).unwrap())
         .expect("the gateway stored the session");
     let session = store.load(record.id).unwrap();
+    if let Some(dump) = std::env::var_os("CTXD_EQUIV_DUMP_LOG") {
+        let text: String = session
+            .entries
+            .iter()
+            .map(|e| {
+                let kind = format!("{:?}", e.kind);
+                format!(
+                    "{} <- {} {}\n",
+                    e.id,
+                    e.parent.as_ref().map_or("-", |p| p.as_str()),
+                    kind.chars().take(80).collect::<String>()
+                )
+            })
+            .collect();
+        std::fs::write(dump, text).unwrap();
+    }
     let mut children: std::collections::HashMap<&str, usize> = Default::default();
     for e in &session.entries {
         if let (Some(parent), Some(_)) = (&e.parent, e.kind.as_message()) {
@@ -578,6 +610,7 @@ fn compare_with_eval(
         path.as_os_str(),
         "--requests".as_ref(),
         out.as_os_str(),
+        "--requests-with-bodies".as_ref(),
         "--api".as_ref(),
         api_name(family.api).as_ref(),
         "--model".as_ref(),
@@ -662,8 +695,8 @@ fn compare(
         };
         let gateway = keep(kept, &format!("upstream-{n}.json"), body);
         let client = keep(kept, &format!("client-{n}.json"), &turns[k].body);
-        let eval_body = match line["body"].as_str() {
-            Some(b) => keep(kept, &format!("eval-{n}.json"), b.as_bytes())
+        let eval_body = match line.get("body").filter(|b| !b.is_null()) {
+            Some(b) => keep(kept, &format!("eval-{n}.json"), b.to_string().as_bytes())
                 .display()
                 .to_string(),
             None => format!("line {n} of eval's output (no body in it)"),

@@ -524,10 +524,10 @@ impl Prepared {
 
 /// The record into the log after its turn's response, in the turn's batch.
 pub(crate) fn append(loaded: &mut Loaded, r: &Record) -> NewEntry {
-    // No clock in the tag: entry ids chain through their parents, and a time here would make
-    // every later id (and the `recall` ids texts name) differ from one run of the same
-    // conversation to the next.
-    let tag = format!("cache {} {}", loaded.log.len(), r.marks.len());
+    // From the parent and the record alone (the log makes a repeated id unique): entry ids
+    // chain through their parents, and a clock or the log's size here made every later id
+    // (and the `recall` ids texts name) differ between runs of the same conversation.
+    let tag = format!("cache {}", r.marks.len());
     let stamp = Some(ctxd_core::windows::iso8601(
         i64::try_from(r.at_ms).unwrap_or_default(),
     ));

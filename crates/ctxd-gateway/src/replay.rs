@@ -342,8 +342,14 @@ fn made_up_tools(api: Api, entries: &[&Entry]) -> Vec<Value> {
         .collect()
 }
 
+/// The session key a replay of `session` goes under (`x-ctxd-session`): the gateway's
+/// requests and the eval's name it alike, since notes homes and boots may quote it.
+pub fn session_key(session: &Session) -> String {
+    format!("eval-{}", session.meta.id.as_deref().unwrap_or("session"))
+}
+
 /// The tokens of an upstream (or client) body, by part.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct BodyTokens {
     /// The system prompt outside the conversation (Anthropic `system`, Responses
     /// `instructions`; Chat keeps its system message in the conversation, counted there).

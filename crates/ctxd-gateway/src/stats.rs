@@ -71,10 +71,10 @@ pub(crate) fn headers(h: &mut HeaderMap, r: &Record) {
 /// turn's batch), counted on the gateway's metrics.
 pub(crate) fn append(loaded: &mut Loaded, r: &Record, now: i64) -> NewEntry {
     let kind = r.to_entry();
-    // Unique under its parent as the log grows, and no clock in it: entry ids chain through
-    // their parents, and a time here made every later id (and the `recall` ids texts name)
-    // differ from one run of the same conversation to the next.
-    let tag = format!("request {} {}", loaded.log.len(), r.saved_total());
+    // From the parent and the record alone (the log makes a repeated id unique): entry ids
+    // chain through their parents, and a clock or the log's size here made every later id
+    // (and the `recall` ids texts name) differ between runs of the same conversation.
+    let tag = format!("request {} {}", r.sent, r.saved_total());
     let stamp = Some(ctxd_core::windows::iso8601(now));
     let parent = loaded.log.leaf();
     let (_, entry) = loaded

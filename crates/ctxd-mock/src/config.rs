@@ -38,6 +38,9 @@ pub struct Config {
     pub cache_ttl: std::time::Duration,
     /// ...and the shortest prefix written, in the mock's tokens (1,024 for Sonnet and Opus).
     pub cache_min_tokens: u64,
+    /// Replies report usage (`false`: `usage` is null, as from a provider that reports none;
+    /// a gateway then counts its window with its own tokenizer, as `ctxd eval` does).
+    pub usage: bool,
 }
 
 impl Default for Config {
@@ -57,6 +60,7 @@ impl Default for Config {
             default_window: 200_000,
             cache_ttl: std::time::Duration::from_secs(300),
             cache_min_tokens: 1_024,
+            usage: true,
         }
     }
 }

@@ -124,6 +124,7 @@ async fn generate(api: Api, s: &Shared, headers: &HeaderMap, raw: &Bytes) -> Res
         body_len: decoded.len(),
     };
     let mut plan = reply::plan(input, &s.ids);
+    plan.usage = s.config.usage;
     if let Some(p) = &prompt {
         plan.cache = s.cache.serve(p, &s.config, std::time::Instant::now());
         plan.input_tokens = plan

@@ -41,6 +41,7 @@ use ctxd_engine::distill::{land, phase_at_end, run_pass, Classifier, Limits, Pas
 use ctxd_engine::turn::{hash, SessionLog, SessionView};
 use ctxd_engine::{Caller, Engine};
 use ctxd_gateway::api::Api;
+use ctxd_gateway::replay::BodyTokens;
 use ctxd_gateway::request::{ParsedRequest, PrevRequest};
 use ctxd_gateway::turn::{self as gw, TurnRequest};
 use ctxd_store::{SqliteStore, Store};
@@ -196,6 +197,8 @@ pub struct Options<'a, C> {
     pub api: Api,
     pub model: &'a str,
     pub timing: Timing,
+    /// `--requests-with-bodies`: each request's line carries its body.
+    pub with_bodies: bool,
 }
 
 /// One upstream request written by `--requests`: what the equivalence test compares with the
@@ -206,13 +209,9 @@ pub struct RequestLine {
     pub bytes: usize,
     pub blake3: String,
     pub tokens: BodyTokens,
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct BodyTokens {
-    pub system: u64,
-    pub tools: u64,
-    pub messages: Vec<u64>,
+    /// The body itself, with `--requests-with-bodies`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<serde_json::Value>,
 }
 
 /// A body measured: its tokens, the keys of its cacheable prefix, and its messages (for the
@@ -224,7 +223,7 @@ struct Measured {
 }
 
 /// Token counts by the bytes they were counted from (a body's elements repeat at every
-/// request).
+/// request): `ctxd_gateway::replay::measure_body`'s rules, memoized.
 struct Counter<'a> {
     counter: &'a dyn TokenCounter,
     memo: HashMap<u128, u64>,
@@ -419,7 +418,7 @@ pub fn replay<C: Classifier>(
     let turns = ctxd_gateway::replay::client_turns(api, session, opts.model);
     let settings = opts.settings;
     let agent = session.meta.agent.map_or("sdk", |a| a.as_str()).to_owned();
-    let key = format!("eval-{}", session.meta.id.as_deref().unwrap_or("session"));
+    let key = ctxd_gateway::replay::session_key(session);
     let engine = Arc::new(Engine::new(SqliteStore::open_in_memory()?));
     let meta = SessionMeta {
         id: Some(key.clone()),
@@ -552,6 +551,10 @@ pub fn replay<C: Classifier>(
                 bytes: body.len(),
                 blake3: blake3::hash(body).to_hex().to_string(),
                 tokens: sent.tokens.clone(),
+                body: opts
+                    .with_bodies
+                    .then(|| serde_json::from_slice(body).ok())
+                    .flatten(),
             });
         }
         out.all.add(&price(&client.keys, &mut prev_all));
@@ -692,13 +695,27 @@ pub fn replay<C: Classifier>(
             .leaf()
             .and_then(|p| loaded.log.entry(p))
             .map(|e| e.id.clone());
-        let answer = turn
-            .reply
+        // A reply the session holds empty (an aborted response) comes back as an empty
+        // message, as a provider (and the equivalence test's mock) sends one.
+        let empty = [Message::new(ctxd_core::model::Role::Assistant, Vec::new())];
+        let reply: &[Message] = if turn.reply.is_empty() {
+            &empty
+        } else {
+            &turn.reply
+        };
+        // Without the session's usage: it is of the requests the client sent unmanaged, not
+        // of ctxd's. The budget then counts the window with the tokenizer, as the gateway does
+        // with a provider that reports none.
+        let answer = reply
             .iter()
             .map(|m| {
                 let wire =
                     serde_json::to_vec(&ctxd_gateway::render::elements(api, m)).unwrap_or_default();
-                (m.clone(), wire)
+                let m = Message {
+                    usage: None,
+                    ..m.clone()
+                };
+                (m, wire)
             })
             .collect();
         clock += 1_000;

@@ -62,16 +62,32 @@ where
         } else {
             None
         };
-        let (outcome, entries) = plan.finish(
+        let (outcome, drafted) = plan.finish(
             &caller,
             &view.record,
             &view.log.session,
             &branch,
             notes.as_ref(),
         );
-        for entry in &entries {
-            view.log.push(entry.clone());
-        }
+        // Ids from the parent and the content, as every other draft's (`SessionLog::new_id`),
+        // not from the clock: a turn end's entries then have the same ids in every run of the
+        // same conversation (the eval's and the gateway's), and every id after them too.
+        let mut parent = view.log.leaf();
+        let entries = drafted
+            .into_iter()
+            .map(|e| {
+                let content = serde_json::to_string(&e.kind).unwrap_or_default();
+                let (pos, entry) = view.log.append_under(
+                    parent,
+                    "turn_end",
+                    &super::hash::text(&content),
+                    e.kind,
+                    e.timestamp,
+                );
+                parent = Some(pos);
+                entry
+            })
+            .collect();
         (outcome, entries)
     }
 }

@@ -7,6 +7,9 @@ use serde_json::{json, Value};
 use super::{deltas, halves, sse, Piece, Plan};
 
 fn usage(plan: &Plan, output_tokens: u64) -> Value {
+    if !plan.usage {
+        return Value::Null;
+    }
     json!({
         "input_tokens": plan.input_tokens,
         "cache_creation_input_tokens": plan.cache.creation,

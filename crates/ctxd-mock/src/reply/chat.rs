@@ -11,6 +11,9 @@ use super::{deltas, sse, Piece, Plan};
 
 fn usage(plan: &Plan) -> Value {
     let out = plan.output_tokens();
+    if !plan.usage {
+        return Value::Null;
+    }
     json!({
         "prompt_tokens": plan.input_tokens,
         "completion_tokens": out,

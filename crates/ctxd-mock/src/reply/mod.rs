@@ -41,6 +41,8 @@ pub(crate) struct Plan {
     pub cache: crate::cache::Usage,
     /// Chat: a usage chunk before `[DONE]`.
     pub include_usage: bool,
+    /// Usage reported at all ([`crate::Config::usage`]).
+    pub usage: bool,
     /// Responses: echoed request fields.
     pub tool_choice: Value,
     pub previous_response_id: Value,
@@ -224,6 +226,7 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
         input_tokens: crate::validate::estimate_tokens(body_len),
         cache: crate::cache::Usage::default(),
         include_usage: head.include_usage(),
+        usage: true,
         tool_choice: head
             .tool_choice
             .and_then(|r| serde_json::from_str(r.get()).ok())

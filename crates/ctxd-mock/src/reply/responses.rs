@@ -10,6 +10,9 @@ use crate::turn::ToolKind;
 
 fn usage(plan: &Plan) -> Value {
     let out = plan.output_tokens();
+    if !plan.usage {
+        return Value::Null;
+    }
     json!({
         "input_tokens": plan.input_tokens,
         "input_tokens_details": {"cached_tokens": 0},
