@@ -620,7 +620,7 @@ fn write_text(
     )?;
     writeln!(
         out,
-        "retention: visible {:.1}%, recoverable (a stub naming `recall` shown) {:.1}%; {} used lines the client itself no longer sent (not counted); cost with one recall round per recoverable miss {:.3}",
+        "retention: visible {:.1}%, recoverable (a stub naming `recall` shown) {:.1}%; {} used lines the client itself no longer sent (not counted); cost with one recall round per output missed at a request {:.3}",
         total.retention_ctxd.share() * 100.0,
         total.retention_ctxd.recoverable_share() * 100.0,
         total.retention_ctxd.client_dropped,

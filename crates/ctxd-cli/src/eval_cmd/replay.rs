@@ -158,8 +158,9 @@ pub struct Outcome {
     pub all: Sent,
     pub ctxd: Sent,
     pub last_n: Sent,
-    /// ctxd's cost with one `recall` round per recoverable miss: the continuation resends the
-    /// request (its prefix a cache read) with the recalled output (a cache write).
+    /// ctxd's cost with one `recall` round per output with recoverable misses at a request:
+    /// the continuation resends the request (its prefix a cache read) with the recalled output
+    /// (a cache write).
     pub ctxd_cost_with_recall: f64,
     /// The floor at 100% retention: perfect-foresight cuts of every output and call, decided
     /// once or dropped after their last use ([`super::bounds`]).
@@ -634,6 +635,7 @@ pub fn replay<C: Classifier>(
         }
         let used = scan.used(&used_text);
         if !used.is_empty() {
+            let mut recalled: HashSet<usize> = HashSet::default();
             let shown = Shown::of(&sent.messages);
             let client_shown = Shown::of(&client.messages);
             let masked_shown = Shown::of(&masked_messages(&client.messages, opts.last_n));
@@ -658,7 +660,9 @@ pub fn replay<C: Classifier>(
                         .get(&output.entry)
                         .cloned()
                         .unwrap_or_else(|| hider_of(&loaded.log, &output.entry));
-                    if recoverable {
+                    // One recall round per output missed at a request: the lines of one output
+                    // come back together.
+                    if recoverable && recalled.insert(o) {
                         out.ctxd_cost_with_recall += CACHE_READ * this.input_tokens as f64
                             + CACHE_WRITE * opts.counter.count(&output.lines.join("\n")) as f64;
                     }

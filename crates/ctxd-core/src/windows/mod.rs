@@ -356,8 +356,10 @@ pub fn repair_boot(window_id: &str, boot_text: String) -> EntryKind {
 }
 
 /// Turn drafts into entries chained after `parent`, with ids derived from the parent's id, the
-/// position in the batch and the timestamp (stable for the same inputs; distinct for drafts
-/// committed after the same parent at another time, as after a rewind).
+/// position in the batch and the draft's content: the same drafts after the same parent are
+/// the same entries, whenever and wherever they are made (no clock: every run of a
+/// conversation, the gateway's and `ctxd eval`'s, gives the same ids, and so the same window
+/// and `recall` ids in the texts the model reads).
 pub fn chain(
     parent: Option<&EntryId>,
     drafts: Vec<EntryKind>,
@@ -367,10 +369,10 @@ pub fn chain(
     let mut out = Vec::with_capacity(drafts.len());
     for (n, kind) in drafts.into_iter().enumerate() {
         let at = parent.as_ref().map_or("", EntryId::as_str).to_owned();
-        let stamp = timestamp.as_deref().unwrap_or("");
+        let content = serde_json::to_string(&kind).unwrap_or_default();
         let id = EntryId::new(format!(
             "cx-{:016x}",
-            fnv1a(&[&at, &n.to_string(), stamp, "ctxd"])
+            fnv1a(&[&at, &n.to_string(), &content, "ctxd"])
         ));
         out.push(Entry {
             id: id.clone(),

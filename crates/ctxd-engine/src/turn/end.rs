@@ -69,25 +69,18 @@ where
             &branch,
             notes.as_ref(),
         );
-        // Ids from the parent and the content, as every other draft's (`SessionLog::new_id`),
-        // not from the clock: a turn end's entries then have the same ids in every run of the
-        // same conversation (the eval's and the gateway's), and every id after them too.
-        let mut parent = view.log.leaf();
-        let entries = drafted
-            .into_iter()
-            .map(|e| {
-                let content = serde_json::to_string(&e.kind).unwrap_or_default();
-                let (pos, entry) = view.log.append_under(
-                    parent,
-                    "turn_end",
-                    &super::hash::text(&content),
-                    e.kind,
-                    e.timestamp,
-                );
-                parent = Some(pos);
-                entry
-            })
-            .collect();
+        // The same drafts after the same parent (a turn end decided again after a rewind) are
+        // the entries already there: the leaf moves to them, nothing is written again.
+        let mut entries = Vec::with_capacity(drafted.len());
+        for entry in drafted {
+            match view.log.position(&entry.id) {
+                Some(pos) => view.log.set_leaf(pos),
+                None => {
+                    view.log.push(entry.clone());
+                    entries.push(entry);
+                }
+            }
+        }
         (outcome, entries)
     }
 }
