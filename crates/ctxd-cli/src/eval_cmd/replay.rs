@@ -456,6 +456,8 @@ pub fn replay<C: Classifier>(
     let mut prev: Option<PrevRequest> = None;
     let mut passes: Vec<PendingPass> = Vec::new();
     let mut hidden: HashMap<EntryId, Hider> = HashMap::default();
+    // An entry omitted with an exchange → the exchange's prompt, whose stub names `recall`.
+    let mut via: HashMap<EntryId, EntryId> = HashMap::default();
     let mut scan = terms::Scanner::default();
     let mut bounds = super::bounds::Bounds::default();
     let mut outputs: Vec<Output> = Vec::new();
@@ -477,7 +479,7 @@ pub fn replay<C: Classifier>(
                 keep.push(p);
                 continue;
             }
-            note_pass(&p.outcome, k, &mut out, &mut hidden);
+            note_pass(&p.outcome, k, &mut out, &mut hidden, &mut via);
             landed.extend(land(&mut loaded.log, p.outcome.drafts, &now));
         }
         passes = keep;
@@ -654,8 +656,19 @@ pub fn replay<C: Classifier>(
                 }
                 if state.0 && !shown.results.contains(line) {
                     state.0 = false;
+                    // The output's own stub, or (an omitted exchange) the stub of the exchange
+                    // it went with, which `recall` gives back whole.
+                    let recall_of = |id: &EntryId| {
+                        ctxd_core::history::item_id(ctxd_core::history::item_key(
+                            loaded.record.id,
+                            id.as_str(),
+                        ))
+                    };
                     let recoverable = shown.all.contains(&output.recall_id)
-                        || shown.all.contains(output.entry.as_str());
+                        || shown.all.contains(output.entry.as_str())
+                        || via
+                            .get(&output.entry)
+                            .is_some_and(|prompt| shown.all.contains(&recall_of(prompt)));
                     let (mechanism, hidden_by) = hidden
                         .get(&output.entry)
                         .cloned()
@@ -841,6 +854,7 @@ fn note_pass(
     request: usize,
     out: &mut Outcome,
     hidden: &mut HashMap<EntryId, Hider>,
+    via: &mut HashMap<EntryId, EntryId>,
 ) {
     out.passes += 1;
     out.edits += pass.decisions.edits.len();
@@ -864,6 +878,9 @@ fn note_pass(
                 r.trace.join("; ")
             )
             .to_lowercase();
+            for id in &r.omitted {
+                via.insert(EntryId::new(id.clone()), EntryId::new(r.entry_id.clone()));
+            }
             for id in std::iter::once(&r.entry_id).chain(&r.omitted) {
                 hidden.insert(
                     EntryId::new(id.clone()),
