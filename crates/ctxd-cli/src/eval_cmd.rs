@@ -368,7 +368,6 @@ fn options<'a, C>(
     args: &EvalArgs,
     settings: &'a ctxd_gateway::Settings,
     session: &ctxd_core::model::Session,
-    model: &'a str,
     counter: &'a dyn ctxd_core::tokens::TokenCounter,
     runtime: &'a tokio::runtime::Runtime,
     classifier: &'a C,
@@ -380,7 +379,7 @@ fn options<'a, C>(
         runtime,
         classifier,
         api: api_of(args, session),
-        model,
+        model: model_of(args, session),
         timing: if args.back_to_back {
             replay::Timing::BackToBack
         } else {
@@ -448,12 +447,10 @@ pub fn run(args: &EvalArgs) -> anyhow::Result<()> {
         let t0 = Instant::now();
         let import = load::import(path)?;
         let counter = load::tokenizer(&import.session);
-        let model = model_of(args, &import.session);
         let opts = options(
             args,
             &settings,
             &import.session,
-            &model,
             &counter,
             &runtime,
             &classifier,

@@ -9,6 +9,9 @@
 //! - Lines with a `uuid` keep it as the entry id, and `parentUuid` as the parent. A parent that is
 //!   not in the file (a trimmed or continued transcript) becomes `None`, with one warning giving
 //!   the count. A repeated `uuid` is skipped with a warning naming the line.
+//! - 2.x writes each result of a response's parallel calls as a child of its own call's line;
+//!   those results are chained after the response's last line instead, in file order, so the
+//!   active branch holds every call and every result (`Importer::chained_result_parent`).
 //! - `isSidechain: true` marks the entry [`Entry::sidechain`]: 1.0.x writes subagent (Task)
 //!   conversations inline, each a chain whose root has `parentUuid: null`.
 //! - [`Session::leaf`] is set to the last non-sidechain entry that came from a `uuid` line, so that
@@ -119,6 +122,10 @@ pub(crate) struct Importer {
     /// `summary` lines: (leafUuid, summary).
     titles: Vec<(String, String)>,
     orphans: usize,
+    /// The main-chain response being read: its id, its lines' uuids, its last line; and the
+    /// last tool-result line chained after it ([`Importer::chained_result_parent`]).
+    response_lines: Option<(String, HashSet<String>, String)>,
+    result_tail: Option<String>,
 }
 
 impl LineImporter for Importer {
@@ -229,6 +236,10 @@ impl LineImporter for Importer {
         };
 
         // The line is valid: from here on, update the state.
+        if !sidechain {
+            parent_uuid =
+                self.chained_result_parent(&kind, response.as_deref(), &uuid, parent_uuid);
+        }
         let parent = match parent_uuid {
             Some(p) if self.ids.contains(&p) => Some(EntryId(p)),
             Some(_) => {
@@ -332,6 +343,57 @@ struct Facts {
 }
 
 impl Importer {
+    /// Claude Code 2.x writes a response's parallel tool calls one line each, chained, and each
+    /// result as a child of its own call's line: the last result's chain holds every call but
+    /// only that result, so the conversation the model saw (all calls, then all results) is no
+    /// branch of the file's tree. The results of one response are chained instead, in file
+    /// order, after the response's last line: the active branch then holds every call and every
+    /// result. A result line whose parent is not a line of the response being read keeps it.
+    fn chained_result_parent(
+        &mut self,
+        kind: &EntryKind,
+        response: Option<&str>,
+        uuid: &str,
+        parent: Option<String>,
+    ) -> Option<String> {
+        let EntryKind::Message(msg) = kind else {
+            return parent;
+        };
+        if let Some(id) = response {
+            match &mut self.response_lines {
+                Some((current, lines, last)) if current == id => {
+                    lines.insert(uuid.to_owned());
+                    uuid.clone_into(last);
+                }
+                _ => {
+                    let lines = HashSet::from([uuid.to_owned()]);
+                    self.response_lines = Some((id.to_owned(), lines, uuid.to_owned()));
+                    self.result_tail = None;
+                }
+            }
+            return parent;
+        }
+        let results_only = msg.role == Role::User
+            && !msg.content.is_empty()
+            && msg
+                .content
+                .iter()
+                .all(|b| matches!(b, ContentBlock::ToolResult { .. }));
+        let Some((_, lines, last)) = &self.response_lines else {
+            return parent;
+        };
+        let under_response = parent.as_ref().is_some_and(|p| lines.contains(p));
+        let after_tail = parent.is_some() && parent == self.result_tail;
+        if !results_only || !(under_response || after_tail) {
+            self.response_lines = None;
+            self.result_tail = None;
+            return parent;
+        }
+        let chained = self.result_tail.clone().unwrap_or_else(|| last.clone());
+        self.result_tail = Some(uuid.to_owned());
+        Some(chained)
+    }
+
     fn summary(&mut self, line_no: usize, line: Line) -> Result<(), String> {
         let summary = line.summary.ok_or("`summary` line without its text")?;
         let leaf = line.leaf_uuid;

@@ -508,3 +508,89 @@ fn claude_code_import_speed() {
         assert!(entries > 0);
     }
 }
+
+/// Claude Code 2.1 writes a response's parallel calls one line each, chained, and each result
+/// under its own call's line (`shared/sessions/claude-code/entire-…-2.1.5-compact.jsonl`):
+/// the results are chained after the response's last line, so the active branch holds every
+/// call and every result, in the order the model saw them.
+#[test]
+fn parallel_results_are_chained_after_their_response() {
+    let line = |v: serde_json::Value| v.to_string() + "\n";
+    let assistant = |uuid: &str, parent: &str, block: serde_json::Value| {
+        line(
+            serde_json::json!({"type": "assistant", "uuid": uuid, "parentUuid": parent,
+            "sessionId": "s", "version": "2.1.5",
+            "message": {"id": "msg_1", "role": "assistant", "model": "claude-opus-4-5",
+                "content": [block]}}),
+        )
+    };
+    let result = |uuid: &str, parent: &str, call: &str| {
+        line(
+            serde_json::json!({"type": "user", "uuid": uuid, "parentUuid": parent,
+            "sessionId": "s", "version": "2.1.5",
+            "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": call, "content": format!("out {call}")}]}}),
+        )
+    };
+    let text = [
+        line(
+            serde_json::json!({"type": "user", "uuid": "u1", "parentUuid": null,
+            "sessionId": "s", "version": "2.1.5",
+            "message": {"role": "user", "content": "read three files"}}),
+        ),
+        assistant(
+            "a1",
+            "u1",
+            serde_json::json!({"type": "text", "text": "Reading."}),
+        ),
+        assistant(
+            "a2",
+            "a1",
+            serde_json::json!({"type": "tool_use", "id": "c1", "name": "Read", "input": {}}),
+        ),
+        assistant(
+            "a3",
+            "a2",
+            serde_json::json!({"type": "tool_use", "id": "c2", "name": "Read", "input": {}}),
+        ),
+        assistant(
+            "a4",
+            "a3",
+            serde_json::json!({"type": "tool_use", "id": "c3", "name": "Read", "input": {}}),
+        ),
+        result("r1", "a2", "c1"),
+        result("r2", "a3", "c2"),
+        result("r3", "a4", "c3"),
+        line(
+            serde_json::json!({"type": "assistant", "uuid": "a5", "parentUuid": "r3",
+            "sessionId": "s", "version": "2.1.5",
+            "message": {"id": "msg_2", "role": "assistant", "model": "claude-opus-4-5",
+                "content": [{"type": "text", "text": "done"}]}}),
+        ),
+    ]
+    .concat();
+    let import = ctxd_formats::import_reader(std::io::Cursor::new(text.into_bytes())).unwrap();
+    let branch = main_branch_messages(&import.session);
+    let results: Vec<&str> = branch
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results, ["c1", "c2", "c3"]);
+    assert_eq!(branch.len(), 9, "{branch:?}");
+    let parent_of = |id: &str| {
+        import
+            .session
+            .entries
+            .iter()
+            .find(|e| e.id.as_str() == id)
+            .and_then(|e| e.parent.clone())
+            .map(|p| p.0)
+    };
+    assert_eq!(parent_of("r1").as_deref(), Some("a4"));
+    assert_eq!(parent_of("r2").as_deref(), Some("r1"));
+    assert_eq!(parent_of("r3").as_deref(), Some("r2"));
+}

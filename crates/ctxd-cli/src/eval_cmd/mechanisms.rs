@@ -12,7 +12,7 @@ use ctxd_engine::distill::{Classifier, Configured};
 use serde::Serialize;
 
 use super::replay::{self, Retention, Sent};
-use super::{model_of, options, progress, ratio, runtime, settings, EvalArgs, Switches};
+use super::{options, progress, ratio, runtime, settings, EvalArgs, Switches};
 use crate::load;
 
 /// The mechanisms the eval can switch, in the order the table lists them.
@@ -149,14 +149,12 @@ pub(super) fn run(
         }
         let import = load::import(path)?;
         let counter = load::tokenizer(&import.session);
-        let model = model_of(args, &import.session);
         for (i, &switches) in variants.iter().enumerate() {
             let settings = settings(args, switches)?;
             let opts = options(
                 args,
                 &settings,
                 &import.session,
-                &model,
                 &counter,
                 &runtime,
                 classifier,

@@ -196,7 +196,8 @@ pub struct Options<'a, C> {
     /// What answers the passes' questions and judges meta-amnesia's reads.
     pub classifier: &'a C,
     pub api: Api,
-    pub model: &'a str,
+    /// The model the requests name.
+    pub model: String,
     pub timing: Timing,
     /// `--requests-with-bodies`: each request's line carries its body.
     pub with_bodies: bool,
@@ -280,17 +281,7 @@ impl Counter<'_> {
 
     /// The client's body with tool results older than the last `n` masked.
     fn masked(&mut self, measured: &Measured, n: usize) -> Vec<(u128, u64)> {
-        let with_results: Vec<usize> = measured
-            .messages
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| has_results(&m.content))
-            .map(|(i, _)| i)
-            .collect();
-        let masked: HashSet<usize> = with_results[..with_results.len().saturating_sub(n)]
-            .iter()
-            .copied()
-            .collect();
+        let masked = masked_set(&measured.messages, n);
         let head = measured.keys.len() - measured.messages.len();
         let mut keys = measured.keys[..head].to_vec();
         for (i, m) in measured.messages.iter().enumerate() {
@@ -416,7 +407,7 @@ pub fn replay<C: Classifier>(
     mut requests: Option<&mut Vec<RequestLine>>,
 ) -> anyhow::Result<Outcome> {
     let api = opts.api;
-    let turns = ctxd_gateway::replay::client_turns(api, session, opts.model);
+    let turns = ctxd_gateway::replay::client_turns(api, session, &opts.model);
     let settings = opts.settings;
     let agent = session.meta.agent.map_or("sdk", |a| a.as_str()).to_owned();
     let key = ctxd_gateway::replay::session_key(session);
@@ -425,7 +416,7 @@ pub fn replay<C: Classifier>(
         id: Some(key.clone()),
         agent: None,
         format: format!("gateway/{}", api.route()),
-        model: Some(opts.model.to_owned()),
+        model: Some(opts.model.clone()),
         ..SessionMeta::default()
     };
     let record = engine.store().open_session("", &key, &meta)?;
@@ -434,7 +425,7 @@ pub fn replay<C: Classifier>(
         record,
         savings: Default::default(),
     };
-    let counter_for = gw::counter_for(Some(opts.model.to_owned()));
+    let counter_for = gw::counter_for(Some(opts.model.clone()));
     let summarizer = ctxd_engine::digest::Summarizer::Local;
     let svc = ctxd_engine::turn::Services {
         engine: &engine,
@@ -497,7 +488,7 @@ pub fn replay<C: Classifier>(
             session: Some(loaded.record.id),
             session_key: Some(key.clone()),
             agent: Some(agent.clone()),
-            model: Some(opts.model.to_owned()),
+            model: Some(opts.model.clone()),
             project: ctxd_gateway::project::project(
                 &Default::default(),
                 req.system_bytes(&decoded),
@@ -796,18 +787,24 @@ pub fn replay<C: Classifier>(
     Ok(out)
 }
 
-/// The client's messages with tool results older than the last `n` masked.
-fn masked_messages(messages: &[Message], n: usize) -> Vec<Message> {
+/// The messages (indices) whose tool results are older than the last `n` results: what
+/// last-N masking stubs.
+fn masked_set(messages: &[Message], n: usize) -> HashSet<usize> {
     let with_results: Vec<usize> = messages
         .iter()
         .enumerate()
         .filter(|(_, m)| has_results(&m.content))
         .map(|(i, _)| i)
         .collect();
-    let masked: HashSet<usize> = with_results[..with_results.len().saturating_sub(n)]
+    with_results[..with_results.len().saturating_sub(n)]
         .iter()
         .copied()
-        .collect();
+        .collect()
+}
+
+/// The client's messages with tool results older than the last `n` masked.
+fn masked_messages(messages: &[Message], n: usize) -> Vec<Message> {
+    let masked = masked_set(messages, n);
     messages
         .iter()
         .enumerate()

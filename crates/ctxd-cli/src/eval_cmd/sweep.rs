@@ -12,7 +12,7 @@ use ctxd_engine::distill::{Classifier, Configured};
 use serde::Serialize;
 
 use super::replay::{Retention, Sent};
-use super::{model_of, options, progress, ratio, runtime, settings, EvalArgs, Switches};
+use super::{options, progress, ratio, runtime, settings, EvalArgs, Switches};
 use crate::load;
 
 /// A setting `--sweep` varies.
@@ -188,17 +188,8 @@ pub(super) fn run(
     for path in files {
         let import = load::import(path)?;
         let counter = load::tokenizer(&import.session);
-        let model = model_of(args, &import.session);
         for (i, s) in configs.iter().enumerate() {
-            let opts = options(
-                args,
-                s,
-                &import.session,
-                &model,
-                &counter,
-                &runtime,
-                classifier,
-            );
+            let opts = options(args, s, &import.session, &counter, &runtime, classifier);
             let o = super::replay::replay(&import.session, &opts, None)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
             if i == 0 {
