@@ -506,7 +506,21 @@ async fn prepare(
     app.sessions.weigh(&slot, loaded.log.approx_bytes());
     let mut planned = match planned {
         Ok(planned) => planned,
-        Err((ProjectionError::MissingBoot { .. }, window)) => {
+        Err(turn::Unprojectable {
+            error: ProjectionError::MissingBoot { .. },
+            window,
+            appended,
+        }) => {
+            // What the turn appended is stored before the repair reads the session back.
+            if !appended.is_empty() {
+                app.writer.send(Job::Append {
+                    session: loaded.record.id,
+                    entries: appended,
+                    expect_leaf: None,
+                    stale: slot.stale.clone(),
+                    ack: None,
+                });
+            }
             drop(state);
             return Err(repair_and_retry_hint(app, api, &slot, &caller, window.tools).await);
         }

@@ -1,6 +1,9 @@
-//! The engine's turn, the adapter side: the services a turn needs from the gateway (its
-//! engine, summarizer, judge and a token counter for the model), and the counters of what a
-//! turn did. The sequence itself is the engine's (`ctxd_engine::turn::prepare_turn`, `end`).
+//! A turn as the gateway runs it, and `ctxd eval` with it: [`plan_turn`] (a request's policy
+//! from the settings, the engine's [`prepare_turn`], the body upstream) and [`record_answer`]
+//! (the answer recorded, the turn ended), over the services a turn needs (the engine, the
+//! summarizer, the judge, a token counter for the model), with the counters of what a turn
+//! did. The sequence of the mechanisms is the engine's; HTTP, streaming and the writer stay in
+//! the handler and the relay.
 
 use std::sync::Arc;
 
@@ -36,7 +39,7 @@ pub fn counter_for(model: Option<String>) -> impl Fn() -> Box<dyn TokenCounter> 
     }
 }
 
-/// The gateway's services for a turn of `caller`.
+/// The gateway's services for a turn.
 pub(crate) fn services<'a>(
     app: &'a Arc<Gateway>,
     counter: &'a (dyn Fn() -> Box<dyn TokenCounter> + Send + Sync),
@@ -128,6 +131,16 @@ pub struct TurnRequest<'a> {
     pub now_ms: i64,
 }
 
+/// A request whose branch cannot be projected (a window marker without its boot): why, the
+/// request's window policy (the repair's boot names its tools), and what the turn appended
+/// to the log before projecting, which still goes to the store.
+#[derive(Debug)]
+pub struct Unprojectable {
+    pub error: ProjectionError,
+    pub window: WindowPolicy,
+    pub appended: Vec<NewEntry>,
+}
+
 /// A request's turn planned: the engine's work on the log, and the body that goes upstream.
 pub struct PlannedTurn {
     /// The request's elements on the log.
@@ -162,7 +175,7 @@ pub async fn plan_turn<S, C>(
     loaded: &mut Loaded,
     caller: &mut Caller,
     input: TurnRequest<'_>,
-) -> Result<PlannedTurn, (ProjectionError, WindowPolicy)>
+) -> Result<PlannedTurn, Unprojectable>
 where
     S: Store + Send + Sync + ?Sized + 'static,
     C: Classifier,
@@ -229,7 +242,16 @@ where
         edited,
         ..
     } = prepared;
-    let upstream = upstream.map_err(|e| (e, window))?;
+    let upstream = match upstream {
+        Ok(upstream) => upstream,
+        Err(error) => {
+            return Err(Unprojectable {
+                error,
+                window,
+                appended,
+            })
+        }
+    };
     let (insert, avoided) = tools_edit(req, decoded, &offer, lazy.as_ref(), &loaded.log);
     let measured = crate::stats::measure(
         loaded,

@@ -514,7 +514,7 @@ pub fn replay<C: Classifier>(
                     now_ms: clock,
                 },
             ))
-            .map_err(|(e, _)| anyhow::anyhow!("request {}: {e}", k + 1))?;
+            .map_err(|u| anyhow::anyhow!("request {}: {}", k + 1, u.error))?;
         for (m, v) in planned.measured.saved.iter() {
             if v != 0 {
                 *out.saved_by.entry(m.name()).or_default() += v;
