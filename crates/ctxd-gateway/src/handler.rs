@@ -303,15 +303,7 @@ impl Replan {
             .iter()
             .map(|d| d.entry.id.as_str().to_owned())
             .collect();
-        if !drafts.is_empty() {
-            app.writer.send(Job::Append {
-                session: loaded.record.id,
-                entries: drafts,
-                expect_leaf: None,
-                stale: slot.stale.clone(),
-                ack: None,
-            });
-        }
+        queue(app, slot, loaded.record.id, drafts);
         outcome.reset.map(|_| ids)
     }
 
@@ -512,28 +504,15 @@ async fn prepare(
             appended,
         }) => {
             // What the turn appended is stored before the repair reads the session back.
-            if !appended.is_empty() {
-                app.writer.send(Job::Append {
-                    session: loaded.record.id,
-                    entries: appended,
-                    expect_leaf: None,
-                    stale: slot.stale.clone(),
-                    ack: None,
-                });
-            }
+            queue(app, &slot, loaded.record.id, appended);
             drop(state);
             return Err(repair_and_retry_hint(app, api, &slot, &caller, window.tools).await);
         }
     };
     let appended_count = planned.appended.len();
     if appended_count > 0 {
-        app.writer.send(Job::Append {
-            session: loaded.record.id,
-            entries: std::mem::take(&mut planned.appended),
-            expect_leaf: None,
-            stale: slot.stale.clone(),
-            ack: None,
-        });
+        let entries = std::mem::take(&mut planned.appended);
+        queue(app, &slot, loaded.record.id, entries);
     } else if let Some(leaf) = planned.plan.moved_leaf.clone() {
         app.writer.send(Job::SetLeaf {
             session: loaded.record.id,
@@ -597,6 +576,24 @@ async fn prepare(
         bodies: held,
         offer: planned.offer,
     })
+}
+
+/// Entries for the session's store, queued to the writer (none: nothing queued).
+fn queue(
+    app: &Gateway,
+    slot: &Slot,
+    session: ctxd_store::SessionId,
+    entries: Vec<ctxd_store::NewEntry>,
+) {
+    if !entries.is_empty() {
+        app.writer.send(Job::Append {
+            session,
+            entries,
+            expect_leaf: None,
+            stale: slot.stale.clone(),
+            ack: None,
+        });
+    }
 }
 
 /// A client without an API key shares one tenant with every other keyless client: on a
