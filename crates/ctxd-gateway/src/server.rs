@@ -803,51 +803,65 @@ async fn root(method: Method) -> Response {
 }
 
 /// Readiness: whether a request sent here now would be served and stored. 503 with the
-/// reasons when the store cannot commit (its last write failed and the probe has not yet
-/// found it writing), the writer is far behind, or the store's disk is nearly full.
+/// reasons ([`Readiness::of`]); the dashboard shows the same.
 async fn readyz(State(app): State<Arc<Gateway>>) -> Response {
-    let mut reasons = Vec::new();
-    if let Some(e) = app.writer.failing() {
-        reasons.push(format!("the store cannot commit: {e}"));
-    }
-    let depth = app.writer.depth();
-    if depth > READY_MAX_QUEUE {
-        reasons.push(format!("the store writer is behind: {depth} writes queued"));
-    }
-    let space = match &app.settings.store {
-        ctxd_store::Location::Sqlite(path) => crate::checkpoints::disk_space(path),
-        ctxd_store::Location::Postgres(_) => None,
-    };
-    if let Some((free, total)) = space {
-        // 16 MiB, or a twentieth of a small file system.
-        let needed = READY_MIN_FREE_BYTES.min(total / 20);
-        if free < needed {
-            reasons.push(format!(
-                "the store's disk is nearly full: {free} bytes free (ready needs {needed})"
-            ));
-        }
-    }
-    let free = space.map(|(free, _)| free);
-    let ready = reasons.is_empty();
-    let body = serde_json::json!({
-        "ready": ready,
-        "reasons": reasons,
-        "store_queue": depth,
-        "disk_free_bytes": free,
-    });
-    let status = if ready {
+    let r = Readiness::of(&app.writer, &app.settings.store);
+    let status = if r.ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let mut r = (status, axum::Json(body)).into_response();
-    if !ready {
-        r.headers_mut().insert(
+    let mut response = (status, axum::Json(&r)).into_response();
+    if !r.ready {
+        response.headers_mut().insert(
             axum::http::header::RETRY_AFTER,
             axum::http::HeaderValue::from_static("1"),
         );
     }
-    r
+    response
+}
+
+/// Whether a request sent now would be served and stored, and why not: the store cannot
+/// commit (its last write failed and the probe has not yet found it writing), the writer is far
+/// behind, or the store's disk is nearly full.
+#[derive(Clone, Debug, serde::Serialize)]
+pub(crate) struct Readiness {
+    pub ready: bool,
+    pub reasons: Vec<String>,
+    pub store_queue: usize,
+    pub disk_free_bytes: Option<u64>,
+}
+
+impl Readiness {
+    pub(crate) fn of(writer: &crate::writer::WriterHandle, store: &ctxd_store::Location) -> Self {
+        let mut reasons = Vec::new();
+        if let Some(e) = writer.failing() {
+            reasons.push(format!("the store cannot commit: {e}"));
+        }
+        let depth = writer.depth();
+        if depth > READY_MAX_QUEUE {
+            reasons.push(format!("the store writer is behind: {depth} writes queued"));
+        }
+        let space = match store {
+            ctxd_store::Location::Sqlite(path) => crate::checkpoints::disk_space(path),
+            ctxd_store::Location::Postgres(_) => None,
+        };
+        if let Some((free, total)) = space {
+            // 16 MiB, or a twentieth of a small file system.
+            let needed = READY_MIN_FREE_BYTES.min(total / 20);
+            if free < needed {
+                reasons.push(format!(
+                    "the store's disk is nearly full: {free} bytes free (ready needs {needed})"
+                ));
+            }
+        }
+        Readiness {
+            ready: reasons.is_empty(),
+            reasons,
+            store_queue: depth,
+            disk_free_bytes: space.map(|(free, _)| free),
+        }
+    }
 }
 
 /// Queued writes past which the gateway is not ready (the writer cannot keep up).

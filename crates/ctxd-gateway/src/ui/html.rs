@@ -88,6 +88,19 @@ const COLUMNS: [&str; 11] = [
 ];
 
 /// The sessions table.
+/// The gateway's readiness above the sessions: a line saying it serves and stores requests, or
+/// why it does not (what `/readyz` says).
+pub(crate) fn readiness(r: &crate::server::Readiness) -> String {
+    if r.ready {
+        return r#"<p class="ready" id="readiness" data-ready="true">Ready: requests are served and stored.</p>"#.to_owned();
+    }
+    let reasons: Vec<String> = r.reasons.iter().map(|x| esc(x)).collect();
+    format!(
+        r#"<p class="not-ready" id="readiness" data-ready="false">Not ready: {}.</p>"#,
+        reasons.join("; ")
+    )
+}
+
 pub fn sessions(rows: &[Row], sort: Sort, total: usize) -> String {
     let mut s = String::with_capacity(512 + rows.len() * 600);
     let _ = write!(

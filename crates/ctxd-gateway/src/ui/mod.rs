@@ -57,6 +57,9 @@ pub fn admin_token(env: &str) -> Result<String, String> {
 struct Ui {
     access: Access,
     reader: Reader,
+    /// What `/readyz` reads: the writer and the store's place, shown above the sessions.
+    writer: crate::writer::WriterHandle,
+    store: ctxd_store::Location,
     rows: summary::Cache,
     pages: fresh::Fresh<SessionId, Rendered>,
     memos: counts::Memos,
@@ -136,6 +139,8 @@ pub(crate) fn service(app: &Gateway) -> Router {
     let ui = Arc::new(Ui {
         access: access_of(app),
         reader: Reader::new(app.engine.clone()),
+        writer: app.writer.clone(),
+        store: app.settings.store.clone(),
         rows: summary::Cache::new(refresh),
         pages: fresh::Fresh::new(CACHED_PAGES),
         memos: counts::Memos::default(),
@@ -153,6 +158,13 @@ pub(crate) fn service(app: &Gateway) -> Router {
         .route("/frag/session/{id}/search", get(frag_search))
         .fallback(|| async { UiError::NotFound("no such dashboard path".into()) })
         .with_state(ui)
+}
+
+impl Ui {
+    /// The gateway's readiness, as `/readyz` gives it.
+    fn readiness(&self) -> crate::server::Readiness {
+        crate::server::Readiness::of(&self.writer, &self.store)
+    }
 }
 
 /// Run `f` on a blocking thread with the dashboard's engine.
@@ -277,7 +289,10 @@ async fn api_sessions(
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Response {
     match list(&ui, &headers, params).await {
-        Ok((rows, total, _)) => json(&serde_json::json!({ "total": total, "sessions": rows })),
+        Ok((rows, total, _)) => {
+            let ready = ui.readiness();
+            json(&serde_json::json!({ "total": total, "sessions": rows, "ready": ready }))
+        }
         Err(e) => e.into_response(),
     }
 }
@@ -288,7 +303,11 @@ async fn frag_sessions(
     params: Result<Query<ListParams>, QueryRejection>,
 ) -> Response {
     match list(&ui, &headers, params).await {
-        Ok((rows, total, sort)) => fragment(html::sessions(&rows, sort, total), None),
+        Ok((rows, total, sort)) => {
+            let mut page = html::readiness(&ui.readiness());
+            page.push_str(&html::sessions(&rows, sort, total));
+            fragment(page, None)
+        }
         Err(e) => e.into_response(),
     }
 }

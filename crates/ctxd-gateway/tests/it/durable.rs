@@ -390,6 +390,13 @@ async fn a_full_disk_refuses_before_paying_and_recovers_when_space_is_freed() {
     let (status, ready) = crate::support::get(&rig, "/readyz", &[]).await;
     assert_eq!(status, 503, "{ready}");
     assert!(ready.contains("cannot commit"), "{ready}");
+    // The dashboard says so above the sessions.
+    let (status, frag) = crate::support::get(&rig, "/ui/frag/sessions", &[]).await;
+    assert_eq!(status, 200, "{frag}");
+    assert!(
+        frag.contains(r#"data-ready="false""#) && frag.contains("cannot commit"),
+        "{frag}"
+    );
     // Space freed: the gateway serves again without a restart.
     std::fs::remove_file(&filler).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

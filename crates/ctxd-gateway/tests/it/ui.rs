@@ -65,6 +65,13 @@ async fn ui_beyond_loopback_a_tenant_sees_only_its_own_sessions() {
     );
     let (_, frag) = get(&rig, "/ui/frag/sessions", &one).await;
     assert!(frag.contains("alpha-of-one") && !frag.contains("beta-of-two"));
+    // The gateway's readiness, as `/readyz` says it, above the sessions.
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["ready"]["ready"], true, "{body}");
+    assert!(
+        frag.contains(r#"id="readiness" data-ready="true""#),
+        "{frag}"
+    );
 
     let (_, body) = get(&rig, "/ui/api/sessions", &two).await;
     let theirs = session_ids(&body);
