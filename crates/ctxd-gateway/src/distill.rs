@@ -213,10 +213,7 @@ impl Snapshot {
             phase,
             leaf: (leaf, leaf_id),
             store_session: loaded.record.id,
-            provider: ctxd_core::cache::Provider::of(
-                &log.session.meta.format,
-                log.session.meta.model.as_deref(),
-            ),
+            provider: crate::turn::provider_of(log),
         })
     }
 }
@@ -444,11 +441,7 @@ async fn pass(
         leaf: entries.last().map(|e| e.id.clone()),
         entries,
     };
-    let config = Config {
-        store_session: Some(store_session),
-        provider,
-        ..base.clone()
-    };
+    let config = crate::turn::pass_config(base, store_session, provider);
     let branch: Vec<usize> = (0..session.entries.len()).collect();
     let ready = run_pass(
         classifier,

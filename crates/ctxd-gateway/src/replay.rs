@@ -368,27 +368,85 @@ impl BodyTokens {
 
 /// `body` parsed with the gateway's parser and counted with `counter`: the system prompt's
 /// text, the tool definitions ([`tool_def_tokens`]) and each conversation element's content
-/// ([`blocks_tokens`]). The one measure of a body for the gateway's side and the eval's.
+/// ([`blocks_tokens`]). The one measure of a body for the gateway's side and the eval's (which
+/// keeps a [`Meter`] across a session's requests).
 pub fn measure_body(
     api: Api,
     body: &[u8],
     counter: &dyn TokenCounter,
 ) -> Result<BodyTokens, String> {
-    let req = ParsedRequest::parse_after(api, body, None).map_err(|e| e.to_string())?;
-    let system = req.system(body).map_or(0, |s| counter.count(&s));
-    let tools = req
-        .tools(body)
-        .iter()
-        .map(|t| tool_def_tokens(counter, t))
-        .sum();
-    let messages = (0..req.elements.len())
-        .map(|i| blocks_tokens(counter, &req.message(body, i).content))
-        .collect();
-    Ok(BodyTokens {
-        system,
-        tools,
-        messages,
-    })
+    Meter::new(counter).measure(api, body).map(|m| m.tokens)
+}
+
+/// A body measured by a [`Meter`]: its tokens, the key and tokens of each part in prompt order
+/// (system prompt, tools, then each element; a prompt cache reads the longest shared prefix of
+/// these), and its elements as messages.
+#[derive(Clone, Debug)]
+pub struct Measured {
+    pub tokens: BodyTokens,
+    pub keys: Vec<(u128, u64)>,
+    pub messages: Vec<Message>,
+}
+
+impl Measured {
+    /// How many keys come before the elements' (system prompt, tools).
+    pub fn head(&self) -> usize {
+        self.keys.len() - self.messages.len()
+    }
+}
+
+/// [`measure_body`] over many bodies: each part's tokens remembered by its bytes' key (a
+/// conversation's elements repeat at every request, and are counted once).
+pub struct Meter<'a> {
+    counter: &'a dyn TokenCounter,
+    memo: std::collections::HashMap<u128, u64>,
+}
+
+impl<'a> Meter<'a> {
+    pub fn new(counter: &'a dyn TokenCounter) -> Self {
+        Meter {
+            counter,
+            memo: Default::default(),
+        }
+    }
+
+    /// The tokens remembered for `key`, else `count`'s, remembered.
+    pub fn remember(&mut self, key: u128, count: impl FnOnce(&dyn TokenCounter) -> u64) -> u64 {
+        let counter = self.counter;
+        *self.memo.entry(key).or_insert_with(|| count(counter))
+    }
+
+    pub fn measure(&mut self, api: Api, body: &[u8]) -> Result<Measured, String> {
+        let key = |bytes: &[u8]| u128::from_le_bytes(ctxd_engine::turn::hash::raw(bytes));
+        let req = ParsedRequest::parse_after(api, body, None).map_err(|e| e.to_string())?;
+        let mut keys = Vec::with_capacity(req.elements.len() + 2);
+        let mut tokens = BodyTokens::default();
+        if let Some(system) = req.system(body) {
+            let k = key(system.as_bytes());
+            tokens.system = self.remember(k, |c| c.count(&system));
+            keys.push((k, tokens.system));
+        }
+        if let Some((range, _)) = &req.tools_raw {
+            let k = key(body.get(range.clone()).unwrap_or_default());
+            let defs = req.tools(body);
+            tokens.tools = self.remember(k, |c| defs.iter().map(|t| tool_def_tokens(c, t)).sum());
+            keys.push((k, tokens.tools));
+        }
+        let mut messages = Vec::with_capacity(req.elements.len());
+        for (i, e) in req.elements.iter().enumerate() {
+            let k = u128::from_le_bytes(e.raw_hash);
+            let m = req.message(body, i);
+            let t = self.remember(k, |c| blocks_tokens(c, &m.content));
+            tokens.messages.push(t);
+            keys.push((k, t));
+            messages.push(m);
+        }
+        Ok(Measured {
+            tokens,
+            keys,
+            messages,
+        })
+    }
 }
 
 #[cfg(test)]

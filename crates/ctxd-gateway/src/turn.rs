@@ -375,19 +375,23 @@ where
     batch
 }
 
-/// The configuration of a pass over `loaded`'s session: the gateway's, with the session's
-/// store id (what `recall` names) and whose prompt cache its requests go to.
+/// The configuration of a pass over a session: the gateway's, with the session's store id
+/// (what `recall` names) and whose prompt cache its requests go to. The gateway's passes and
+/// `ctxd eval`'s take it from here.
 pub fn pass_config(
     base: &ctxd_core::distill::Config,
-    loaded: &Loaded,
+    store_session: i64,
+    provider: ctxd_core::cache::Provider,
 ) -> ctxd_core::distill::Config {
-    let log = &loaded.log;
     ctxd_core::distill::Config {
-        store_session: Some(loaded.record.id),
-        provider: ctxd_core::cache::Provider::of(
-            &log.session.meta.format,
-            log.session.meta.model.as_deref(),
-        ),
+        store_session: Some(store_session),
+        provider,
         ..base.clone()
     }
+}
+
+/// Whose prompt cache a session's requests go to (the route it came in on, its model).
+pub fn provider_of(log: &SessionLog) -> ctxd_core::cache::Provider {
+    let meta = &log.session.meta;
+    ctxd_core::cache::Provider::of(&meta.format, meta.model.as_deref())
 }

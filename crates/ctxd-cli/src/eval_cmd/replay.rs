@@ -36,12 +36,12 @@ use std::time::Instant;
 use bytes::Bytes;
 use ctxd_core::distill::{self, record::Usage};
 use ctxd_core::model::{ContentBlock, EntryId, EntryKind, Message, SessionMeta};
-use ctxd_core::tokens::{blocks_tokens, tool_def_tokens, TokenCounter};
+use ctxd_core::tokens::{blocks_tokens, TokenCounter};
 use ctxd_engine::distill::{land, phase_at_end, run_pass, Classifier, Limits, PassOutcome};
-use ctxd_engine::turn::{hash, SessionLog, SessionView};
+use ctxd_engine::turn::{SessionLog, SessionView};
 use ctxd_engine::{Caller, Engine};
 use ctxd_gateway::api::Api;
-use ctxd_gateway::replay::BodyTokens;
+use ctxd_gateway::replay::{BodyTokens, Measured, Meter};
 use ctxd_gateway::request::{ParsedRequest, PrevRequest};
 use ctxd_gateway::turn::{self as gw, TurnRequest};
 use ctxd_store::{SqliteStore, Store};
@@ -216,83 +216,23 @@ pub struct RequestLine {
     pub body: Option<serde_json::Value>,
 }
 
-/// A body measured: its tokens, the keys of its cacheable prefix, and its messages (for the
-/// retention checks).
-struct Measured {
-    tokens: BodyTokens,
-    keys: Vec<(u128, u64)>,
-    messages: Vec<Message>,
+/// Last-N masking over the eval's [`Meter`].
+trait Masking {
+    /// The client's body with tool results older than the last `n` masked: its keys.
+    fn masked(&mut self, measured: &Measured, n: usize) -> Vec<(u128, u64)>;
 }
 
-/// Token counts by the bytes they were counted from (a body's elements repeat at every
-/// request): `ctxd_gateway::replay::measure_body`'s rules, memoized.
-struct Counter<'a> {
-    counter: &'a dyn TokenCounter,
-    memo: HashMap<u128, u64>,
-}
-
-fn key_of(bytes: &[u8]) -> u128 {
-    u128::from_le_bytes(hash::raw(bytes))
-}
-
-impl Counter<'_> {
-    fn body(&mut self, api: Api, body: &[u8]) -> Option<Measured> {
-        let req = ParsedRequest::parse(api, body).ok()?;
-        let mut keys = Vec::with_capacity(req.elements.len() + 2);
-        let mut tokens = BodyTokens::default();
-        if let Some(system) = req.system(body) {
-            let k = key_of(system.as_bytes());
-            tokens.system = *self
-                .memo
-                .entry(k)
-                .or_insert_with(|| self.counter.count(&system));
-            keys.push((k, tokens.system));
-        }
-        if let Some((range, _)) = &req.tools_raw {
-            let k = key_of(&body[range.clone()]);
-            let counter = self.counter;
-            tokens.tools = *self.memo.entry(k).or_insert_with(|| {
-                req.tools(body)
-                    .iter()
-                    .map(|t| tool_def_tokens(counter, t))
-                    .sum()
-            });
-            keys.push((k, tokens.tools));
-        }
-        let mut messages = Vec::with_capacity(req.elements.len());
-        for (i, e) in req.elements.iter().enumerate() {
-            let k = u128::from_le_bytes(e.raw_hash);
-            let m = req.message(body, i);
-            let counter = self.counter;
-            let t = *self
-                .memo
-                .entry(k)
-                .or_insert_with(|| blocks_tokens(counter, &m.content));
-            tokens.messages.push(t);
-            keys.push((k, t));
-            messages.push(m);
-        }
-        Some(Measured {
-            tokens,
-            keys,
-            messages,
-        })
-    }
-
-    /// The client's body with tool results older than the last `n` masked.
+impl Masking for Meter<'_> {
     fn masked(&mut self, measured: &Measured, n: usize) -> Vec<(u128, u64)> {
         let masked = masked_set(&measured.messages, n);
-        let head = measured.keys.len() - measured.messages.len();
+        let head = measured.head();
         let mut keys = measured.keys[..head].to_vec();
         for (i, m) in measured.messages.iter().enumerate() {
             let (k, t) = measured.keys[head + i];
             if masked.contains(&i) {
+                // The masked element's own key (its bytes' key, salted).
                 let mk = k ^ 0x5f5f;
-                let counter = self.counter;
-                let t = *self
-                    .memo
-                    .entry(mk)
-                    .or_insert_with(|| blocks_tokens(counter, &mask(&m.content)));
+                let t = self.remember(mk, |c| blocks_tokens(c, &mask(&m.content)));
                 keys.push((mk, t));
             } else {
                 keys.push((k, t));
@@ -439,10 +379,7 @@ pub fn replay<C: Classifier>(
         timing: opts.timing,
         ..Outcome::default()
     };
-    let mut count = Counter {
-        counter: opts.counter,
-        memo: HashMap::default(),
-    };
+    let mut count = Meter::new(opts.counter);
     let (mut prev_all, mut prev_ctxd, mut prev_mask) = (Vec::new(), Vec::new(), Vec::new());
     let mut prev: Option<PrevRequest> = None;
     let mut passes: Vec<PendingPass> = Vec::new();
@@ -535,7 +472,7 @@ pub fn replay<C: Classifier>(
 
         // What went upstream, and what the client sent.
         let body: &[u8] = planned.body.as_deref().unwrap_or(&turn.body);
-        let (Some(sent), Some(client)) = (count.body(api, body), count.body(api, &turn.body))
+        let (Ok(sent), Ok(client)) = (count.measure(api, body), count.measure(api, &turn.body))
         else {
             anyhow::bail!("request {}: a body ctxd cannot read back", k + 1);
         };
@@ -559,7 +496,7 @@ pub fn replay<C: Classifier>(
 
         // The bounds see the client's request as it is.
         {
-            let head = client.keys.len() - client.messages.len();
+            let head = client.head();
             let new: Vec<(u128, u64, &Message)> = (planned.plan.matched.min(client.messages.len())
                 ..client.messages.len())
                 .map(|i| {
@@ -741,7 +678,11 @@ pub fn replay<C: Classifier>(
         if planned.policy.distills() {
             let branch = loaded.log.branch();
             if let Some(phase) = phase_at_end(&loaded.log, &branch) {
-                let config = gw::pass_config(&distill_config, &loaded);
+                let config = gw::pass_config(
+                    &distill_config,
+                    loaded.record.id,
+                    gw::provider_of(&loaded.log),
+                );
                 let asked = Instant::now();
                 let pass = opts.runtime.block_on(run_pass(
                     opts.classifier,
