@@ -368,12 +368,13 @@ impl Server {
             Location::Sqlite(path) => NewFiles::watch(path),
             _ => NewFiles::default(),
         };
+        let wal = crate::checkpoints::WalPressure::default();
         let (store, lock, checkpoints): (Box<dyn Backend>, _, _) = match &settings.store {
             // One gateway per SQLite file, which checkpoints its WAL off the commit path.
             Location::Sqlite(path) => {
                 let lock = ServeLock::acquire(path)?;
                 let store = SqliteStore::open(path, settings.store_sync)?;
-                let checkpoints = Checkpoints::start(&store, path)?;
+                let checkpoints = Checkpoints::start(&store, path, wal.clone())?;
                 (Box::new(store), Some(lock), Some(checkpoints))
             }
             // Any number of gateways share a server, which orders their writes.
@@ -388,7 +389,7 @@ impl Server {
         let inline =
             store.kind() == "sqlite" && settings.store_sync == ctxd_store::Durability::Normal;
         let engine: Arc<Engine<dyn Backend>> = Arc::new(Engine::from_boxed(store));
-        let writer = Writer::start(engine.clone(), inline)?;
+        let writer = Writer::start(engine.clone(), inline, wal)?;
         // The passes' classifier gives way to requests (`distill-cpu-percent`, `ctxd_core::pace`).
         let classifier = ctxd_engine::distill::Configured::from_settings(&settings.classifier)
             .and_then(|c| c.in_background(settings.distill_cpu_percent))

@@ -20,6 +20,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ctxd_core::model::EntryId;
+
+use crate::checkpoints::WalPressure;
 use ctxd_engine::Engine;
 use ctxd_store::{Backend, GroupResult, GroupWrite, NewEntry, SessionId};
 
@@ -75,6 +77,8 @@ struct Shared {
     /// async worker would stall every request on it).
     inline: bool,
     health: Health,
+    /// Derived work waits while the WAL is over its limit (SQLite; never set on PostgreSQL).
+    wal: WalPressure,
 }
 
 /// Whether the store commits. A write that fails (a full disk, a read-only file, a database
@@ -138,8 +142,13 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Start the writer thread. `inline`: requests may commit their own awaited jobs.
-    pub fn start(engine: Arc<Engine<dyn Backend>>, inline: bool) -> std::io::Result<Self> {
+    /// Start the writer thread. `inline`: requests may commit their own awaited jobs; `wal`:
+    /// when the checkpoints want the index backlog to wait.
+    pub fn start(
+        engine: Arc<Engine<dyn Backend>>,
+        inline: bool,
+        wal: WalPressure,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             ready: Condvar::new(),
@@ -147,6 +156,7 @@ impl Writer {
             engine,
             inline,
             health: Health::default(),
+            wal,
         });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -331,6 +341,15 @@ fn run(shared: &Shared) {
             }
             continue;
         }
+        if shared.wal.is_high() {
+            // The WAL outgrew its limit: cut it back now, between two commits.
+            q.busy = true;
+            drop(q);
+            truncate_wal(shared);
+            q = shared.lock();
+            q.busy = false;
+            continue;
+        }
         if backlog.overdue() {
             // Under a load that never leaves the writer idle (requests commit their own jobs
             // and take the lingering ones along), a session far behind still gets its step.
@@ -339,7 +358,9 @@ fn run(shared: &Shared) {
         }
         if q.jobs.is_empty() {
             if backlog.is_empty() {
-                q = wait(shared, q, None);
+                // Requests commit their own jobs without waking the writer: it looks at the
+                // WAL's pressure now and then all the same.
+                q = wait(shared, q, Some(WAL_LOOK));
             } else if idle {
                 // Idle: index a step, then look at the queue again.
                 q = index_step(shared, q, &mut backlog);
@@ -407,6 +428,21 @@ fn run(shared: &Shared) {
     // Sessions still behind are caught up by their next history read.
 }
 
+/// Copy the WAL back and empty it from the writing connection, once per raise of the
+/// checkpoints' [`WalPressure`].
+fn truncate_wal(shared: &Shared) {
+    let outcome = match shared.engine.store().truncate_wal() {
+        Ok(true) => "emptied",
+        Ok(false) => "busy",
+        Err(e) => {
+            tracing::warn!(error = %e, "truncating the WAL failed; the next checkpoint retries");
+            "failed"
+        }
+    };
+    metrics::counter!("ctxd_store_wal_truncations_total", "outcome" => outcome).increment(1);
+    shared.wal.relieve();
+}
+
 /// A small write to a failing store: it commits again once it can (space freed).
 fn probe(shared: &Shared) {
     let now = ctxd_engine::now_ms().to_string();
@@ -460,6 +496,10 @@ fn appended_sessions(jobs: &[Job]) -> Vec<SessionId> {
         })
         .collect()
 }
+
+/// How often a writer with nothing to do looks whether the WAL needs cutting back (the
+/// checkpoints look every 500 ms).
+const WAL_LOOK: Duration = Duration::from_millis(250);
 
 /// No commit for this long: the writer is idle and catches the indexes up.
 const IDLE: Duration = Duration::from_millis(100);
@@ -704,8 +744,96 @@ mod tests {
             .open_session("t", "k", &SessionMeta::default())
             .unwrap();
         let engine: Arc<Engine<dyn Backend>> = Arc::new(Engine::from_boxed(Box::new(store)));
-        let writer = Writer::start(engine.clone(), inline).unwrap();
+        let writer = Writer::start(engine.clone(), inline, WalPressure::default()).unwrap();
         (dir, engine, record, writer)
+    }
+
+    /// A WAL grown past its limit (here while a reader held an old snapshot) is cut back while
+    /// commits go on without a pause: SQLite only ever restarts it from the top, and trims a
+    /// restarted file down to the store's 64 MiB `journal_size_limit`, never below; and the
+    /// checkpoint thread's own truncation would wait for a gap the writer never leaves.
+    /// Commits 64 KiB messages for `how_long`, 8 in flight; the WAL's size after each.
+    async fn commit_for(
+        h: &WriterHandle,
+        session: SessionId,
+        n: &mut u64,
+        how_long: Duration,
+        wal: &std::path::Path,
+    ) -> Vec<u64> {
+        let text = "x".repeat(64 * 1024);
+        let started = Instant::now();
+        let (mut acks, mut sizes) = (Vec::new(), Vec::new());
+        while started.elapsed() < how_long {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let parent = (*n > 0).then(|| EntryId::new(format!("e{}", *n - 1)));
+            let entry = NewEntry::new(Entry {
+                id: EntryId::new(format!("e{n}")),
+                parent,
+                timestamp: None,
+                sidechain: false,
+                kind: EntryKind::Message(Message::text(Role::User, &text)),
+            });
+            h.send(append(session, vec![entry], Some(tx)));
+            acks.push(rx);
+            *n += 1;
+            if acks.len() == 8 {
+                for ack in acks.drain(..) {
+                    assert_eq!(ack.await.unwrap(), Ok(()));
+                }
+            }
+            sizes.push(std::fs::metadata(wal).map_or(0, |m| m.len()));
+        }
+        for ack in acks {
+            assert_eq!(ack.await.unwrap(), Ok(()));
+        }
+        sizes
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_grown_wal_is_cut_back_while_commits_go_on() {
+        const LIMIT: u64 = 512 << 10;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let store = ctxd_store::SqliteStore::open(&path, ctxd_store::Durability::Normal).unwrap();
+        let record = store
+            .open_session("t", "k", &SessionMeta::default())
+            .unwrap();
+        let wal = WalPressure::default();
+        let checkpoints =
+            crate::checkpoints::Checkpoints::start_with_limit(&store, &path, wal.clone(), LIMIT)
+                .unwrap();
+        let engine: Arc<Engine<dyn Backend>> = Arc::new(Engine::from_boxed(Box::new(store)));
+        let writer = Writer::start(engine.clone(), false, wal).unwrap();
+        let h = writer.handle();
+        let mut wal_path = path.as_os_str().to_owned();
+        wal_path.push("-wal");
+        let wal_path = std::path::PathBuf::from(wal_path);
+        let mut n = 0u64;
+        // A reader's snapshot keeps every frame committed meanwhile in the WAL.
+        let reader = rusqlite::Connection::open(&path).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let _: i64 = reader
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .unwrap();
+        let grown = commit_for(
+            &h,
+            record.id,
+            &mut n,
+            Duration::from_millis(1500),
+            &wal_path,
+        )
+        .await;
+        let grown = grown.into_iter().max().unwrap_or(0);
+        reader.execute_batch("COMMIT").unwrap();
+        let after = commit_for(&h, record.id, &mut n, Duration::from_secs(2), &wal_path).await;
+        let least = after[after.len() / 2..].iter().copied().min().unwrap_or(0);
+        writer.shutdown();
+        checkpoints.stop();
+        assert!(grown > 4 * LIMIT, "the WAL grew to {grown} bytes only");
+        assert!(
+            least < grown / 2,
+            "the WAL grew to {grown} bytes and stayed at {least} or more under load"
+        );
     }
 
     #[tokio::test]

@@ -42,6 +42,13 @@ pub trait Backend: GroupStore + crate::Dump + Send + Sync {
     /// The backend's own consistency check: `ok`, or what is wrong.
     fn integrity_check(&self) -> Result<String, StoreError>;
 
+    /// Copy a write-ahead log back and empty it, from the connection that writes (no other
+    /// writer to wait for); whether it was emptied (a reader that did not let go in time
+    /// leaves it for a later call). A backend without such a log has nothing to do.
+    fn truncate_wal(&self) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
     /// Other processes may append to the sessions this one serves (several gateways on one
     /// server), so a cached copy of a session is checked with [`Backend::follow`] before use.
     /// A SQLite store is served by one gateway alone (its lock file).
@@ -146,6 +153,10 @@ impl GroupStore for SqliteStore {
 impl Backend for SqliteStore {
     fn kind(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn truncate_wal(&self) -> Result<bool, StoreError> {
+        SqliteStore::truncate_wal(self)
     }
 
     fn location(&self) -> String {

@@ -36,7 +36,7 @@ pub use notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, W
 pub use postgres::{PgStore, DEFAULT_POOL, PG_SCHEMA_VERSION};
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::history::{HistoryRow, HistoryStore, Visit, WindowRow};
-pub use sqlite::{Checkpointer, Durability, GroupResult, GroupWrite, SqliteStore};
+pub use sqlite::{Checkpointer, Durability, GroupResult, GroupWrite, SqliteStore, WAL_SIZE_LIMIT};
 
 /// The store's own id of a session (stable for the life of the store).
 pub type SessionId = i64;

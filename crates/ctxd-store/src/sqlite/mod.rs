@@ -115,6 +115,19 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// `PRAGMA wal_checkpoint(TRUNCATE)` on the store's own connection: copy the WAL back and
+    /// cut it to zero bytes. As the connection that writes it waits for no writer, only for
+    /// readers of older snapshots (50 ms at most, or it reports `false`).
+    pub fn truncate_wal(&self) -> Result<bool, StoreError> {
+        let conn = self.conn();
+        conn.busy_timeout(std::time::Duration::from_millis(50))?;
+        let busy = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+            r.get::<_, i64>(0)
+        });
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        Ok(busy? == 0)
+    }
+
     /// `PRAGMA integrity_check`: `ok`, or what is wrong.
     pub fn integrity_check(&self) -> Result<String, StoreError> {
         let conn = self.conn();
