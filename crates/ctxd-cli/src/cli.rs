@@ -27,8 +27,8 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
-/// The `ctxd serve` settings file's keys: the long flags' names (and the global `store`), and
-/// `cached-sessions`, which has no flag. One source: the flags themselves.
+/// The `ctxd serve` settings file's keys: the long flags' names (and the global `store`). One
+/// source: the flags themselves.
 pub fn config_keys(serve: &clap::Command) -> Vec<String> {
     let mut keys: Vec<String> = serve
         .get_arguments()
@@ -56,7 +56,6 @@ pub fn config_keys(serve: &clap::Command) -> Vec<String> {
         .map(str::to_owned)
         .collect();
     keys.insert(1.min(keys.len()), "store".to_owned());
-    keys.push("cached-sessions".to_owned());
     keys
 }
 
@@ -64,11 +63,10 @@ pub fn config_keys(serve: &clap::Command) -> Vec<String> {
 pub fn with_config_help(cli: clap::Command) -> clap::Command {
     cli.mut_subcommand("serve", |serve| {
         let keys = config_keys(&serve);
-        let flags = keys[..keys.len() - 1].join(", ");
+        let flags = keys.join(", ");
         let help = format!(
             "A TOML settings file. Its keys are the long flags' names with the flags' values \
-             ({flags}; e.g. `read-timeout = 60`), and `cached-sessions` (sessions kept indexed in \
-             memory, default 256; no flag). `reminders = false`, `resets = false` and \
+             ({flags}; e.g. `read-timeout = 60`). `reminders = false`, `resets = false` and \
              `distill = false` do what --no-reminders, --no-resets and --no-distill do, \
              `cache-plan = false` does what --no-cache-plan does, `[agents.NAME]` tables set `reminders`, `resets`, `distill`, `digests`, `amnesia`, `lazy-tools` and `tools` for one agent (claude-code, codex, pi, sdk); `[amnesia-read-tools.AGENT]` tables (`tools`, `shell`) name the read-like tools meta-amnesia judges; a `[lazy-base-tools]` table (`AGENT = [\"tool\", ...]`) names each agent's base tools for lazy tools; a `[model-windows]` table maps model \
              names to windows (\"claude-sonnet-4-5\" = 1000000) as --model-window does; a \
@@ -173,6 +171,9 @@ pub enum Command {
     /// The gateway's added latency: a fixed-rate load to the mock upstream directly and
     /// through `ctxd serve`, side by side (p50/p99, overhead, peak RSS).
     BenchGateway(crate::bench_cmd::gateway::GatewayBenchArgs),
+    /// Thousands of sessions with growing history through `ctxd serve`: its RSS against the
+    /// session cache budget and its WAL against the database, over time and at rest.
+    BenchSoak(crate::bench_cmd::soak::SoakArgs),
 }
 
 #[derive(Debug, Args)]

@@ -25,9 +25,9 @@ pub struct Settings {
     pub read_timeout: Duration,
     /// Sessions kept indexed in memory (least recently used beyond this are dropped).
     pub cached_sessions: usize,
-    /// Bytes the cached sessions' logs may hold in memory together (least recently used beyond
-    /// it are dropped, and reloaded from the store when next asked for); a quarter of it bounds
-    /// the previous request bodies kept for splitting.
+    /// Bytes the cached sessions may hold in memory together: logs, the distillation's branch
+    /// copies and the previous requests kept for splitting (at most a quarter of it). The least
+    /// recently used beyond it are dropped, and reloaded from the store when next asked for.
     pub session_cache_bytes: usize,
     /// Threads serving requests. One by default: a request costs the gateway well under a
     /// millisecond of CPU (about one at 1 MB bodies), and on few cores every hand-off between

@@ -35,6 +35,7 @@ use std::sync::Arc;
 use ctxd_core::distill::{Config, Phase};
 use ctxd_core::model::{Entry, EntryId, EntryKind, Session, SessionMeta};
 use ctxd_engine::distill::{land, phase_at_end, run_pass, Configured, Limits};
+use ctxd_engine::turn::log::entry_bytes;
 use ctxd_engine::turn::SessionLog;
 use ctxd_store::NewEntry;
 
@@ -133,12 +134,24 @@ pub struct SlotPasses {
     /// The branch the last pass read, to extend at the next turn end (taken while a pass
     /// runs, given back when it ends).
     mirror: Option<Mirror>,
+    /// What the latest mirror holds, whether in the slot or in a pass: a second copy of the
+    /// branch, charged to the session cache's budget beside the log.
+    mirror_bytes: usize,
+}
+
+impl SlotPasses {
+    /// Bytes the session's branch copy holds ([`Mirror`]).
+    pub fn mirror_bytes(&self) -> usize {
+        self.mirror_bytes
+    }
 }
 
 /// A copy of a branch (root first) and the log positions its entries came from.
 pub struct Mirror {
     positions: Vec<usize>,
     entries: Vec<Entry>,
+    /// The entries' bytes ([`entry_bytes`]), kept as they are cloned and cut.
+    bytes: usize,
 }
 
 impl Mirror {
@@ -151,6 +164,7 @@ impl Mirror {
         let mut mirror = prior.unwrap_or(Mirror {
             positions: Vec::new(),
             entries: Vec::new(),
+            bytes: 0,
         });
         let kept = mirror
             .positions
@@ -158,10 +172,16 @@ impl Mirror {
             .zip(&branch)
             .take_while(|(a, b)| a == b)
             .count();
-        mirror.entries.truncate(kept);
-        mirror
+        let cut: usize = mirror
             .entries
-            .extend(branch[kept..].iter().filter_map(|&p| log.entry(p).cloned()));
+            .drain(kept.min(mirror.entries.len())..)
+            .map(|e| entry_bytes(&e))
+            .sum();
+        mirror.bytes = mirror.bytes.saturating_sub(cut);
+        for entry in branch[kept..].iter().filter_map(|&p| log.entry(p)) {
+            mirror.bytes += entry_bytes(entry);
+            mirror.entries.push(entry.clone());
+        }
         mirror.positions = branch;
         let cloned = mirror.positions.len() - kept;
         // A position without an entry cannot happen (the branch is read off this log); if it
@@ -169,6 +189,7 @@ impl Mirror {
         if mirror.entries.len() != mirror.positions.len() {
             mirror.positions.clear();
             mirror.entries.clear();
+            mirror.bytes = 0;
         }
         (mirror, cloned)
     }
@@ -207,6 +228,7 @@ impl Snapshot {
         };
         let leaf_id = log.entry(leaf)?.id.clone();
         let (mirror, cloned) = Mirror::of(log, branch, prior);
+        slot.passes().mirror_bytes = mirror.bytes;
         metrics::counter!("ctxd_distill_copied_entries_total").increment(cloned as u64);
         Some(Snapshot {
             mirror,
@@ -430,7 +452,11 @@ async fn pass(
     base: &Config,
 ) -> (Option<Ready>, Mirror) {
     let Snapshot {
-        mirror: Mirror { positions, entries },
+        mirror: Mirror {
+            positions,
+            entries,
+            bytes,
+        },
         phase,
         leaf,
         store_session,
@@ -461,6 +487,7 @@ async fn pass(
     let mirror = Mirror {
         positions,
         entries: session.entries,
+        bytes,
     };
     (ready, mirror)
 }

@@ -495,7 +495,7 @@ async fn prepare(
         },
     )
     .await;
-    app.sessions.weigh(&slot, loaded.log.approx_bytes());
+    app.sessions.weigh(&slot, slot.held_bytes(loaded));
     let mut planned = match planned {
         Ok(planned) => planned,
         Err(turn::Unprojectable {

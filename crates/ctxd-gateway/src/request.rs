@@ -235,6 +235,17 @@ pub struct PrevRequest {
     pub parsed: ParsedRequest,
 }
 
+impl PrevRequest {
+    /// Bytes it holds in memory: the body and its elements' index (what the session cache's
+    /// budget charges for it; `tests/memory.rs` checks it against the heap).
+    pub fn weight(&self) -> usize {
+        self.body.len()
+            + self.parsed.elements.capacity() * std::mem::size_of::<Element>()
+            + self.parsed.model.as_ref().map_or(0, String::len)
+            + 256
+    }
+}
+
 /// Length of the longest common prefix of `a` and `b` (compared a block at a time: memcmp).
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     const BLOCK: usize = 4096;

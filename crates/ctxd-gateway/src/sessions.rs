@@ -25,8 +25,7 @@ struct Retained {
 
 impl Drop for Retained {
     fn drop(&mut self) {
-        self.counter
-            .fetch_sub(self.prev.body.len(), Ordering::AcqRel);
+        self.counter.fetch_sub(self.prev.weight(), Ordering::AcqRel);
     }
 }
 
@@ -94,6 +93,12 @@ impl Slot {
     pub fn last_request(&self) -> Option<Arc<PrevRequest>> {
         let kept = self.last_request.lock().unwrap_or_else(|p| p.into_inner());
         kept.as_ref().map(|r| r.prev.clone())
+    }
+
+    /// Bytes the session holds in memory with `loaded` as its log: the log and the
+    /// distillation's copy of its branch (what the cache's byte budget charges).
+    pub fn held_bytes(&self, loaded: &Loaded) -> usize {
+        loaded.log.approx_bytes() + self.passes().mirror_bytes()
     }
 
     /// Whether the loaded copy must be dropped and read again.
@@ -176,8 +181,9 @@ pub(crate) async fn catch_up(engine: &Arc<Engine<dyn Backend>>, loaded: &mut Loa
 }
 
 /// The slots, keyed by tenant and session key. Bounded twice: at most `capacity` sessions,
-/// and their loaded logs within `byte_budget` (a few large sessions weigh more than many small
-/// ones); the least recently used slot nobody holds goes first.
+/// and what they hold (loaded logs, branch copies, kept requests) within `byte_budget` all in
+/// (a few large sessions weigh more than many small ones); the least recently used slot nobody
+/// holds goes first.
 pub struct Sessions {
     slots: Mutex<HashMap<(String, String), Arc<Slot>>>,
     clock: AtomicU64,
@@ -219,7 +225,7 @@ impl Sessions {
     pub fn remember(&self, slot: &Slot, prev: PrevRequest) {
         let mut kept = slot.last_request.lock().unwrap_or_else(|p| p.into_inner());
         *kept = None; // the old one no longer counts
-        let size = prev.body.len();
+        let size = prev.weight();
         let before = self.retained.fetch_add(size, Ordering::AcqRel);
         if before + size > self.byte_budget / RETAINED_SHARE {
             self.retained.fetch_sub(size, Ordering::AcqRel);
@@ -257,7 +263,9 @@ impl Sessions {
 
     /// Drop least recently used slots nobody holds while over the count or the byte budget.
     fn evict(&self, slots: &mut HashMap<(String, String), Arc<Slot>>) {
-        while slots.len() > self.capacity || self.cached_bytes() > self.byte_budget {
+        while slots.len() > self.capacity
+            || self.cached_bytes() + self.retained_bytes() > self.byte_budget
+        {
             let victim = slots
                 .iter()
                 .filter(|(_, s)| Arc::strong_count(s) == 1)
@@ -272,7 +280,8 @@ impl Sessions {
                 metrics::counter!("ctxd_sessions_evicted_total").increment(1);
             }
         }
-        metrics::gauge!("ctxd_session_cache_bytes").set(self.cached_bytes() as f64);
+        metrics::gauge!("ctxd_session_cache_bytes")
+            .set((self.cached_bytes() + self.retained_bytes()) as f64);
     }
 
     pub fn len(&self) -> usize {
@@ -333,12 +342,17 @@ mod tests {
             parsed: crate::request::ParsedRequest::parse(crate::api::Api::Chat, body).unwrap(),
         };
         let a = sessions.slot("t", "a");
-        sessions.remember(&a, prev(br#"{"messages":[]}"#));
-        assert_eq!(sessions.retained_bytes(), 15);
-        sessions.remember(&a, prev(br#"{"messages":[1]}"#));
+        let first = prev(br#"{"messages":[]}"#);
+        let weight = first.weight();
+        assert!(weight > first.body.len());
+        sessions.remember(&a, first);
+        assert_eq!(sessions.retained_bytes(), weight);
+        let second = prev(br#"{"messages":[1]}"#);
+        let weight = second.weight();
+        sessions.remember(&a, second);
         assert_eq!(
             sessions.retained_bytes(),
-            16,
+            weight,
             "the old one no longer counts"
         );
         assert!(a.last_request().is_some());
@@ -347,6 +361,38 @@ mod tests {
         drop(sessions.slot("t", "c"));
         drop(sessions.slot("t", "d"));
         drop(sessions.slot("t", "e")); // evicts `a`, the least recently used
+        assert_eq!(sessions.retained_bytes(), 0);
+    }
+
+    #[test]
+    fn kept_requests_count_toward_the_byte_budget() {
+        let body: &'static [u8] = br#"{"messages":[1]}"#;
+        let prev = PrevRequest {
+            body: bytes::Bytes::from_static(body),
+            parsed: crate::request::ParsedRequest::parse(crate::api::Api::Chat, body).unwrap(),
+        };
+        let kept = prev.weight();
+        // The budget holds `a`'s log and its kept request, with room for 100 more bytes.
+        let sessions = Sessions::new(100, 4 * kept + 100);
+        let a = sessions.slot("t", "a");
+        sessions.weigh(&a, 3 * kept);
+        sessions.remember(&a, prev);
+        drop(a);
+        let b = sessions.slot("t", "b");
+        sessions.weigh(&b, 100);
+        drop(sessions.slot("t", "b"));
+        assert_eq!(
+            sessions.len(),
+            2,
+            "within the budget, with the kept request"
+        );
+        sessions.weigh(&b, 101);
+        drop(sessions.slot("t", "b"));
+        assert_eq!(
+            sessions.len(),
+            1,
+            "a byte over: `a` goes, its kept request with it"
+        );
         assert_eq!(sessions.retained_bytes(), 0);
     }
 }

@@ -40,50 +40,73 @@ pub struct SessionLog {
     bytes: usize,
 }
 
-/// Bytes an entry holds in memory: its texts, arguments and inlined images, and a fixed
-/// share for its id, parent and this log's indexes.
+/// Bytes an entry holds in memory: its texts, arguments and inlined images, its blocks and ids,
+/// and a fixed share for the entry itself and this log's indexes of it (`tests/memory.rs` in the
+/// gateway checks the sum against what a loaded log holds on the heap).
 pub fn entry_bytes(entry: &Entry) -> usize {
-    const PER_ENTRY: usize = 320;
+    /// The entry and its slots in the log's indexes (positions, children, hashes, parents, what
+    /// is in force), with their vectors' and map's spare capacity.
+    const PER_ENTRY: usize = std::mem::size_of::<Entry>() + 560;
+    const PER_BLOCK: usize = std::mem::size_of::<ContentBlock>();
+    fn opt(s: &Option<String>) -> usize {
+        s.as_ref().map_or(0, String::len)
+    }
     fn blocks(content: &[ContentBlock]) -> usize {
         content
             .iter()
-            .map(|b| match b {
-                ContentBlock::Text { text } => text.len(),
-                ContentBlock::Thinking {
-                    thinking,
-                    signature,
-                    ..
-                } => thinking.len() + signature.as_ref().map_or(0, String::len),
-                ContentBlock::Image(img) => {
-                    img.data.as_ref().map_or(0, String::len)
-                        + img.url.as_ref().map_or(0, String::len)
-                }
-                ContentBlock::ToolCall { arguments, .. } => value_bytes(arguments),
-                ContentBlock::ToolResult { content, .. } => blocks(content),
+            .map(|b| {
+                PER_BLOCK
+                    + match b {
+                        ContentBlock::Text { text } => text.len(),
+                        ContentBlock::Thinking {
+                            thinking,
+                            signature,
+                            ..
+                        } => thinking.len() + opt(signature),
+                        ContentBlock::Image(img) => opt(&img.data) + opt(&img.url),
+                        ContentBlock::ToolCall {
+                            id,
+                            name,
+                            arguments,
+                            ..
+                        } => id.len() + name.len() + value_bytes(arguments),
+                        ContentBlock::ToolResult { content, .. } => 64 + blocks(content),
+                    }
             })
             .sum()
     }
     fn value_bytes(v: &serde_json::Value) -> usize {
         match v {
-            serde_json::Value::String(s) => s.len() + 24,
-            serde_json::Value::Array(a) => 24 + a.iter().map(value_bytes).sum::<usize>(),
+            serde_json::Value::String(s) => s.len() + 32,
+            serde_json::Value::Array(a) => 32 + a.iter().map(value_bytes).sum::<usize>(),
             serde_json::Value::Object(o) => {
-                48 + o
+                64 + o
                     .iter()
-                    .map(|(k, v)| k.len() + value_bytes(v))
+                    .map(|(k, v)| 48 + k.len() + value_bytes(v))
                     .sum::<usize>()
             }
-            _ => 16,
+            _ => 32,
         }
     }
+    // The id twice (the entry's and the positions map's key), the parent, the timestamp.
+    let ids = 2 * entry.id.as_str().len()
+        + entry.parent.as_ref().map_or(0, |p| p.as_str().len())
+        + opt(&entry.timestamp);
     PER_ENTRY
+        + ids
         + match &entry.kind {
-            EntryKind::Message(m) => blocks(&m.content),
+            EntryKind::Message(m) => {
+                blocks(&m.content)
+                    + opt(&m.injected)
+                    + opt(&m.model)
+                    + opt(&m.response_id)
+                    + opt(&m.stop_reason)
+            }
             EntryKind::WindowBoot { message, .. } => blocks(&message.content),
             EntryKind::SystemPrompt { text } => text.len(),
             EntryKind::ToolDefs { tools } => tools
                 .iter()
-                .map(|t| t.name.len() + t.description.len() + value_bytes(&t.schema))
+                .map(|t| 80 + t.name.len() + t.description.len() + value_bytes(&t.schema))
                 .sum(),
             EntryKind::ContextEdit {
                 replacement: Some(r),
