@@ -15,6 +15,7 @@
 
 pub mod gateway;
 mod generate;
+pub mod soak;
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};

@@ -67,6 +67,7 @@ fn main() -> ExitCode {
         cli::Command::Bench(args) => bench_cmd::run(&args),
         cli::Command::BenchOne(args) => bench_cmd::run_one(&args),
         cli::Command::BenchGateway(args) => bench_cmd::gateway::run(&args),
+        cli::Command::BenchSoak(args) => bench_cmd::soak::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

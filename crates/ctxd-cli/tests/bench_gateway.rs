@@ -118,3 +118,38 @@ fn through_the_gateway() {
         assert!((1.0..=20.0).contains(&seen), "{row}");
     }
 }
+
+/// `--peer`: another proxy measured in the same slices. The mock itself stands in for one here
+/// (a proxy of zero hops), at the port `--mock-port` fixes.
+#[test]
+fn a_peer_is_measured_beside_the_mock() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let peer = format!("itself=http://127.0.0.1:{port}");
+    let rows = bench(&[
+        "--direct-only",
+        "--mock-port",
+        &port.to_string(),
+        "--peer",
+        &peer,
+    ]);
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        let peers = row["peers"].as_array().unwrap();
+        assert_eq!(peers.len(), 1, "{row}");
+        assert_eq!(peers[0]["name"], "itself");
+        assert_eq!(peers[0]["latency"]["requests"], 20);
+        assert_eq!(peers[0]["latency"]["errors"], 0, "{row}");
+        assert!(peers[0]["added_p50_ms"].as_f64().is_some(), "{row}");
+    }
+    for bad in ["nginx", "=http://127.0.0.1:1", "nginx=127.0.0.1:1"] {
+        let out = common::ctxd()
+            .args(["bench-gateway", "--peer", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--peer {bad}");
+    }
+}

@@ -14,12 +14,12 @@
 //! `/metrics` ([`metrics`]), its peak RSS, the warm-up's drain time and the writes still queued
 //! for its store when the load ended. A missed target is reported, not an error.
 
-mod bodies;
-mod child;
+pub(crate) mod bodies;
+pub(crate) mod child;
 mod cpu;
 mod dashboard;
-mod load;
-mod metrics;
+pub(crate) mod load;
+pub(crate) mod metrics;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -78,9 +78,41 @@ pub struct GatewayBenchArgs {
     /// last two user messages), which the gateway reads on every request that has them.
     #[arg(long)]
     pub cache_control: bool,
+    /// Another proxy in front of this bench's mock, measured in the same alternating slices
+    /// as the mock directly and ctxd (so the ratio holds on a noisy machine): NAME=URL, its
+    /// base URL (it must forward `/v1/messages` to the mock: see `--mock-port`). Repeatable.
+    #[arg(long = "peer", value_name = "NAME=URL", value_parser = parse_peer)]
+    pub peers: Vec<Peer>,
+    /// The mock upstream's port on 127.0.0.1, for peers configured to forward to it (default:
+    /// any free port).
+    #[arg(long, value_name = "PORT", default_value_t = 0)]
+    pub mock_port: u16,
     /// Print one JSON object per row (one a line) instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A proxy measured beside ctxd (`--peer NAME=URL`).
+#[derive(Clone, Debug)]
+pub struct Peer {
+    pub name: String,
+    pub base_url: String,
+}
+
+fn parse_peer(s: &str) -> Result<Peer, String> {
+    let (name, url) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not NAME=URL (e.g. nginx=http://127.0.0.1:8081)"))?;
+    let url = url.trim_end_matches('/');
+    if name.is_empty() || !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(format!(
+            "{s:?} is not NAME=URL with an http:// URL (e.g. nginx=http://127.0.0.1:8081)"
+        ));
+    }
+    Ok(Peer {
+        name: name.to_owned(),
+        base_url: url.to_owned(),
+    })
 }
 
 /// Where the gateways of a group of rows keep their store, and how many there are.
@@ -132,6 +164,17 @@ pub struct Row {
     pub store_queue_after: Option<f64>,
     /// The dashboard client's requests during the row (`--dashboard-poll`).
     pub dashboard: Option<Stats>,
+    /// Each `--peer`, in the same slices.
+    pub peers: Vec<PeerRow>,
+}
+
+/// A peer proxy's latency in a row, and what it added to the mock's.
+#[derive(Debug, Serialize)]
+pub struct PeerRow {
+    pub name: String,
+    pub latency: Stats,
+    pub added_p50_ms: Option<f64>,
+    pub added_p99_ms: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -152,7 +195,7 @@ pub struct Overhead {
     pub p99_le_ms: Option<f64>,
 }
 
-fn parse_size(s: &str) -> Result<usize, String> {
+pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
     let lower = s.trim().to_ascii_lowercase();
     let (digits, unit) = match lower.strip_suffix('k') {
         Some(d) => (d, KIB),
@@ -212,6 +255,7 @@ fn run_in(args: &GatewayBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> 
     // No record: 1 MB bodies at 200/s would grow it by 200 MB a second.
     let mock = MockServer::start_blocking(Config {
         recording: Recording::Off,
+        port: args.mock_port,
         ..Config::default()
     })?;
     let bin = match &args.gateway_bin {
@@ -264,7 +308,7 @@ fn run_in(args: &GatewayBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> 
         bench.gateways.clear();
         for i in 0..setup.gateways {
             let name = format!("gateway-{}-{i}", setup.label);
-            let g = Gateway::start(&bin, &setup.store, dir, &name, &bench.mock.base_url())?;
+            let g = Gateway::start(&bin, &setup.store, dir, &name, &bench.mock.base_url(), &[])?;
             bench.gateways.push(g);
         }
         bench.store_label = setup.label;
@@ -276,6 +320,9 @@ fn run_in(args: &GatewayBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> 
                         println!("{}", serde_json::to_string(&row)?);
                     } else {
                         println!("{}", line(&row));
+                        for peer in &row.peers {
+                            println!("{}", peer_line(&row, peer));
+                        }
                     }
                     rows.push(row);
                 }
@@ -322,9 +369,17 @@ impl Bench {
             .collect();
         // Warm-up, not measured: connections (to every gateway), and each session's prefix
         // into the store.
+        let peer_urls: Vec<String> = args
+            .peers
+            .iter()
+            .map(|p| format!("{}/v1/messages", p.base_url))
+            .collect();
         for (n, s) in sessions.iter().enumerate() {
             let gateway = (!gateway_urls.is_empty()).then(|| &gateway_urls[n % gateway_urls.len()]);
-            for url in std::iter::once(&direct_url).chain(gateway) {
+            for url in std::iter::once(&direct_url)
+                .chain(gateway)
+                .chain(&peer_urls)
+            {
                 let job = Job {
                     url: url.clone(),
                     session: s.key.clone(),
@@ -343,6 +398,7 @@ impl Bench {
         let per_slice = ((rate * args.duration) / slices as f64).round().max(1.0) as usize;
         let dashboard = self.dashboard(args);
         let (mut direct, mut via) = (Vec::new(), Vec::new());
+        let mut peers: Vec<Vec<Sample>> = vec![Vec::new(); peer_urls.len()];
         let (mut gateway_cpu, mut store_cpu) = (Some(0.0), Some(0.0));
         for _ in 0..slices {
             direct.extend(self.slice(
@@ -360,6 +416,9 @@ impl Bench {
                 let add = |sum: Option<f64>, a: Option<f64>, b: Option<f64>| Some(sum? + (b? - a?));
                 gateway_cpu = add(gateway_cpu, before.0, after.0);
                 store_cpu = add(store_cpu, before.1, after.1);
+            }
+            for (samples, url) in peers.iter_mut().zip(&peer_urls) {
+                samples.extend(self.slice(std::slice::from_ref(url), &sessions, rate, per_slice));
             }
         }
         let per_request = |cpu: Option<f64>| {
@@ -398,6 +457,21 @@ impl Bench {
             Some(g - pick(&direct)?)
         };
         let added_p99_ms = added(|s| s.p99_ms);
+        let peers = args
+            .peers
+            .iter()
+            .zip(&peers)
+            .map(|(peer, samples)| {
+                let latency = stats(samples);
+                let over = |pick: fn(&Stats) -> Option<f64>| Some(pick(&latency)? - pick(&direct)?);
+                PeerRow {
+                    name: peer.name.clone(),
+                    added_p50_ms: over(|s| s.p50_ms),
+                    added_p99_ms: over(|s| s.p99_ms),
+                    latency,
+                }
+            })
+            .collect();
         // The targets are set at 200 requests/s: rows at other rates measure capacity.
         let target = TARGETS
             .iter()
@@ -426,6 +500,7 @@ impl Bench {
             warmup_drain_s,
             store_queue_after,
             dashboard,
+            peers,
         })
     }
 
@@ -663,6 +738,24 @@ fn line(r: &Row) -> String {
     )
 }
 
+/// A peer's line under its row, in the row's columns: its latency where the gateway's is.
+fn peer_line(r: &Row, p: &PeerRow) -> String {
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
+    let l = &p.latency;
+    format!(
+        "{:>10} {:>9} {:>4} {:>6} {:>11} {:>7} {:>22} {:>22} {:>15}",
+        format!("↳ {}", p.name),
+        size_label(r.size_bytes),
+        if r.mode == Mode::Sse { "sse" } else { "json" },
+        r.rate,
+        l.requests,
+        l.errors,
+        "",
+        format!("{} / {} / {}", ms(l.p50_ms), ms(l.p99_ms), ms(l.max_ms)),
+        format!("{} / {}", ms(p.added_p50_ms), ms(p.added_p99_ms)),
+    )
+}
+
 fn verdict(r: &Row) -> String {
     let target = r.target_added_p99_ms.unwrap_or_default();
     let mode = if r.mode == Mode::Sse { "sse" } else { "json" };
@@ -711,6 +804,18 @@ mod tests {
         assert_eq!(size_label(100 * 1024), "100 KiB");
         assert_eq!(size_label(1 << 20), "1 MiB");
         assert_eq!(size_label(1000), "1000 B");
+    }
+
+    #[test]
+    fn peers_parse() {
+        let p = parse_peer("nginx=http://127.0.0.1:8081/").unwrap();
+        assert_eq!(
+            (p.name.as_str(), p.base_url.as_str()),
+            ("nginx", "http://127.0.0.1:8081")
+        );
+        assert!(parse_peer("nginx").is_err());
+        assert!(parse_peer("=http://x").is_err());
+        assert!(parse_peer("litellm=127.0.0.1:4000").is_err());
     }
 
     #[test]

@@ -110,7 +110,7 @@ fn exchange(rng: &mut Lcg, turn: usize, room: usize) -> [Value; 3] {
 }
 
 /// A tiny deterministic generator: the same session always gets the same text.
-struct Lcg(u64);
+pub(crate) struct Lcg(pub u64);
 
 impl Lcg {
     fn next(&mut self) -> u64 {
@@ -122,7 +122,7 @@ impl Lcg {
     }
 
     /// About `len` bytes of code-ish words.
-    fn words(&mut self, len: usize) -> String {
+    pub(crate) fn words(&mut self, len: usize) -> String {
         const WORDS: [&str; 16] = [
             "fn", "let", "match", "self", "config", "request", "session", "store", "error",
             "value", "return", "async", "await", "impl", "struct", "test",

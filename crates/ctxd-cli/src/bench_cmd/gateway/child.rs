@@ -20,13 +20,14 @@ pub struct Gateway {
 
 impl Gateway {
     /// Starts `bin serve` on `store` (a path or a URL), both upstreams pointing at
-    /// `upstream`; its stderr goes to `dir/NAME.log`.
+    /// `upstream`, with `serve`'s flags `extra`; its stderr goes to `dir/NAME.log`.
     pub fn start(
         bin: &Path,
         store: &std::ffi::OsStr,
         dir: &Path,
         name: &str,
         upstream: &str,
+        extra: &[String],
     ) -> anyhow::Result<Self> {
         let log = dir.join(format!("{name}.log"));
         let stderr =
@@ -41,6 +42,7 @@ impl Gateway {
                 "--upstream-openai",
                 upstream,
             ])
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -87,8 +89,17 @@ impl Gateway {
 
     /// The gateway's peak resident memory so far (VmHWM), in MB.
     pub fn peak_rss_mb(&self) -> Option<f64> {
+        self.vm_mb("VmHWM")
+    }
+
+    /// The gateway's resident memory now (VmRSS), in MB.
+    pub fn rss_mb(&self) -> Option<f64> {
+        self.vm_mb("VmRSS")
+    }
+
+    fn vm_mb(&self, field: &str) -> Option<f64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        vm_kb(&status, "VmHWM").map(|kb| kb as f64 / 1024.0)
+        vm_kb(&status, field).map(|kb| kb as f64 / 1024.0)
     }
 
     /// The gateway's CPU seconds so far (user + system).
