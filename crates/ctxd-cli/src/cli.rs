@@ -169,7 +169,8 @@ pub enum Command {
     #[command(hide = true)]
     BenchOne(crate::bench_cmd::BenchOneArgs),
     /// The gateway's added latency: a fixed-rate load to the mock upstream directly and
-    /// through `ctxd serve`, side by side (p50/p99, overhead, peak RSS).
+    /// through `ctxd serve` (and other proxies, `--peer`), side by side (p50/p99, overhead,
+    /// peak RSS).
     BenchGateway(crate::bench_cmd::gateway::GatewayBenchArgs),
     /// Thousands of sessions with growing history through `ctxd serve`: its RSS against the
     /// session cache budget and its WAL against the database, over time and at rest.

@@ -56,7 +56,7 @@ pub struct Checkpoints {
 
 impl Checkpoints {
     /// Take checkpoints away from `store`'s commits and run them every [`EVERY`]; `pressure`
-    /// tells the writer when to hold its derived work.
+    /// tells the writer when to cut the WAL back.
     pub fn start(
         store: &SqliteStore,
         path: &Path,

@@ -242,6 +242,7 @@ impl PrevRequest {
         self.body.len()
             + self.parsed.elements.capacity() * std::mem::size_of::<Element>()
             + self.parsed.model.as_ref().map_or(0, String::len)
+            // The structs themselves and the slot's handle on them.
             + 256
     }
 }

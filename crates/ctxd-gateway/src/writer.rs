@@ -20,10 +20,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ctxd_core::model::EntryId;
-
-use crate::checkpoints::WalPressure;
 use ctxd_engine::Engine;
 use ctxd_store::{Backend, GroupResult, GroupWrite, NewEntry, SessionId};
+
+use crate::checkpoints::WalPressure;
 
 /// Answered with the outcome of the commit that held the job.
 pub type Ack = tokio::sync::oneshot::Sender<Result<(), String>>;
@@ -77,7 +77,8 @@ struct Shared {
     /// async worker would stall every request on it).
     inline: bool,
     health: Health,
-    /// Derived work waits while the WAL is over its limit (SQLite; never set on PostgreSQL).
+    /// Raised when the WAL outgrew its limit: the writer cuts it back between two commits
+    /// (SQLite; never raised on PostgreSQL).
     wal: WalPressure,
 }
 
@@ -143,7 +144,7 @@ pub struct Writer {
 
 impl Writer {
     /// Start the writer thread. `inline`: requests may commit their own awaited jobs; `wal`:
-    /// when the checkpoints want the index backlog to wait.
+    /// raised by the checkpoints when the WAL needs cutting back.
     pub fn start(
         engine: Arc<Engine<dyn Backend>>,
         inline: bool,
@@ -497,9 +498,9 @@ fn appended_sessions(jobs: &[Job]) -> Vec<SessionId> {
         .collect()
 }
 
-/// How often a writer with nothing to do looks whether the WAL needs cutting back (the
-/// checkpoints look every 500 ms).
-const WAL_LOOK: Duration = Duration::from_millis(250);
+/// How often a writer with nothing to do looks whether the WAL needs cutting back (as often as
+/// the checkpoints look at its size).
+const WAL_LOOK: Duration = Duration::from_millis(100);
 
 /// No commit for this long: the writer is idle and catches the indexes up.
 const IDLE: Duration = Duration::from_millis(100);
@@ -748,10 +749,6 @@ mod tests {
         (dir, engine, record, writer)
     }
 
-    /// A WAL grown past its limit (here while a reader held an old snapshot) is cut back while
-    /// commits go on without a pause: SQLite only ever restarts it from the top, and trims a
-    /// restarted file down to the store's 64 MiB `journal_size_limit`, never below; and the
-    /// checkpoint thread's own truncation would wait for a gap the writer never leaves.
     /// Commits 64 KiB messages for `how_long`, 8 in flight; the WAL's size after each.
     async fn commit_for(
         h: &WriterHandle,
@@ -789,6 +786,10 @@ mod tests {
         sizes
     }
 
+    /// A WAL grown past its limit (here while a reader held an old snapshot) is cut back while
+    /// commits go on without a pause: SQLite only ever restarts it from the top, and trims a
+    /// restarted file down to the store's 64 MiB `journal_size_limit`, never below; and the
+    /// checkpoint thread's own truncation would wait for a gap the writer never leaves.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_grown_wal_is_cut_back_while_commits_go_on() {
         const LIMIT: u64 = 512 << 10;

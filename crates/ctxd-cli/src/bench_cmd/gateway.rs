@@ -5,9 +5,10 @@
 //! K sessions each get a realistic Anthropic conversation prefix of that size ([`bodies`]),
 //! sent once through the gateway as a warm-up (and its store writer left to finish writing
 //! them: the rows measure a steady state); then an open-loop load at a fixed rate ([`load`])
-//! alternates between the mock directly and the gateway in short slices, so drift
-//! in the machine's load hits both phases alike. Each request is its session's prefix plus one
-//! new user message, with `x-ctxd-session`.
+//! alternates between the mock directly and the gateway in short slices, so drift in the
+//! machine's load hits both phases alike; other proxies in front of the same mock (`--peer
+//! NAME=URL`, the mock's port fixed by `--mock-port`) take their turn in each slice. Each
+//! request is its session's prefix plus one new user message, with `x-ctxd-session`.
 //!
 //! Reported per row: latency p50/p99/max direct and via the gateway, the added p50/p99 (the
 //! gateway's percentile minus the direct one), the gateway's own overhead histogram from its
@@ -581,9 +582,7 @@ impl Bench {
     /// Writes queued for the gateway's store now, plus the sessions whose indexes its writer
     /// has still to catch up.
     fn store_queue(&self) -> Option<f64> {
-        let text = self.scrape()?;
-        let queued = metrics::gauge(&text, "ctxd_store_queue_depth")?;
-        Some(queued + metrics::gauge(&text, "ctxd_store_index_backlog").unwrap_or(0.0))
+        metrics::store_backlog(&self.scrape()?)
     }
 
     /// Distillation passes queued or running now (paced to a share of a core, the warm-up's

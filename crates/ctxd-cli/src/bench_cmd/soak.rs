@@ -357,10 +357,7 @@ impl Sampler {
         });
         let mut interval = std::mem::take(&mut *lock(&self.progress.interval));
         interval.sort_unstable();
-        let store_queue = text.as_deref().and_then(|t| {
-            let queued = metrics::gauge(t, "ctxd_store_queue_depth")?;
-            Some(queued + metrics::gauge(t, "ctxd_store_index_backlog").unwrap_or(0.0))
-        });
+        let store_queue = text.as_deref().and_then(metrics::store_backlog);
         let sample = Sample {
             kind: "sample",
             seconds: self.started.elapsed().as_secs_f64(),

@@ -57,6 +57,13 @@ pub fn parse(text: &str, name: &str) -> Option<Histogram> {
     })
 }
 
+/// Writes queued for the store plus the sessions whose indexes its writer has still to catch
+/// up; `None` when the queue's gauge is absent (nothing was ever queued).
+pub fn store_backlog(text: &str) -> Option<f64> {
+    let queued = gauge(text, "ctxd_store_queue_depth")?;
+    Some(queued + gauge(text, "ctxd_store_index_backlog").unwrap_or(0.0))
+}
+
 /// A gauge's value summed over its label sets; `None` when absent.
 pub fn gauge(text: &str, name: &str) -> Option<f64> {
     let mut total = None;
