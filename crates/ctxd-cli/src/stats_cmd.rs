@@ -1,11 +1,12 @@
-//! `ctxd stats [SESSION] [--json]`: the tokens ctxd's mechanisms saved, read back from the
-//! request records (`ctxd.request`) in the store: every session with a sum, or one session
-//! request by request. The same views as the gateway's `GET /stats` (`ctxd_gateway::stats`),
+//! `ctxd stats [SESSION] [--by project|agent|model|tenant|day] [--json]`: the tokens ctxd's
+//! mechanisms saved, read back from the request records (`ctxd.request`) in the store: every
+//! session with a sum, one session request by request, or every request summed by one
+//! attribute. The same views as the gateway's `GET /stats` (`ctxd_gateway::stats`),
 //! over every tenant (the CLI is the operator's tool on the store file).
 
 use std::io::Write;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use ctxd_core::savings::{ByMechanism, Mechanism, Totals};
 
 use crate::store::StoreChoice;
@@ -14,9 +15,34 @@ use crate::store::StoreChoice;
 pub struct StatsArgs {
     /// One session (store id or key, as `ctxd sessions --stored` lists it): request by request.
     pub session: Option<String>,
+    /// Sum every request by one attribute instead of listing sessions: the project (the
+    /// working directory the client stated), the agent, the model, the tenant or the UTC day.
+    #[arg(long, value_enum, conflicts_with = "session")]
+    pub by: Option<By>,
     /// Print JSON (the shape of the gateway's `GET /stats` and `GET /stats/{id}`).
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum By {
+    Project,
+    Agent,
+    Model,
+    Tenant,
+    Day,
+}
+
+impl From<By> for ctxd_gateway::stats::GroupBy {
+    fn from(by: By) -> Self {
+        match by {
+            By::Project => Self::Project,
+            By::Agent => Self::Agent,
+            By::Model => Self::Model,
+            By::Tenant => Self::Tenant,
+            By::Day => Self::Day,
+        }
+    }
 }
 
 pub fn run(args: &StatsArgs, store: &StoreChoice) -> anyhow::Result<()> {
@@ -64,11 +90,19 @@ pub fn run(args: &StatsArgs, store: &StoreChoice) -> anyhow::Result<()> {
         records.extend(engine.store().list_sessions(&tenant)?);
     }
     records.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.id.cmp(&a.id)));
-    let mut sessions = Vec::with_capacity(records.len());
+    let mut loaded = Vec::with_capacity(records.len());
     for record in &records {
-        let session = engine.store().load(record.id)?;
-        sessions.push(ctxd_gateway::stats::session_stats(record, &session, true));
+        loaded.push(engine.store().load(record.id)?);
     }
+    if let Some(by) = args.by {
+        let grouped = ctxd_gateway::stats::grouped(by.into(), records.iter().zip(&loaded));
+        return write_grouped(&mut out, &grouped, args.json);
+    }
+    let sessions = records
+        .iter()
+        .zip(&loaded)
+        .map(|(record, session)| ctxd_gateway::stats::session_stats(record, session, true))
+        .collect();
     let overview = ctxd_gateway::stats::overview(sessions);
     if args.json {
         serde_json::to_writer(&mut out, &overview)?;
@@ -96,6 +130,37 @@ pub fn run(args: &StatsArgs, store: &StoreChoice) -> anyhow::Result<()> {
         .collect();
     let unrecorded = overview.sessions.len() - rows.len();
     table(&mut out, ("ID", "KEY"), &rows, &overview.total, unrecorded)
+}
+
+/// The groups of `--by`, as JSON or a table (requests first, the group last).
+fn write_grouped(
+    out: &mut impl Write,
+    grouped: &ctxd_gateway::stats::Grouped,
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
+        serde_json::to_writer(&mut *out, grouped)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let rows: Vec<Row> = grouped
+        .groups
+        .iter()
+        .map(|g| {
+            let t = &g.totals;
+            Row {
+                first: t.requests.to_string(),
+                sent: t.sent,
+                whole: t.whole,
+                saved: t.saved,
+                by: t.saved_by,
+                usd: (t.requests > t.unpriced).then_some(t.cost_saved_usd),
+                last: g.key.clone(),
+            }
+        })
+        .collect();
+    let name = grouped.by.to_uppercase();
+    table(out, ("REQS", &name), &rows, &grouped.total, 0)
 }
 
 /// One line of the table: the id (or request number) first and the key (or time) last,

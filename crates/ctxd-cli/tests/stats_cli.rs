@@ -12,10 +12,14 @@ use ctxd_store::{Durability, NewEntry, SqliteStore, Store};
 use serde_json::Value;
 
 fn entry(id: &str, parent: Option<&str>, kind: EntryKind) -> NewEntry {
+    entry_on("2026-12-01", id, parent, kind)
+}
+
+fn entry_on(day: &str, id: &str, parent: Option<&str>, kind: EntryKind) -> NewEntry {
     NewEntry::new(Entry {
         id: EntryId::new(id),
         parent: parent.map(EntryId::new),
-        timestamp: Some("2026-12-01T10:00:00Z".into()),
+        timestamp: Some(format!("{day}T10:00:00Z")),
         sidechain: false,
         kind,
     })
@@ -27,13 +31,23 @@ fn store_session(store: &SqliteStore, tenant: &str, key: &str, requests: &[(u64,
         model: Some("claude-sonnet-4-5".into()),
         ..SessionMeta::default()
     };
-    let rec = store.open_session(tenant, key, &meta).unwrap();
+    store_session_on(store, (tenant, key, &meta), "2026-12-01", requests);
+}
+
+/// [`store_session`] with its meta, on `day`.
+fn store_session_on(
+    store: &SqliteStore,
+    (tenant, key, meta): (&str, &str, &SessionMeta),
+    day: &str,
+    requests: &[(u64, i64)],
+) {
+    let rec = store.open_session(tenant, key, meta).unwrap();
     let mut batch = Vec::new();
     let mut parent: Option<String> = None;
     for (i, &(sent, saved)) in requests.iter().enumerate() {
         let (u, r) = (format!("u{i}"), format!("r{i}"));
         let m = Message::text(Role::User, format!("question {i}"));
-        batch.push(entry(&u, parent.as_deref(), EntryKind::Message(m)));
+        batch.push(entry_on(day, &u, parent.as_deref(), EntryKind::Message(m)));
         let measure = Measure {
             sent,
             whole: (sent as i64 + saved) as u64,
@@ -44,7 +58,7 @@ fn store_session(store: &SqliteStore, tenant: &str, key: &str, requests: &[(u64,
             },
         };
         let kind = Record::new(&measure, Some("claude-sonnet-4-5")).to_entry();
-        batch.push(entry(&r, Some(&u), kind));
+        batch.push(entry_on(day, &r, Some(&u), kind));
         parent = Some(r);
     }
     store.append(rec.id, &batch, None).unwrap();
@@ -219,4 +233,110 @@ fn stats_text_is_narrow_whole_and_in_the_sessions_order() {
         .find(|r| r["key"] == "switched")
         .unwrap();
     assert_eq!(row["model"], switched["model"]);
+}
+
+/// `--by`: every request summed by project, agent, model, tenant or day; the groups add up to
+/// the total, days in order, the rest by tokens sent.
+#[test]
+fn stats_by_sums_every_request_by_one_attribute() {
+    use ctxd_core::model::Agent;
+    let dir = common::fresh_dir("stats-by");
+    let db = dir.join("s.db");
+    {
+        let store = SqliteStore::open(&db, Durability::Normal).unwrap();
+        let meta = |agent, cwd: Option<&str>| SessionMeta {
+            agent: Some(agent),
+            cwd: cwd.map(str::to_owned),
+            model: Some("claude-sonnet-4-5".into()),
+            ..SessionMeta::default()
+        };
+        let web = meta(Agent::ClaudeCode, Some("/src/web"));
+        let api = meta(Agent::Codex, Some("/src/api"));
+        let bare = meta(Agent::Pi, None);
+        store_session_on(
+            &store,
+            ("t-a", "one", &web),
+            "2026-12-01",
+            &[(1000, 10), (500, 20)],
+        );
+        store_session_on(&store, ("t-a", "two", &web), "2026-12-03", &[(300, 30)]);
+        store_session_on(&store, ("t-b", "three", &api), "2026-12-02", &[(2000, 40)]);
+        store_session_on(&store, ("t-b", "four", &bare), "2026-12-03", &[(100, 50)]);
+    }
+    let db = db.to_str().unwrap();
+    let groups = |by: &str| {
+        let v = json(db, &["--by", by, "--json"]);
+        assert_eq!(v["by"], by);
+        assert_eq!(v["total"]["requests"], 5);
+        assert_eq!(v["total"]["sent"], 3900);
+        let groups: Vec<(String, u64, i64)> = v["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                let key = g["key"].as_str().unwrap().to_owned();
+                (
+                    key,
+                    g["sent"].as_u64().unwrap(),
+                    g["saved"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        let sent: u64 = groups.iter().map(|g| g.1).sum();
+        assert_eq!(sent, 3900, "the groups add up: {groups:?}");
+        groups
+    };
+    let g = |k: &str, sent, saved| (k.to_owned(), sent, saved);
+    assert_eq!(
+        groups("day"),
+        [
+            g("2026-12-01", 1500, 30),
+            g("2026-12-02", 2000, 40),
+            g("2026-12-03", 400, 80)
+        ]
+    );
+    assert_eq!(
+        groups("project"),
+        [
+            g("/src/api", 2000, 40),
+            g("/src/web", 1800, 60),
+            g("(unknown)", 100, 50)
+        ]
+    );
+    assert_eq!(
+        groups("agent"),
+        [
+            g("codex", 2000, 40),
+            g("claude-code", 1800, 60),
+            g("pi", 100, 50)
+        ]
+    );
+    assert_eq!(groups("model"), [g("claude-sonnet-4-5", 3900, 150)]);
+    assert_eq!(groups("tenant"), [g("t-b", 2100, 90), g("t-a", 1800, 60)]);
+
+    let text = common::succeed(
+        common::ctxd()
+            .arg("--store")
+            .arg(db)
+            .args(["stats", "--by", "day"]),
+    );
+    let text = String::from_utf8(text.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].contains("REQS") && lines[0].ends_with("DAY"),
+        "{text}"
+    );
+    assert!(
+        lines[1].ends_with("2026-12-01") && lines[3].ends_with("2026-12-03"),
+        "{text}"
+    );
+    assert!(text.contains("5 requests"), "{text}");
+    // A session and a grouping at once is refused.
+    let out = common::ctxd()
+        .arg("--store")
+        .arg(db)
+        .args(["stats", "one", "--by", "day"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
 }

@@ -448,6 +448,8 @@ async fn prepare(
             format: format!("gateway/{}", api.route()),
             started_at: Some(ctxd_core::windows::iso8601(now_ms())),
             model: req.model.clone(),
+            // What `ctxd stats --by project` groups by.
+            cwd: caller.project.clone(),
             ..SessionMeta::default()
         };
         match load(app, &tenant, &key, meta).await {

@@ -228,6 +228,109 @@ pub fn overview(sessions: Vec<SessionStats>) -> Overview {
     }
 }
 
+/// What [`grouped`] sums requests by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupBy {
+    /// The working directory the client stated when the session began (or `x-ctxd-project`).
+    Project,
+    Agent,
+    /// The model each request's record names (the session's when it names none).
+    Model,
+    Tenant,
+    /// The UTC day of each request.
+    Day,
+}
+
+impl GroupBy {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupBy::Project => "project",
+            GroupBy::Agent => "agent",
+            GroupBy::Model => "model",
+            GroupBy::Tenant => "tenant",
+            GroupBy::Day => "day",
+        }
+    }
+
+    /// The group of one request: its session's record, its entry's timestamp, its record.
+    fn key(self, r: &SessionRecord, timestamp: Option<&str>, rec: &Record) -> String {
+        let known = |v: Option<String>| v.unwrap_or_else(|| UNKNOWN.to_owned());
+        match self {
+            GroupBy::Project => known(r.meta.cwd.clone()),
+            GroupBy::Agent => known(r.meta.agent.map(|a| a.as_str().to_owned())),
+            GroupBy::Model => known(rec.model.clone().or_else(|| r.meta.model.clone())),
+            GroupBy::Tenant => r.tenant.clone(),
+            GroupBy::Day => known(
+                timestamp
+                    .filter(|t| t.len() >= 10)
+                    .map(|t| t[..10].to_owned()),
+            ),
+        }
+    }
+}
+
+/// The group of requests whose project, agent, model or time is not recorded.
+const UNKNOWN: &str = "(unknown)";
+
+/// One group's sum.
+#[derive(Clone, Debug, Serialize)]
+pub struct Group {
+    pub key: String,
+    #[serde(flatten)]
+    pub totals: Totals,
+}
+
+/// Every request of the sessions, summed by one attribute.
+#[derive(Clone, Debug, Serialize)]
+pub struct Grouped {
+    pub v: u32,
+    pub estimate: &'static str,
+    pub cost: &'static str,
+    pub by: &'static str,
+    /// Days in order; the rest by tokens sent, most first.
+    pub groups: Vec<Group>,
+    pub total: Totals,
+}
+
+/// The request records of `sessions` summed by `by`.
+pub fn grouped<'a>(
+    by: GroupBy,
+    sessions: impl IntoIterator<Item = (&'a SessionRecord, &'a Session)>,
+) -> Grouped {
+    let mut sums: HashMap<String, Totals> = HashMap::new();
+    let mut total = Totals::default();
+    for (r, session) in sessions {
+        for (pos, rec) in record::requests(session) {
+            let timestamp = session.entries[pos].timestamp.as_deref();
+            sums.entry(by.key(r, timestamp, &rec))
+                .or_default()
+                .add(&rec);
+            total.add(&rec);
+        }
+    }
+    let mut groups: Vec<Group> = sums
+        .into_iter()
+        .map(|(key, totals)| Group { key, totals })
+        .collect();
+    match by {
+        GroupBy::Day => groups.sort_by(|a, b| a.key.cmp(&b.key)),
+        _ => groups.sort_by(|a, b| {
+            b.totals
+                .sent
+                .cmp(&a.totals.sent)
+                .then_with(|| a.key.cmp(&b.key))
+        }),
+    }
+    Grouped {
+        v: 1,
+        estimate: ESTIMATE,
+        cost: COST,
+        by: by.name(),
+        groups,
+        total,
+    }
+}
+
 /// A stored session request by request.
 pub fn detail(r: &SessionRecord, session: &Session, with_tenant: bool) -> Detail {
     let requests = record::requests(session)

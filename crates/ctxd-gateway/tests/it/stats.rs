@@ -146,3 +146,43 @@ async fn the_headers_sum_to_stats_which_is_the_log_and_tenants_see_their_own() {
     );
     assert_eq!(t.saved, saved);
 }
+
+/// A new session records the project its first request works in (`x-ctxd-project`, or the
+/// working directory the client states), which `ctxd stats --by project` groups by.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_records_the_project_it_began_in() {
+    let mut rig = Rig::start().await;
+    let body = |text: &str| {
+        serde_json::to_vec(&serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
+            "system": "You are a coding agent.\nPrimary working directory: /src/web",
+            "messages": [{"role": "user", "content": text}]}))
+        .unwrap()
+    };
+    let headers = |session| {
+        [
+            ("x-api-key", "sk-project"),
+            ("anthropic-version", "2023-06-01"),
+            ("x-ctxd-session", session),
+        ]
+    };
+    let res = rig.post("/v1/messages", &headers("web"), body("hi")).await;
+    assert_eq!(res.status(), 200);
+    let mut named = headers("named").to_vec();
+    named.push(("x-ctxd-project", "billing"));
+    let res = rig.post("/v1/messages", &named, body("hi")).await;
+    assert_eq!(res.status(), 200);
+    let stored = rig.stored().await;
+    let mut projects: Vec<(String, Option<String>)> = stored
+        .sessions()
+        .into_iter()
+        .map(|r| (r.key.clone(), r.meta.cwd.clone()))
+        .collect();
+    projects.sort();
+    assert_eq!(
+        projects,
+        [
+            ("named".to_owned(), Some("billing".to_owned())),
+            ("web".to_owned(), Some("/src/web".to_owned())),
+        ]
+    );
+}
