@@ -153,9 +153,11 @@ async fn the_headers_sum_to_stats_which_is_the_log_and_tenants_see_their_own() {
 async fn a_session_records_the_project_it_began_in() {
     let mut rig = Rig::start().await;
     let body = |text: &str| {
-        serde_json::to_vec(&serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
+        serde_json::to_vec(
+            &serde_json::json!({"model": "claude-sonnet-4-5", "max_tokens": 64,
             "system": "You are a coding agent.\nPrimary working directory: /src/web",
-            "messages": [{"role": "user", "content": text}]}))
+            "messages": [{"role": "user", "content": text}]}),
+        )
         .unwrap()
     };
     let headers = |session| {
