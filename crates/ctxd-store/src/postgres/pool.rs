@@ -5,10 +5,13 @@
 //!
 //! A thread whose client has closed (the server restarted, the connection was terminated)
 //! reconnects on its next job, with a backoff between failed attempts; jobs that arrive while it
-//! cannot connect fail at once with [`StoreError::Unavailable`].
+//! cannot connect fail at once with [`StoreError::Unavailable`]. An idle client does not notice
+//! that its server went away until it is used, so once one thread finds its client closed, the
+//! others reconnect before their next job instead of failing it (after a restart each would
+//! otherwise fail one job in turn, each marking the gateway's store failing for a while).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,8 +43,9 @@ impl Pool {
         let (jobs, queue) = mpsc::channel::<Job>();
         let queue = Arc::new(Mutex::new(queue));
         let idle = Arc::new(AtomicUsize::new(size));
+        let losses = Arc::new(AtomicU64::new(0));
         for n in 0..size {
-            let mut conn = Connection::new(config.clone(), location.clone());
+            let mut conn = Connection::new(config.clone(), location.clone(), losses.clone());
             let (queue, idle) = (queue.clone(), idle.clone());
             std::thread::Builder::new()
                 .name(format!("ctxd-pg-{n}"))
@@ -123,10 +127,15 @@ struct Connection {
     backoff: Duration,
     next_attempt: Instant,
     last_error: String,
+    /// Connections any thread of the pool found closed, so far.
+    losses: Arc<AtomicU64>,
+    /// `losses` when this client connected: one found closed since may mean the server went
+    /// away under this one too.
+    connected_at: u64,
 }
 
 impl Connection {
-    fn new(config: Config, location: String) -> Self {
+    fn new(config: Config, location: String, losses: Arc<AtomicU64>) -> Self {
         Self {
             config,
             location,
@@ -134,6 +143,8 @@ impl Connection {
             backoff: MIN_BACKOFF,
             next_attempt: Instant::now(),
             last_error: String::new(),
+            losses,
+            connected_at: 0,
         }
     }
 
@@ -154,13 +165,17 @@ impl Connection {
                 self.client = None;
                 super::prepared::forget_all();
             }
+            if self.client.as_ref().is_some_and(Client::is_closed) {
+                self.losses.fetch_add(1, Ordering::AcqRel);
+            }
             idle.fetch_add(1, Ordering::AcqRel);
         }
     }
 
     /// The open client, reconnecting when it closed and the backoff allows.
     fn client(&mut self) -> Result<&mut Client, StoreError> {
-        if self.client.as_ref().is_some_and(Client::is_closed) {
+        let losses = self.losses.load(Ordering::Acquire);
+        if self.client.as_ref().is_some_and(Client::is_closed) || losses > self.connected_at {
             self.client = None;
         }
         if self.client.is_none() {
@@ -173,6 +188,7 @@ impl Connection {
                     super::prepared::forget_all();
                     self.client = Some(client);
                     self.backoff = MIN_BACKOFF;
+                    self.connected_at = losses;
                 }
                 Err(e) => {
                     self.last_error = super::message(&e);
