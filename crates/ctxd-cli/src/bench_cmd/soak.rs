@@ -318,15 +318,13 @@ fn run_in(args: &SoakArgs, dir: &Path) -> anyhow::Result<()> {
     }
     stop_polling.store(true, Ordering::Relaxed);
     let wal_polled_peak = wal_poll.join().unwrap_or(0.0);
-    let mut summary = summarize(
+    let summary = summarize(
         args,
-        &samples,
+        (&samples, wal_polled_peak),
         &progress,
         (load_seconds, drain_seconds),
         &gateway,
     );
-    summary.wal_mb_peak = summary.wal_mb_peak.max(wal_polled_peak);
-    summary.wal_within = summary.wal_mb_peak <= args.wal_allowed_mb;
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
@@ -397,9 +395,10 @@ fn file_mb(path: &Path) -> f64 {
     std::fs::metadata(path).map_or(0.0, |m| m.len() as f64 / MIB)
 }
 
+/// The run's summary; `wal_polled_peak`: the WAL's largest size between the samples too.
 fn summarize(
     args: &SoakArgs,
-    samples: &[Sample],
+    (samples, wal_polled_peak): (&[Sample], f64),
     progress: &Progress,
     (load_seconds, drain_seconds): (f64, f64),
     gateway: &Gateway,
@@ -411,7 +410,10 @@ fn summarize(
     let peak_rss_mb = gateway.peak_rss_mb();
     let rss_beyond_budget_mb = peak_rss_mb.map(|p| p - budget_mb);
     let wal_to_db_peak = wal_to_db_peak(samples);
-    let wal_mb_peak = samples.iter().map(|s| s.wal_mb).fold(0.0, f64::max);
+    let wal_mb_peak = samples
+        .iter()
+        .map(|s| s.wal_mb)
+        .fold(wal_polled_peak, f64::max);
     Summary {
         kind: "summary",
         sessions: args.sessions,
