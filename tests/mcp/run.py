@@ -178,8 +178,10 @@ async def bound_by_the_call(base, mock_url):
 
 
 def serve(ctxd, store, env, upstream=None):
-    """`ctxd serve` on a free port; returns (process, base URL)."""
+    """`ctxd serve` on a free port, tenants by credential as on a shared gateway (on loopback
+    they would all be the local user); returns (process, base URL)."""
     extra = {"CTXD_UPSTREAM_ANTHROPIC": upstream} if upstream else {}
+    extra["CTXD_TENANCY"] = "credential"
     proc = subprocess.Popen([ctxd, "--store", store, "serve"], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True,
                             env={**env, "CTXD_LISTEN": "127.0.0.1:0", **extra})

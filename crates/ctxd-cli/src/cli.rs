@@ -175,6 +175,9 @@ pub enum Command {
     /// Thousands of sessions with growing history through `ctxd serve`: its RSS against the
     /// session cache budget and its WAL against the database, over time and at rest.
     BenchSoak(crate::bench_cmd::soak::SoakArgs),
+    /// A fresh ctxd key for a tenant named by the operator (a person or a team on a shared
+    /// gateway), and the config line that names it: the key printed once, only its hash kept.
+    TenantKey(crate::tenant_cmd::TenantKeyArgs),
 }
 
 #[derive(Debug, Args)]
@@ -290,6 +293,7 @@ mod tests {
             let value = match value_name.as_deref() {
                 _ if is_switch => "true",
                 Some("MODE") if key == "store-unavailable" => "\"pass\"",
+                Some("MODE") if key == "tenancy" => "\"credential\"",
                 Some("MODE") => "\"full\"",
                 Some("LIST") => "\"none\"",
                 Some("ADDR") => "\"127.0.0.1:1\"",

@@ -18,6 +18,7 @@ mod sessions_cmd;
 mod stats_cmd;
 mod store;
 mod store_cmd;
+mod tenant_cmd;
 mod tui;
 
 use std::process::ExitCode;
@@ -68,6 +69,7 @@ fn main() -> ExitCode {
         cli::Command::BenchOne(args) => bench_cmd::run_one(&args),
         cli::Command::BenchGateway(args) => bench_cmd::gateway::run(&args),
         cli::Command::BenchSoak(args) => bench_cmd::soak::run(&args),
+        cli::Command::TenantKey(args) => tenant_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

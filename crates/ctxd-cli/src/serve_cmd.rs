@@ -159,6 +159,13 @@ pub struct ServeArgs {
     /// tenant) [default: refused there with 401].
     #[arg(long, env = "CTXD_ALLOW_KEYLESS")]
     pub allow_keyless: bool,
+    /// How a request finds its tenant when it sends no ctxd key (`x-ctxd-key`, naming one of
+    /// the config's `[tenants]`): `local` (one tenant whatever the credential: a token that
+    /// rotates keeps its sessions and notes), `credential` (one tenant per API key), `named`
+    /// (a ctxd key is required), `auto` (local on a loopback listener, credential beyond it)
+    /// [default: auto].
+    #[arg(long, env = "CTXD_TENANCY", value_name = "MODE", value_parser = ctxd_gateway::tenancy::TenancyMode::parse)]
+    pub tenancy: Option<ctxd_gateway::tenancy::TenancyMode>,
     /// The environment variable holding the dashboard's operator token: a browser that sends
     /// it sees every tenant's sessions at `/ui` [default: none; beyond loopback each tenant
     /// sees only its own, by its API key].
@@ -313,6 +320,9 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
         settings.max_connections = n;
     }
     settings.allow_keyless |= args.allow_keyless;
+    if let Some(mode) = args.tenancy {
+        settings.tenancy = mode;
+    }
     if let Some(name) = &args.admin_token_env {
         settings.admin_token_env = Some(name.clone());
     }

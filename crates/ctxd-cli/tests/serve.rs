@@ -418,7 +418,8 @@ fn a_person_reads_and_writes_their_own_tenants_notes_with_the_cli() {
     mock.script().push(Reply::text("noted"));
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("gw.db");
-    let mut gw = serve(&store, &mock.base_url());
+    // Tenants by credential, as on a shared gateway; on loopback (below) the CLI's own tenant.
+    let mut gw = common::serve(&store, &mock.base_url(), &["--tenancy", "credential"]);
     let tools = serde_json::json!([{"name": "bash", "description": "Run a command",
         "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}]);
     let mut b: serde_json::Value = serde_json::from_str(&body(
@@ -502,6 +503,25 @@ fn a_person_reads_and_writes_their_own_tenants_notes_with_the_cli() {
         .unwrap();
     assert_eq!(unset.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&unset.stderr).contains("NO_SUCH_VAR_X"));
+
+    // A loopback gateway's clients are the machine's user, whatever key they send: their notes
+    // are the ones `ctxd notes` reads without --key-env.
+    mock.script().push(Reply::tool_call(
+        "notes_write",
+        serde_json::json!({"path": "@human/local.md", "text": "LOCAL-PREF-5"}),
+    ));
+    mock.script().push(Reply::text("noted"));
+    let mut gw = serve(&store, &mock.base_url());
+    let resp = post(
+        &gw.addr,
+        "/v1/messages",
+        &[("authorization", "Bearer rotating-token-1")],
+        &b.to_string(),
+    );
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    stop(&mut gw);
+    let local = common::succeed(ctxd().args(["--store", s, "notes", "read", "@human/local.md"]));
+    assert!(String::from_utf8_lossy(&local.stdout).contains("LOCAL-PREF-5"));
 }
 
 /// SIGTERM and wait: the gateway's store is closed when this returns.

@@ -58,6 +58,10 @@ pub struct Settings {
     /// Serve clients that send no API key on a listener beyond loopback (they share one
     /// tenant, so anyone who can reach the port reads their sessions). Off by default.
     pub allow_keyless: bool,
+    /// How a request finds its tenant (`tenancy.rs`): one local tenant on loopback by default.
+    pub tenancy: crate::tenancy::TenancyMode,
+    /// Operator-named tenants, found by the `x-ctxd-key` their clients send.
+    pub tenants: crate::tenancy::NamedTenants,
     /// The environment variable holding the dashboard's operator token (`/ui` shows every
     /// tenant to whoever sends it). The name, not the token: settings are printed and logged.
     pub admin_token_env: Option<String>,
@@ -442,6 +446,8 @@ impl Settings {
             body_timeout: Duration::from_secs(60),
             max_connections: 1024,
             allow_keyless: false,
+            tenancy: crate::tenancy::TenancyMode::Auto,
+            tenants: crate::tenancy::NamedTenants::new(),
             admin_token_env: None,
             ui_refresh: Duration::from_secs(2),
             max_bodies_in_flight_bytes: 256 * 1024 * 1024,
@@ -521,6 +527,16 @@ impl Settings {
         }
         if let Some(b) = file.allow_keyless {
             self.allow_keyless = b;
+        }
+        if let Some(mode) = file.tenancy {
+            self.tenancy = crate::tenancy::TenancyMode::parse(&mode)
+                .map_err(|e| format!("config {}: {e}", path.display()))?;
+        }
+        for (name, value) in file.tenants.unwrap_or_default() {
+            let hash = crate::tenancy::check_name(&name)
+                .and_then(|()| crate::tenancy::parse_key_hash(&value))
+                .map_err(|e| format!("config {}: [tenants] {name}: {e}", path.display()))?;
+            self.tenants.insert(name, hash);
         }
         if let Some(name) = file.admin_token_env {
             self.admin_token_env = Some(name);
@@ -669,6 +685,13 @@ impl Settings {
                 min.end()
             ));
         }
+        if self.tenancy == crate::tenancy::TenancyMode::Named && self.tenants.is_empty() {
+            return Err(
+                "--tenancy named serves named tenants only, and the config names none \
+                 ([tenants]; `ctxd tenant-key NAME` makes one)"
+                    .into(),
+            );
+        }
         if let Some(name) = &self.admin_token_env {
             // At start, not at the first dashboard request: a token that is not there is a
             // mistake the operator should see at once.
@@ -737,6 +760,10 @@ struct FileSettings {
     body_timeout: Option<u64>,
     max_connections: Option<usize>,
     allow_keyless: Option<bool>,
+    /// `auto`, `local`, `credential` or `named`, as `--tenancy`.
+    tenancy: Option<String>,
+    /// `[tenants]` table: a tenant's name = `"b3:<BLAKE3 of its key>"` (`ctxd tenant-key`).
+    tenants: Option<BTreeMap<String, String>>,
     admin_token_env: Option<String>,
     /// Milliseconds, as `--ui-refresh-ms`.
     ui_refresh_ms: Option<u64>,

@@ -381,7 +381,10 @@ async fn prepare(
         let error = format!("it cannot commit: {error}");
         return Err(store_unavailable(app, api, headers, path, raw, &error).await);
     }
-    let tenant = identity::tenant(&app.tenant_key, headers);
+    let tenant = app
+        .tenancy
+        .tenant(headers)
+        .map_err(|e| api_error(api, StatusCode::UNAUTHORIZED, e.message()))?;
     // A session named in the headers is known before the body is read: its previous request
     // lets this one be split from where it changed (clients resend the whole conversation).
     let named =
@@ -598,11 +601,11 @@ fn queue(
     }
 }
 
-/// A client without an API key shares one tenant with every other keyless client: on a
-/// listener beyond loopback that is anyone who can reach the port, so it is refused there
+/// A client without an API key or ctxd key shares one tenant with every other keyless client:
+/// on a listener beyond loopback that is anyone who can reach the port, so it is refused there
 /// unless `allow-keyless` says otherwise.
 fn keyed_or_allowed(app: &Gateway, api: Api, headers: &HeaderMap) -> Result<(), Response> {
-    if identity::credential(headers).is_some()
+    if crate::tenancy::Tenancy::identifies(headers)
         || app.settings.allow_keyless
         || app.settings.listen.ip().is_loopback()
     {

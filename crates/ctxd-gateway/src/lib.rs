@@ -30,6 +30,7 @@ pub mod served;
 mod server;
 mod sessions;
 pub mod stats;
+pub mod tenancy;
 pub mod turn;
 pub mod ui;
 mod upstream;

@@ -1,7 +1,6 @@
 //! ctxd's tools over MCP at `/mcp` on the gateway (streamable HTTP, `ctxd_mcp`): the caller of
-//! each request from its headers, as for the model APIs. The tenant is the keyed hash of the
-//! credential (`x-api-key` or `Authorization`), so a client reaches only its own sessions and
-//! notes; the session is the one named by `x-ctxd-session` (its key as the gateway stored it),
+//! each request from its headers, as for the model APIs. The tenant is found as theirs is
+//! (`tenancy.rs`), so a client reaches only its own sessions and notes; the session is the one named by `x-ctxd-session` (its key as the gateway stored it),
 //! else the session in which the gateway last saw that tenant's model call one of ctxd's tools
 //! through an MCP client (`mcp__ctxd__recall`, ...: the call the client is now making); the
 //! project by `x-ctxd-project`, the agent by `x-ctxd-agent`.
@@ -53,27 +52,29 @@ fn is_mcp_ctxd_tool(name: &str) -> bool {
     })
 }
 
-/// The `/mcp` service for `engine`, with tenants keyed by `tenant_key`.
+/// The `/mcp` service for `engine`, with tenants found as the model routes find them.
 pub fn service(
     engine: Arc<Engine<dyn Backend>>,
-    tenant_key: [u8; 32],
+    tenancy: crate::tenancy::Tenancy,
     seen: Seen,
 ) -> ctxd_mcp::HttpService<dyn Backend> {
     let store_engine = engine.clone();
-    let resolve = move |parts: &Parts| caller(&store_engine, &tenant_key, &seen, parts);
+    let resolve = move |parts: &Parts| caller(&store_engine, &tenancy, &seen, parts);
     ctxd_mcp::http_service(engine, Arc::new(resolve))
 }
 
 /// The caller of one MCP request.
 fn caller(
     engine: &Engine<dyn Backend>,
-    tenant_key: &[u8; 32],
+    tenancy: &crate::tenancy::Tenancy,
     seen: &Seen,
     parts: &Parts,
 ) -> Result<Caller, String> {
     let headers = &parts.headers;
     let text = |name: &str| identity::header(headers, name).map(str::to_owned);
-    let tenant = identity::tenant(tenant_key, headers);
+    let tenant = tenancy
+        .tenant(headers)
+        .map_err(|e| e.message().to_owned())?;
     let mut caller = Caller {
         tenant: tenant.clone(),
         agent: text("x-ctxd-agent"),

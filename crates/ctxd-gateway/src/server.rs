@@ -155,8 +155,9 @@ pub struct Gateway {
     /// What judges meta-amnesia's reads: the configured classifier (its own instance: the
     /// distiller's lives on the passes' thread).
     pub(crate) judge: ctxd_engine::distill::Configured,
-    /// Key of the tenant hash, kept in the store (so tenants survive restarts).
-    pub tenant_key: [u8; 32],
+    /// How requests find their tenants (the credential hash keyed by the store's secret, so
+    /// tenants survive restarts).
+    pub tenancy: crate::tenancy::Tenancy,
     metrics: PrometheusHandle,
     /// Responses being recorded (shutdown waits for them before draining the writer).
     pub(crate) recording: AtomicUsize,
@@ -427,6 +428,12 @@ impl Server {
                 "listening beyond loopback: anyone who can reach this address can use the \
                  gateway with their own API key (plain HTTP: keys cross the network unencrypted)"
             );
+            if settings.tenancy == crate::tenancy::TenancyMode::Local {
+                tracing::warn!(
+                    "--tenancy local beyond loopback: every client shares one tenant's sessions \
+                     and notes"
+                );
+            }
         }
         let app = Arc::new(Gateway {
             upstream: Upstream::new(&settings)?,
@@ -435,7 +442,12 @@ impl Server {
             distiller,
             summarizer,
             judge,
-            tenant_key: key,
+            tenancy: crate::tenancy::Tenancy::new(
+                settings.tenancy,
+                settings.listen.ip().is_loopback(),
+                key,
+                settings.tenants.clone(),
+            ),
             metrics: metrics_handle(),
             recording: AtomicUsize::new(0),
             request_ids: AtomicU64::new(1),
@@ -724,7 +736,11 @@ pub async fn shutdown_signal() {
 }
 
 fn router(app: Arc<Gateway>) -> Router {
-    let mcp = crate::mcp::service(app.engine.clone(), app.tenant_key, app.mcp_seen.clone());
+    let mcp = crate::mcp::service(
+        app.engine.clone(),
+        app.tenancy.clone(),
+        app.mcp_seen.clone(),
+    );
     let stats = crate::stats::service(&app);
     let mcp = Router::new()
         .fallback_service(mcp)

@@ -1,15 +1,16 @@
 //! Who is looking at the dashboard, from a request's headers.
 //!
 //! On a loopback listener the local user sees every tenant. Beyond it a browser sends either
-//! the operator token (`x-ctxd-admin-token`, every tenant) or a tenant's API key (`x-api-key`
-//! or `Authorization`, hashed exactly as the model routes hash it, so the key reaches the
-//! sessions it made and nothing else). Neither is stored or logged: the key is hashed here and
-//! dropped, the token compared with the hash of the configured one.
+//! the operator token (`x-ctxd-admin-token`, every tenant), a ctxd tenant key (`x-ctxd-key`)
+//! or an API key (`x-api-key` or `Authorization`): the last two find the tenant exactly as the
+//! model routes do (`tenancy.rs`), so a key reaches the sessions it made and nothing else.
+//! None is stored or logged: keys are hashed here and dropped, the token compared with the
+//! hash of the configured one.
 
 use axum::http::HeaderMap;
 
 use super::error::UiError;
-use crate::identity;
+use crate::tenancy::{Tenancy, TenantError};
 
 /// The header that carries the operator token.
 pub const ADMIN_HEADER: &str = "x-ctxd-admin-token";
@@ -19,7 +20,7 @@ pub const ADMIN_HEADER: &str = "x-ctxd-admin-token";
 pub enum Viewer {
     /// Every tenant (loopback, or the operator token).
     All,
-    /// One tenant: the keyed hash of the key the browser sent.
+    /// One tenant: the one the browser's key names.
     Tenant(String),
 }
 
@@ -39,8 +40,8 @@ pub struct Access {
     pub open: bool,
     /// BLAKE3 of the operator token, when one is configured.
     pub admin: Option<[u8; 32]>,
-    /// The store's tenant-hash key.
-    pub tenant_key: [u8; 32],
+    /// How the model routes find tenants.
+    pub tenancy: Tenancy,
     /// Keyless clients are served (they share the tenant of the empty credential).
     pub allow_keyless: bool,
 }
@@ -62,10 +63,14 @@ impl Access {
         if self.open {
             return Ok(Viewer::All);
         }
-        if identity::credential(headers).is_some() || self.allow_keyless {
-            return Ok(Viewer::Tenant(identity::tenant(&self.tenant_key, headers)));
+        if !Tenancy::identifies(headers) && !self.allow_keyless {
+            return Err(UiError::Unauthorized);
         }
-        Err(UiError::Unauthorized)
+        match self.tenancy.tenant(headers) {
+            Ok(tenant) => Ok(Viewer::Tenant(tenant)),
+            Err(TenantError::UnknownKey) => Err(UiError::Forbidden("unknown ctxd key")),
+            Err(TenantError::KeyRequired) => Err(UiError::Unauthorized),
+        }
     }
 }
 
@@ -79,7 +84,12 @@ mod tests {
         Access {
             open,
             admin: Some(*blake3::hash(b"op-secret").as_bytes()),
-            tenant_key: [3; 32],
+            tenancy: Tenancy::new(
+                crate::tenancy::TenancyMode::Auto,
+                open,
+                [3; 32],
+                Default::default(),
+            ),
             allow_keyless: false,
         }
     }
@@ -106,7 +116,7 @@ mod tests {
             .unwrap();
         assert_ne!(a, b);
         // The model routes' tenant of the same key.
-        let same = identity::tenant(&[3; 32], &headers(&[("authorization", "Bearer sk-a")]));
+        let same = crate::identity::tenant(&[3; 32], &headers(&[("authorization", "Bearer sk-a")]));
         assert_eq!(a, Viewer::Tenant(same.clone()));
         assert!(a.may_read(&same) && !b.may_read(&same));
     }

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 #[derive(Debug, thiserror::Error)]
 pub enum UiError {
     /// Beyond loopback without a key: the page asks for one.
-    #[error("an API key (x-api-key) or the operator token is needed beyond loopback")]
+    #[error("an API key (x-api-key), a ctxd key (x-ctxd-key) or the operator token is needed beyond loopback")]
     Unauthorized,
     #[error("{0}")]
     Forbidden(&'static str),

@@ -128,7 +128,7 @@ pub(crate) fn access_of(app: &Gateway) -> Access {
     Access {
         open: app.settings.listen.ip().is_loopback(),
         admin,
-        tenant_key: app.tenant_key,
+        tenancy: app.tenancy.clone(),
         allow_keyless: app.settings.allow_keyless,
     }
 }

@@ -21,6 +21,7 @@ mod served;
 mod shapes;
 mod stats;
 mod support;
+mod tenancy;
 mod ui;
 mod window;
 mod write_facts;

@@ -9,13 +9,16 @@
   const content = document.getElementById('content');
   const KEY = 'ctxd.key';
   const ADMIN = 'ctxd.admin';
+  const CTXD_KEY = 'ctxd.tenant-key';
 
   class Halt extends Error {}
 
   function credentials() {
     const admin = sessionStorage.getItem(ADMIN);
     const key = sessionStorage.getItem(KEY);
+    const tenantKey = sessionStorage.getItem(CTXD_KEY);
     if (admin) return { 'x-ctxd-admin-token': admin };
+    if (tenantKey) return { 'x-ctxd-key': tenantKey };
     if (key) return { 'x-api-key': key };
     return {};
   }
@@ -223,14 +226,17 @@
     ev.preventDefault();
     const key = document.getElementById('login-key').value.trim();
     const admin = document.getElementById('login-admin').value.trim();
-    if (!key && !admin) return;
+    const tenantKey = document.getElementById('login-ctxd-key').value.trim();
+    if (!key && !admin && !tenantKey) return;
     if (admin) sessionStorage.setItem(ADMIN, admin);
+    else if (tenantKey) sessionStorage.setItem(CTXD_KEY, tenantKey);
     else sessionStorage.setItem(KEY, key);
     location.reload();
   });
   document.getElementById('forget').addEventListener('click', () => {
     sessionStorage.removeItem(KEY);
     sessionStorage.removeItem(ADMIN);
+    sessionStorage.removeItem(CTXD_KEY);
     location.reload();
   });
   start();
