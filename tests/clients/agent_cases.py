@@ -67,19 +67,24 @@ def _run(argv, env, repo, log_prefix):
     return out.returncode, stdout, stderr
 
 
-def claude_code(base_url, clients_dir, logdir, prompt=PROMPT):
+def claude_code(base_url, clients_dir, logdir, prompt=PROMPT, oauth_token=None, args=(), log_name="claude-code"):
+    """Claude Code on an API key, or with `oauth_token` as a Pro/Max login sends it
+    (`CLAUDE_CODE_OAUTH_TOKEN`: `Authorization: Bearer` and the `oauth-...` beta)."""
     env = _base_env(clients_dir, os.path.join(clients_dir, "home-claude"))
     env.update(
         IS_SANDBOX="1",  # as root, --dangerously-skip-permissions refuses to start without it
         ANTHROPIC_BASE_URL=base_url,
-        ANTHROPIC_API_KEY="dummy",
         DISABLE_TELEMETRY="1",
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
     )
+    if oauth_token:
+        env["CLAUDE_CODE_OAUTH_TOKEN"] = oauth_token
+    else:
+        env["ANTHROPIC_API_KEY"] = "dummy"
     argv = ["claude", "-p", prompt, "--output-format", "stream-json", "--verbose",
-            "--dangerously-skip-permissions"]
+            "--dangerously-skip-permissions", *args]
     since = time.time()
-    rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), os.path.join(logdir, "claude-code"))
+    rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), os.path.join(logdir, log_name))
     final = None
     for line in out.splitlines():
         try:

@@ -11,7 +11,8 @@ the store holds: read from the store file (sqlite3, read-only) and, as separate 
 the CLI's JSON (`ctxd sessions`, `ctxd report`, `ctxd history items`). Then the same clients
 again with the mock calling ctxd's tools around the client's own (tools_cases.py: notes, a
 reset, history search, recall), and over the whole run: no conversation element from before a
-reset reaches the mock after it. Builds nothing: CI builds target/release/ctxd and
+reset reaches the mock after it; and Claude Code on an OAuth login refreshed between two runs of
+one session keeps that session and its notes (identity_cases.py). Builds nothing: CI builds target/release/ctxd and
 target/release/ctxd-mock first.
 
     $CLIENTS_DIR/venv/bin/python tests/clients/run.py [--only NAME ...] [--no-agents] [--keep]
@@ -38,6 +39,7 @@ sys.path.insert(0, HERE)
 
 import agent_cases  # noqa: E402
 import checks  # noqa: E402
+import identity_cases  # noqa: E402
 import sdk_cases  # noqa: E402
 import tools_cases  # noqa: E402
 from harness import Gateway, Mock, registry, wait_until  # noqa: E402
@@ -360,6 +362,7 @@ def main():
     ctx = Context(workdir, os.path.abspath(args.clients_dir))
     selected = [c for c in cases() if (not args.only or c.name in args.only)
                 and not (args.no_agents and c.kind == "agent")]
+    rotation = not args.no_agents and (not args.only or identity_cases.NAME in args.only)
     report = Report()
     timings = []
     mock = gw = None
@@ -372,13 +375,18 @@ def main():
         gw = Gateway(args.ctxd, mock.url, workdir)
         print("clients: mock %s, gateway %s behind tap %s, store %s" % (
             mock.url, gw.process.address, gw.url, gw.store), flush=True)
-        if any(c.kind == "agent" for c in selected):
+        if any(c.kind == "agent" for c in selected) or rotation:
             t = time.monotonic()
             setup_clients(ctx.clients_dir, gw.tap.port)
             timings.append(("setup.sh", time.monotonic() - t))
         for case in selected:
             run = run_tools_case if case.scenario else run_case
             timings.append((case.name, run(case, gw, mock, ctx, report)))
+        if rotation:
+            print("== %s" % identity_cases.NAME, flush=True)
+            t = time.monotonic()
+            identity_cases.run(gw, mock, ctx, report)
+            timings.append((identity_cases.NAME, time.monotonic() - t))
         if any(c.scenario for c in selected):
             print("== the whole run", flush=True)
             report.add("run", "no message after reset", *checks.no_message_after_reset(ctx.upstream_log))
