@@ -128,6 +128,10 @@ fn store_value(value: OsString) -> Result<OsString, String> {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run an agent through ctxd: `ctxd run claude` (or codex, pi, any command). Uses the
+    /// gateway serving the store, else starts one for the agent's lifetime; points the agent at
+    /// it without editing its config; its exit code is ctxd's; one summary line at the end.
+    Run(Box<crate::run_cmd::RunArgs>),
     /// Run the gateway: point agents' base URL here (Anthropic Messages, OpenAI Chat
     /// Completions and Responses); conversations are kept in the store.
     Serve(Box<crate::serve_cmd::ServeArgs>),

@@ -13,6 +13,7 @@ mod mcp_cmd;
 mod notes_cmd;
 mod recall_cmd;
 mod report_cmd;
+mod run_cmd;
 mod serve_cmd;
 mod sessions_cmd;
 mod stats_cmd;
@@ -53,7 +54,12 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     };
+    // The agent's exit code is `ctxd run`'s own.
+    if let cli::Command::Run(args) = &command {
+        return run_cmd::main(args, &store);
+    }
     let result = match command {
+        cli::Command::Run(_) => unreachable!("handled above"),
         cli::Command::Serve(args) => serve_cmd::run(&args, &store),
         cli::Command::Report(args) => report_cmd::run(&args, &store),
         cli::Command::Sessions(args) => sessions_cmd::run(&args, &store),

@@ -269,6 +269,62 @@ fn parse_model_window(spec: &str) -> Result<(String, u64), String> {
 }
 
 pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
+    let settings = settings(args, store)?;
+    init_logging(args.log_json);
+
+    let runtime = runtime(&settings)?;
+    runtime.block_on(async {
+        let server = Server::bind(settings.clone()).await?;
+        let addr = server.local_addr()?;
+        log_start(&settings, addr);
+        // One line on stdout for people and scripts: where to point ANTHROPIC_BASE_URL.
+        println!("ctxd serve: listening on http://{addr}");
+        // The first signal stops the gateway gracefully, a second one at once.
+        let (tx, signals) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            loop {
+                shutdown_signal().await;
+                if tx.send(()).is_err() {
+                    break;
+                }
+            }
+        });
+        server.run_signals(signals).await?;
+        Ok::<(), anyhow::Error>(())
+    })
+}
+
+/// The gateway's runtime: `workers` threads serving requests.
+pub(crate) fn runtime(settings: &Settings) -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(settings.workers)
+        .enable_all()
+        .thread_name("ctxd-serve")
+        .build()
+        .context("cannot start the runtime")
+}
+
+/// The settings line a gateway logs when it starts.
+pub(crate) fn log_start(settings: &Settings, addr: SocketAddr) {
+    tracing::info!(
+        %addr,
+        store = %settings.store,
+        anthropic = %settings.upstream_anthropic,
+        openai = %settings.upstream_openai,
+        record_only = settings.management.record_only,
+        reminders = settings.management.mechanisms.reminders,
+        resets = settings.management.mechanisms.resets,
+        distill = settings.management.mechanisms.distill,
+        digests = settings.management.mechanisms.digests,
+        amnesia = settings.management.mechanisms.amnesia,
+        lazy_tools = settings.management.mechanisms.lazy_tools,
+        tools = ?settings.management.tools,
+        "ctxd gateway listening"
+    );
+}
+
+/// The gateway's settings: defaults, the config file, then flags and environment, validated.
+pub(crate) fn settings(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<Settings> {
     let mut settings = Settings::new(store.location()?);
     if let Some(file) = &args.config {
         settings.apply_file(file).map_err(anyhow::Error::msg)?;
@@ -411,51 +467,23 @@ pub fn run(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<()> {
         settings.cache_plan = false;
     }
     settings.validate().map_err(anyhow::Error::msg)?;
-    init_logging(args.log_json);
-
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(settings.workers)
-        .enable_all()
-        .thread_name("ctxd-serve")
-        .build()
-        .context("cannot start the runtime")?;
-    runtime.block_on(async {
-        let server = Server::bind(settings.clone()).await?;
-        let addr = server.local_addr()?;
-        tracing::info!(
-            %addr,
-            store = %settings.store,
-            anthropic = %settings.upstream_anthropic,
-            openai = %settings.upstream_openai,
-            record_only = settings.management.record_only,
-            reminders = settings.management.mechanisms.reminders,
-            resets = settings.management.mechanisms.resets,
-            distill = settings.management.mechanisms.distill,
-            digests = settings.management.mechanisms.digests,
-            amnesia = settings.management.mechanisms.amnesia,
-            lazy_tools = settings.management.mechanisms.lazy_tools,
-            tools = ?settings.management.tools,
-            "ctxd gateway listening"
-        );
-        // One line on stdout for people and scripts: where to point ANTHROPIC_BASE_URL.
-        println!("ctxd serve: listening on http://{addr}");
-        // The first signal stops the gateway gracefully, a second one at once.
-        let (tx, signals) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            loop {
-                shutdown_signal().await;
-                if tx.send(()).is_err() {
-                    break;
-                }
-            }
-        });
-        server.run_signals(signals).await?;
-        Ok::<(), anyhow::Error>(())
-    })
+    Ok(settings)
 }
 
 /// Logs to stderr; `CTXD_LOG` (or `RUST_LOG`) sets the filter, `info` by default.
 fn init_logging(json: bool) {
+    init_logging_to(
+        json,
+        std::io::stderr,
+        std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    );
+}
+
+/// Logs to `writer` (ANSI colours only where it is a terminal).
+pub(crate) fn init_logging_to<W>(json: bool, writer: W, ansi: bool)
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     use tracing_subscriber::EnvFilter;
     let filter = std::env::var("CTXD_LOG")
         .ok()
@@ -464,8 +492,8 @@ fn init_logging(json: bool) {
         .unwrap_or_else(|| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        .with_writer(writer)
+        .with_ansi(ansi);
     let _ = if json {
         builder.json().try_init()
     } else {

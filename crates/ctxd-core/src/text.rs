@@ -58,3 +58,16 @@ pub fn entry_text(kind: &EntryKind) -> String {
     }
     out
 }
+
+/// `2345` → `2,345`: counts in texts people and models read.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

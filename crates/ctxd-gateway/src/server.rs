@@ -58,10 +58,19 @@ pub struct ServeLock {
 }
 
 impl ServeLock {
+    /// The lock of `store` for a process that serves no HTTP (`ctxd store vacuum`).
     pub fn acquire(store: &std::path::Path) -> Result<Self, StartError> {
+        Self::acquire_for(store, None)
+    }
+
+    /// The lock of `store`, naming the holder's pid and, for a gateway, the URL it listens on
+    /// (how `ctxd run` finds the gateway already serving the store).
+    pub fn acquire_for(
+        store: &std::path::Path,
+        listening: Option<SocketAddr>,
+    ) -> Result<Self, StartError> {
         use std::io::{Read, Seek, Write};
-        let mut path = store.as_os_str().to_owned();
-        path.push(".serve.lock");
+        let path = lock_path(store);
         if let Some(dir) = store.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
@@ -74,9 +83,9 @@ impl ServeLock {
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
-                let mut pid = String::new();
-                let _ = file.read_to_string(&mut pid);
-                let pid = pid.trim();
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let pid = holder.lines().next().unwrap_or("").trim();
                 return Err(StartError::AlreadyServed {
                     store: store.display().to_string(),
                     holder: if pid.is_empty() {
@@ -90,9 +99,39 @@ impl ServeLock {
         }
         file.set_len(0)?;
         file.rewind()?;
-        write!(file, "{}", std::process::id())?;
+        writeln!(file, "{}", std::process::id())?;
+        if let Some(addr) = listening {
+            writeln!(file, "http://{addr}")?;
+        }
         Ok(ServeLock { _file: file })
     }
+
+    /// The URL of the gateway serving `store` now, from its lock: `None` when no process holds
+    /// the lock (a file left by one that ended says nothing), or its holder serves no HTTP.
+    pub fn serving(store: &std::path::Path) -> Option<String> {
+        use std::io::Read;
+        let mut file = std::fs::File::open(lock_path(store)).ok()?;
+        match file.try_lock_shared() {
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            // Free: nobody serves it (the shared lock is released with the file).
+            _ => return None,
+        }
+        let mut holder = String::new();
+        file.read_to_string(&mut holder).ok()?;
+        holder
+            .lines()
+            .nth(1)
+            .map(str::trim)
+            .filter(|u| u.starts_with("http://"))
+            .map(str::to_owned)
+    }
+}
+
+/// `<store>.serve.lock`.
+fn lock_path(store: &std::path::Path) -> std::ffi::OsString {
+    let mut path = store.as_os_str().to_owned();
+    path.push(".serve.lock");
+    path
 }
 
 /// The files of a SQLite store that a start is about to create: removed when the start fails
@@ -373,7 +412,13 @@ impl Server {
         let (store, lock, checkpoints): (Box<dyn Backend>, _, _) = match &settings.store {
             // One gateway per SQLite file, which checkpoints its WAL off the commit path.
             Location::Sqlite(path) => {
-                let lock = ServeLock::acquire(path)?;
+                let reachable = listener.local_addr().ok().map(|mut a| {
+                    if a.ip().is_unspecified() {
+                        a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+                    }
+                    a
+                });
+                let lock = ServeLock::acquire_for(path, reachable)?;
                 let store = SqliteStore::open(path, settings.store_sync)?;
                 let checkpoints = Checkpoints::start(&store, path, wal.clone())?;
                 (Box::new(store), Some(lock), Some(checkpoints))

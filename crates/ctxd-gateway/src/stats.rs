@@ -358,6 +358,47 @@ pub fn detail(r: &SessionRecord, session: &Session, with_tenant: bool) -> Detail
     }
 }
 
+/// What an agent's run did (`ctxd run`'s closing line): the requests recorded from `since` on
+/// (an RFC 3339 UTC time, as the store stamps entries) in the sessions given, and the windows
+/// opened meanwhile.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RunSummary {
+    /// The sessions with a request recorded since then: (id, key).
+    pub sessions: Vec<(SessionId, String)>,
+    pub totals: Totals,
+    pub windows_opened: u64,
+}
+
+/// The [`RunSummary`] of `sessions` since `since`.
+pub fn run_summary<'a>(
+    since: &str,
+    sessions: impl IntoIterator<Item = (&'a SessionRecord, &'a Session)>,
+) -> RunSummary {
+    let after = |t: Option<&str>| t.is_some_and(|t| t >= since);
+    let mut out = RunSummary::default();
+    for (r, session) in sessions {
+        let mut touched = false;
+        for (pos, rec) in record::requests(session) {
+            if after(session.entries[pos].timestamp.as_deref()) {
+                out.totals.add(&rec);
+                touched = true;
+            }
+        }
+        out.windows_opened += session
+            .entries
+            .iter()
+            .filter(|e| {
+                matches!(e.kind, ctxd_core::model::EntryKind::WindowMarker { .. })
+                    && after(e.timestamp.as_deref())
+            })
+            .count() as u64;
+        if touched {
+            out.sessions.push((r.id, r.key.clone()));
+        }
+    }
+    out
+}
+
 /// A session's totals and current model at a version of it (its entry count).
 type Cached = (u64, Totals, Option<String>);
 

@@ -38,19 +38,7 @@ impl NoteError {
 
 /// `1000000` → `1,000,000`.
 pub(crate) fn thousands(n: usize) -> String {
-    let digits = n.to_string();
-    let head = match digits.len() % 3 {
-        0 => 3.min(digits.len()),
-        r => r,
-    };
-    let mut out = digits[..head].to_owned();
-    let mut rest = &digits[head..];
-    while !rest.is_empty() {
-        out.push(',');
-        out.push_str(&rest[..3]);
-        rest = &rest[3..];
-    }
-    out
+    crate::text::thousands(n as u64)
 }
 
 impl fmt::Display for NoteError {

@@ -499,17 +499,8 @@ fn replaced(old: &str) -> String {
     )
 }
 
-/// `2345` → `2,345`.
 fn thousands(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    crate::text::thousands(n as u64)
 }
 
 fn lines(text: &str) -> usize {

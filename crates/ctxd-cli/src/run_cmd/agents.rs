@@ -1,0 +1,410 @@
+//! How `ctxd run` points each agent at the gateway without editing the user's own files:
+//! Claude Code and any other command through the environment (`ANTHROPIC_BASE_URL`,
+//! `OPENAI_BASE_URL`), Codex through `-c` overrides of its active provider, Pi through an
+//! extension file of ctxd's own (`-e`) that overrides its providers' base URLs.
+//!
+//! Pure: the caller reads the environment and the agents' config files and hands their texts
+//! in, so every rule here is tested without a process or a home directory.
+
+use std::ffi::{OsStr, OsString};
+
+/// The agents `ctxd run` knows by their command's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Agent {
+    ClaudeCode,
+    Codex,
+    Pi,
+    /// Anything else: pointed at the gateway through both base-URL variables.
+    Other,
+}
+
+impl Agent {
+    /// The agent a command runs, from its file name (`/usr/bin/claude`, `codex`, `pi`).
+    pub fn of(program: &OsStr) -> Agent {
+        let name = std::path::Path::new(program)
+            .file_name()
+            .and_then(OsStr::to_str)
+            .unwrap_or("");
+        match name {
+            "claude" => Agent::ClaudeCode,
+            "codex" => Agent::Codex,
+            "pi" => Agent::Pi,
+            _ => Agent::Other,
+        }
+    }
+
+    /// The agent name the gateway records for its sessions (`None`: any).
+    pub fn recorded(self) -> Option<ctxd_core::model::Agent> {
+        match self {
+            Agent::ClaudeCode => Some(ctxd_core::model::Agent::ClaudeCode),
+            Agent::Codex => Some(ctxd_core::model::Agent::Codex),
+            Agent::Pi => Some(ctxd_core::model::Agent::Pi),
+            Agent::Other => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Agent::ClaudeCode => "claude-code",
+            Agent::Codex => "codex",
+            Agent::Pi => "pi",
+            Agent::Other => "command",
+        }
+    }
+}
+
+/// What the agent would have talked to without ctxd, read from its environment and config:
+/// the gateway ctxd starts forwards there (unless ctxd's own upstream is configured), so
+/// `ctxd run` sits in front of what the agent already used.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Priors {
+    pub anthropic: Option<String>,
+    pub openai: Option<String>,
+}
+
+/// Everything read from outside for one agent.
+#[derive(Clone, Debug, Default)]
+pub struct Inputs<'a> {
+    /// `ANTHROPIC_BASE_URL` in ctxd's environment.
+    pub anthropic_base_url: Option<&'a str>,
+    /// `OPENAI_BASE_URL` in ctxd's environment.
+    pub openai_base_url: Option<&'a str>,
+    /// Codex's `config.toml`, when there is one.
+    pub codex_config: Option<&'a str>,
+    /// Pi's `models.json` and `settings.json`, when there are.
+    pub pi_models: Option<&'a str>,
+    pub pi_settings: Option<&'a str>,
+}
+
+/// How one agent is launched against the gateway.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub priors: Priors,
+    /// Codex: the custom provider whose `base_url` is overridden (`None`: the built-in
+    /// `openai`, pointed through `OPENAI_BASE_URL`).
+    codex_provider: Option<String>,
+    /// Pi: providers to override, with whether each speaks Anthropic Messages (else OpenAI,
+    /// whose base URL ends in `/v1`).
+    pi_providers: Vec<(String, bool)>,
+}
+
+/// A launch: arguments before the user's own, environment to set, and Pi's extension.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Launch {
+    pub leading_args: Vec<OsString>,
+    pub env: Vec<(&'static str, String)>,
+    /// The text of Pi's extension file; its path goes into `leading_args` as `-e PATH`.
+    pub pi_extension: Option<String>,
+}
+
+/// APIs the gateway serves, as Pi names them: (name, is Anthropic Messages).
+const PI_SERVED_APIS: [(&str, bool); 3] = [
+    ("anthropic-messages", true),
+    ("openai-completions", false),
+    ("openai-responses", false),
+];
+
+impl Plan {
+    /// Read what `agent` (run with `args`) uses now.
+    pub fn new(agent: Agent, args: &[OsString], inputs: &Inputs) -> Plan {
+        let mut plan = Plan::default();
+        let env_anthropic = inputs.anthropic_base_url.map(str::to_owned);
+        let env_openai = inputs.openai_base_url.map(str::to_owned);
+        match agent {
+            Agent::ClaudeCode => plan.priors.anthropic = env_anthropic,
+            Agent::Other => {
+                plan.priors.anthropic = env_anthropic;
+                plan.priors.openai = env_openai;
+            }
+            Agent::Codex => match codex_provider(args, inputs.codex_config) {
+                Some((name, base_url)) => {
+                    plan.priors.openai = base_url;
+                    plan.codex_provider = Some(name);
+                }
+                None => plan.priors.openai = env_openai,
+            },
+            Agent::Pi => {
+                plan.pi_providers = vec![("anthropic".into(), true), ("openai".into(), false)];
+                if let Some((name, anthropic, base_url)) =
+                    pi_selected(args, inputs.pi_models, inputs.pi_settings)
+                {
+                    if anthropic {
+                        plan.priors.anthropic = base_url;
+                    } else {
+                        plan.priors.openai = base_url;
+                    }
+                    plan.pi_providers.retain(|(n, _)| *n != name);
+                    plan.pi_providers.push((name, anthropic));
+                }
+            }
+        }
+        plan
+    }
+
+    /// The launch against the gateway at `url` (`http://host:port`, no trailing slash);
+    /// `extension_path` is where Pi's extension file will be written.
+    pub fn launch(&self, agent: Agent, url: &str, extension_path: &OsStr) -> Launch {
+        let openai = format!("{url}/v1");
+        let mut launch = Launch::default();
+        match agent {
+            Agent::ClaudeCode => launch.env.push(("ANTHROPIC_BASE_URL", url.to_owned())),
+            Agent::Other => {
+                launch.env.push(("ANTHROPIC_BASE_URL", url.to_owned()));
+                launch.env.push(("OPENAI_BASE_URL", openai));
+            }
+            Agent::Codex => match &self.codex_provider {
+                Some(name) => {
+                    launch.leading_args.push("-c".into());
+                    launch
+                        .leading_args
+                        .push(format!("model_providers.{name}.base_url={openai:?}").into());
+                }
+                None => launch.env.push(("OPENAI_BASE_URL", openai)),
+            },
+            Agent::Pi => {
+                let mut text = String::from(
+                    "// Written by `ctxd run` for this run only: Pi's providers through ctxd.\n\
+                     export default function (pi) {\n",
+                );
+                for (name, anthropic) in &self.pi_providers {
+                    let base = if *anthropic { url } else { openai.as_str() };
+                    let name = serde_json::to_string(name).unwrap_or_default();
+                    let base = serde_json::to_string(base).unwrap_or_default();
+                    text.push_str(&format!(
+                        "  pi.registerProvider({name}, {{ baseUrl: {base} }});\n"
+                    ));
+                }
+                text.push_str("}\n");
+                launch.pi_extension = Some(text);
+                launch.leading_args.push("-e".into());
+                launch.leading_args.push(extension_path.to_owned());
+            }
+        }
+        launch
+    }
+}
+
+/// The value of `--flag VALUE` or `--flag=VALUE` in `args`, the last one given.
+fn flag_value(args: &[OsString], flag: &str) -> Option<String> {
+    let mut found = None;
+    let mut it = args.iter().filter_map(|a| a.to_str());
+    while let Some(a) = it.next() {
+        if a == flag {
+            found = it.next().map(str::to_owned);
+        } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+            found = Some(v.to_owned());
+        }
+    }
+    found
+}
+
+/// Codex's active custom provider and its base URL: `-c model_provider=NAME` in the arguments,
+/// else `model_provider` in its config. `None` for the built-in `openai` (or no config).
+fn codex_provider(args: &[OsString], config: Option<&str>) -> Option<(String, Option<String>)> {
+    let config: toml::Table = config
+        .and_then(|c| toml::from_str(c).ok())
+        .unwrap_or_default();
+    let mut chosen = config
+        .get("model_provider")
+        .and_then(|v| v.as_str())
+        .map(str::to_owned);
+    let mut it = args.iter().filter_map(|a| a.to_str());
+    while let Some(a) = it.next() {
+        let set = if a == "-c" || a == "--config" {
+            it.next()
+        } else {
+            a.strip_prefix("--config=")
+        };
+        if let Some(v) = set.and_then(|s| s.strip_prefix("model_provider=")) {
+            chosen = Some(v.trim().trim_matches('"').to_owned());
+        }
+    }
+    let name = chosen.filter(|n| n != "openai")?;
+    let provider = config.get("model_providers")?.get(&name)?;
+    let wire = provider
+        .get("wire_api")
+        .and_then(|v| v.as_str())
+        .unwrap_or("responses");
+    if !matches!(wire, "responses" | "chat") {
+        return None;
+    }
+    let base_url = provider
+        .get("base_url")
+        .and_then(|v| v.as_str())
+        .map(str::to_owned);
+    Some((name, base_url))
+}
+
+/// Pi's selected provider when it is one of `models.json` on an API the gateway serves:
+/// (name, speaks Anthropic Messages, its base URL). `--provider NAME` in the arguments, else
+/// `defaultProvider` in its settings.
+fn pi_selected(
+    args: &[OsString],
+    models: Option<&str>,
+    settings: Option<&str>,
+) -> Option<(String, bool, Option<String>)> {
+    let name = flag_value(args, "--provider").or_else(|| {
+        let s: serde_json::Value = serde_json::from_str(settings?).ok()?;
+        s.get("defaultProvider")?.as_str().map(str::to_owned)
+    })?;
+    let models: serde_json::Value = serde_json::from_str(models?).ok()?;
+    let provider = models.get("providers")?.get(&name)?;
+    let api = provider.get("api")?.as_str()?;
+    let (_, anthropic) = PI_SERVED_APIS.iter().find(|(a, _)| *a == api)?;
+    let base_url = provider
+        .get("baseUrl")
+        .and_then(|v| v.as_str())
+        .map(str::to_owned);
+    Some((name, *anthropic, base_url))
+}
+
+/// An agent's base URL as the gateway's upstream origin: an OpenAI base URL ends in `/v1`,
+/// which the client's path repeats.
+pub fn upstream_of(base_url: &str) -> String {
+    let trimmed = base_url.trim().trim_end_matches('/');
+    trimmed.strip_suffix("/v1").unwrap_or(trimmed).to_owned()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn agents_are_known_by_their_command_name() {
+        assert_eq!(Agent::of(OsStr::new("claude")), Agent::ClaudeCode);
+        assert_eq!(Agent::of(OsStr::new("/opt/bin/codex")), Agent::Codex);
+        assert_eq!(Agent::of(OsStr::new("pi")), Agent::Pi);
+        assert_eq!(Agent::of(OsStr::new("python3")), Agent::Other);
+    }
+
+    #[test]
+    fn claude_code_and_other_commands_get_environment_only() {
+        let inputs = Inputs {
+            anthropic_base_url: Some("https://proxy.corp/anthropic"),
+            openai_base_url: Some("https://proxy.corp/openai/v1"),
+            ..Inputs::default()
+        };
+        let plan = Plan::new(Agent::ClaudeCode, &[], &inputs);
+        assert_eq!(
+            plan.priors.anthropic.as_deref(),
+            Some("https://proxy.corp/anthropic")
+        );
+        let l = plan.launch(Agent::ClaudeCode, "http://127.0.0.1:9", OsStr::new("x"));
+        assert_eq!(
+            l.env,
+            vec![("ANTHROPIC_BASE_URL", "http://127.0.0.1:9".into())]
+        );
+        assert!(l.leading_args.is_empty());
+        let other = Plan::new(Agent::Other, &[], &inputs);
+        assert_eq!(
+            other.priors.openai.as_deref(),
+            Some("https://proxy.corp/openai/v1")
+        );
+        let l = other.launch(Agent::Other, "http://127.0.0.1:9", OsStr::new("x"));
+        assert!(l
+            .env
+            .contains(&("OPENAI_BASE_URL", "http://127.0.0.1:9/v1".into())));
+    }
+
+    const CODEX: &str = r#"
+model_provider = "mock"
+[model_providers.mock]
+base_url = "http://127.0.0.1:4000/v1"
+wire_api = "responses"
+[model_providers.local]
+base_url = "http://127.0.0.1:5000/v1"
+"#;
+
+    #[test]
+    fn codex_gets_a_c_override_of_its_active_provider() {
+        let inputs = Inputs {
+            codex_config: Some(CODEX),
+            ..Inputs::default()
+        };
+        let plan = Plan::new(Agent::Codex, &args(&["exec", "hi"]), &inputs);
+        assert_eq!(
+            plan.priors.openai.as_deref(),
+            Some("http://127.0.0.1:4000/v1")
+        );
+        let l = plan.launch(Agent::Codex, "http://127.0.0.1:9", OsStr::new("x"));
+        assert_eq!(
+            l.leading_args,
+            args(&[
+                "-c",
+                "model_providers.mock.base_url=\"http://127.0.0.1:9/v1\""
+            ])
+        );
+        assert!(l.env.is_empty());
+        // A provider chosen on the command line wins over the config's.
+        let plan = Plan::new(
+            Agent::Codex,
+            &args(&["-c", "model_provider=local", "exec"]),
+            &inputs,
+        );
+        assert_eq!(
+            plan.priors.openai.as_deref(),
+            Some("http://127.0.0.1:5000/v1")
+        );
+        // The built-in provider (no config, or `openai`): OPENAI_BASE_URL.
+        let plan = Plan::new(Agent::Codex, &[], &Inputs::default());
+        let l = plan.launch(Agent::Codex, "http://127.0.0.1:9", OsStr::new("x"));
+        assert_eq!(
+            l.env,
+            vec![("OPENAI_BASE_URL", "http://127.0.0.1:9/v1".into())]
+        );
+        assert!(l.leading_args.is_empty());
+    }
+
+    #[test]
+    fn pi_gets_an_extension_overriding_its_providers() {
+        let models = r#"{"providers": {
+            "mock-openai": {"baseUrl": "http://127.0.0.1:4000/v1", "api": "openai-completions"},
+            "ollama": {"baseUrl": "http://127.0.0.1:11434", "api": "ollama"}}}"#;
+        let inputs = Inputs {
+            pi_models: Some(models),
+            pi_settings: Some(r#"{"defaultProvider": "ollama"}"#),
+            ..Inputs::default()
+        };
+        let plan = Plan::new(Agent::Pi, &args(&["--provider", "mock-openai"]), &inputs);
+        assert_eq!(
+            plan.priors.openai.as_deref(),
+            Some("http://127.0.0.1:4000/v1")
+        );
+        let l = plan.launch(Agent::Pi, "http://127.0.0.1:9", OsStr::new("/tmp/e.js"));
+        assert_eq!(l.leading_args, args(&["-e", "/tmp/e.js"]));
+        let text = l.pi_extension.unwrap();
+        assert!(text
+            .contains(r#"pi.registerProvider("anthropic", { baseUrl: "http://127.0.0.1:9" });"#));
+        assert!(text
+            .contains(r#"pi.registerProvider("openai", { baseUrl: "http://127.0.0.1:9/v1" });"#));
+        assert!(text.contains(
+            r#"pi.registerProvider("mock-openai", { baseUrl: "http://127.0.0.1:9/v1" });"#
+        ));
+        // A provider on an API the gateway does not serve is left alone.
+        let plan = Plan::new(Agent::Pi, &[], &inputs);
+        assert_eq!(plan.priors, Priors::default());
+        let text = plan
+            .launch(Agent::Pi, "http://127.0.0.1:9", OsStr::new("e"))
+            .pi_extension
+            .unwrap();
+        assert!(!text.contains("ollama"));
+    }
+
+    #[test]
+    fn base_urls_become_upstream_origins() {
+        assert_eq!(upstream_of("http://h:1/v1/"), "http://h:1");
+        assert_eq!(
+            upstream_of("https://api.anthropic.com"),
+            "https://api.anthropic.com"
+        );
+        assert_eq!(
+            upstream_of("https://proxy/openai/v1"),
+            "https://proxy/openai"
+        );
+    }
+}

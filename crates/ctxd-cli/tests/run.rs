@@ -1,0 +1,176 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! `ctxd run`: an agent through the gateway for its lifetime. A gateway of its own when none
+//! serves the store (stopped when the agent exits), the running one otherwise; the agent's exit
+//! code and signals pass through; the closing summary sums what the run's requests did.
+//! The real agents (Claude Code, Codex, Pi) under `ctxd run` are in tests/clients.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::ctxd;
+use ctxd_mock::{Config, MockServer};
+
+/// An "agent": python3 sending two turns of one session to `$ANTHROPIC_BASE_URL`.
+const TWO_TURNS: &str = r#"
+import json, os, urllib.request
+base = os.environ["ANTHROPIC_BASE_URL"]
+messages = [{"role": "user", "content": "hello"}]
+for turn in range(2):
+    body = json.dumps({"model": "claude-sonnet-4-5", "max_tokens": 50, "messages": messages}).encode()
+    req = urllib.request.Request(base + "/v1/messages", data=body, headers={
+        "content-type": "application/json", "x-api-key": "sk-run-%d" % turn,
+        "x-ctxd-session": "run-session"})
+    answer = json.load(urllib.request.urlopen(req, timeout=30))
+    messages += [{"role": "assistant", "content": answer["content"]},
+                 {"role": "user", "content": "and then?"}]
+print("agent finished")
+"#;
+
+#[test]
+fn a_command_runs_through_a_gateway_of_its_own_and_its_exit_code_comes_back() {
+    let mock = MockServer::start_blocking(Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("run.db");
+    let out = ctxd()
+        .args(["--store", store.to_str().unwrap(), "run", "--"])
+        .args(["python3", "-c", TWO_TURNS])
+        .env("CTXD_UPSTREAM_ANTHROPIC", mock.base_url())
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("agent finished"), "{stdout}");
+    assert!(
+        stderr.contains("ctxd run: command: 1 session, 2 requests; sent "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("in the whole conversation"), "{stderr}");
+    assert_eq!(mock.requests().len(), 2, "both turns went upstream");
+    // The gateway's log went to its file, not into the agent's terminal.
+    assert!(!stderr.contains("INFO"), "{stderr}");
+    let mut log = store.as_os_str().to_owned();
+    log.push(".run.log");
+    let log = std::fs::read_to_string(log).unwrap();
+    assert!(log.contains("gateway stopped; store closed"), "{log}");
+    // The session is in the store, and the gateway is gone: the lock is free.
+    let listed =
+        common::succeed(ctxd().args(["--store", store.to_str().unwrap(), "sessions", "--stored"]));
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("run-session"));
+    assert!(ctxd_gateway::ServeLock::serving(&store).is_none());
+
+    // The agent's own exit code, and a signal's as a shell reports it.
+    let out = ctxd()
+        .args([
+            "--store",
+            store.to_str().unwrap(),
+            "run",
+            "--no-summary",
+            "--",
+        ])
+        .args(["sh", "-c", "exit 7"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = ctxd()
+        .args([
+            "--store",
+            store.to_str().unwrap(),
+            "run",
+            "--no-summary",
+            "--",
+        ])
+        .args(["sh", "-c", "kill -KILL $$"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(128 + 9));
+    let out = ctxd()
+        .args(["--store", store.to_str().unwrap(), "run", "--"])
+        .arg("no-such-agent-anywhere")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start no-such-agent-anywhere"));
+}
+
+#[test]
+fn the_gateway_already_serving_the_store_is_used() {
+    let mock = MockServer::start_blocking(Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("served.db");
+    let mut gw = common::serve(&store, &mock.base_url(), &[]);
+    let out = ctxd()
+        .args(["--store", store.to_str().unwrap(), "run", "--"])
+        .args(["sh", "-c", "echo \"$ANTHROPIC_BASE_URL $OPENAI_BASE_URL\""])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let url = format!("http://{}", gw.addr);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{url} {url}/v1")
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no request went through ctxd"));
+    let out = ctxd()
+        .args(["--store", store.to_str().unwrap(), "run", "--"])
+        .args(["python3", "-c", TWO_TURNS])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("1 session, 2 requests"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("dashboard: {url}/ui/session/")),
+        "{stderr}"
+    );
+    common::stop(&mut gw);
+}
+
+#[test]
+fn a_terminate_signal_reaches_the_agent_and_its_exit_code_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("sig.db");
+    let ready = dir.path().join("ready");
+    let script = format!(
+        "trap 'exit 42' TERM; touch {}; while true; do sleep 0.05; done",
+        ready.display()
+    );
+    let mut child = ctxd()
+        .args([
+            "--store",
+            store.to_str().unwrap(),
+            "run",
+            "--no-summary",
+            "--",
+        ])
+        .args(["sh", "-c", &script])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !ready.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the agent never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert_eq!(child.wait().unwrap().code(), Some(42));
+}
