@@ -67,21 +67,25 @@ def _run(argv, env, repo, log_prefix):
     return out.returncode, stdout, stderr
 
 
-def claude_code(base_url, clients_dir, logdir, prompt=PROMPT, oauth_token=None, args=(), log_name="claude-code"):
+def claude_code(base_url, clients_dir, logdir, prompt=PROMPT, oauth_token=None, args=(), log_name="claude-code",
+                launcher=(), env_extra=None):
     """Claude Code on an API key, or with `oauth_token` as a Pro/Max login sends it
-    (`CLAUDE_CODE_OAUTH_TOKEN`: `Authorization: Bearer` and the `oauth-...` beta)."""
+    (`CLAUDE_CODE_OAUTH_TOKEN`: `Authorization: Bearer` and the `oauth-...` beta). `launcher`
+    goes before the command (`ctxd run --`, which sets the base URL: `base_url` None)."""
     env = _base_env(clients_dir, os.path.join(clients_dir, "home-claude"))
     env.update(
         IS_SANDBOX="1",  # as root, --dangerously-skip-permissions refuses to start without it
-        ANTHROPIC_BASE_URL=base_url,
         DISABLE_TELEMETRY="1",
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        **(env_extra or {}),
     )
+    if base_url:
+        env["ANTHROPIC_BASE_URL"] = base_url
     if oauth_token:
         env["CLAUDE_CODE_OAUTH_TOKEN"] = oauth_token
     else:
         env["ANTHROPIC_API_KEY"] = "dummy"
-    argv = ["claude", "-p", prompt, "--output-format", "stream-json", "--verbose",
+    argv = [*launcher, "claude", "-p", prompt, "--output-format", "stream-json", "--verbose",
             "--dangerously-skip-permissions", *args]
     since = time.time()
     rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), os.path.join(logdir, log_name))
@@ -96,22 +100,26 @@ def claude_code(base_url, clients_dir, logdir, prompt=PROMPT, oauth_token=None, 
     return AgentRun(argv, rc, out, err, final, _transcripts("claude-code", clients_dir, since))
 
 
-def pi(provider, model, base_url, clients_dir, logdir, prompt=PROMPT):
+def pi(provider, model, base_url, clients_dir, logdir, prompt=PROMPT, launcher=(), env_extra=None):
+    """Pi on a provider of its models.json (setup.sh points them at `base_url`, the tap)."""
     env = _base_env(clients_dir, os.path.join(clients_dir, "home-pi"))
-    env["PI_OFFLINE"] = "1"
-    argv = ["pi", "--offline", "--provider", provider, "--model", model, "-p", prompt]
+    env.update(PI_OFFLINE="1", **(env_extra or {}))
+    argv = [*launcher, "pi", "--offline", "--provider", provider, "--model", model, "-p", prompt]
     since = time.time()
-    rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), os.path.join(logdir, "pi-" + provider))
+    log = os.path.join(logdir, ("run-" if launcher else "") + "pi-" + provider)
+    rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), log)
     lines = [l.strip() for l in out.splitlines() if l.strip()]
     return AgentRun(argv, rc, out, err, lines[-1] if lines else None, _transcripts("pi", clients_dir, since))
 
 
-def codex(base_url, clients_dir, logdir, prompt=PROMPT):
+def codex(base_url, clients_dir, logdir, prompt=PROMPT, launcher=(), env_extra=None):
+    """Codex on the `mock` provider of its config.toml (setup.sh points it at `base_url`)."""
     env = _base_env(clients_dir, os.path.join(clients_dir, "home-codex"))
     os.makedirs(env["HOME"], exist_ok=True)
-    env.update(CODEX_HOME=os.path.join(clients_dir, "codex-home"), MOCK_API_KEY="dummy")
-    argv = ["codex", "exec", "--skip-git-repo-check", prompt]
+    env.update(CODEX_HOME=os.path.join(clients_dir, "codex-home"), MOCK_API_KEY="dummy", **(env_extra or {}))
+    argv = [*launcher, "codex", "exec", "--skip-git-repo-check", prompt]
     since = time.time()
-    rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), os.path.join(logdir, "codex"))
+    log = os.path.join(logdir, ("run-" if launcher else "") + "codex")
+    rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), log)
     lines = [l.strip() for l in out.splitlines() if l.strip()]
     return AgentRun(argv, rc, out, err, lines[-1] if lines else None, _transcripts("codex", clients_dir, since))

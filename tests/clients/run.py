@@ -12,7 +12,8 @@ the CLI's JSON (`ctxd sessions`, `ctxd report`, `ctxd history items`). Then the 
 again with the mock calling ctxd's tools around the client's own (tools_cases.py: notes, a
 reset, history search, recall), and over the whole run: no conversation element from before a
 reset reaches the mock after it; and Claude Code on an OAuth login refreshed between two runs of
-one session keeps that session and its notes (identity_cases.py). Builds nothing: CI builds target/release/ctxd and
+one session keeps that session and its notes (identity_cases.py); Claude Code, Codex and Pi
+launched by `ctxd run` (run_cases.py). Builds nothing: CI builds target/release/ctxd and
 target/release/ctxd-mock first.
 
     $CLIENTS_DIR/venv/bin/python tests/clients/run.py [--only NAME ...] [--no-agents] [--keep]
@@ -40,6 +41,7 @@ sys.path.insert(0, HERE)
 import agent_cases  # noqa: E402
 import checks  # noqa: E402
 import identity_cases  # noqa: E402
+import run_cases  # noqa: E402
 import sdk_cases  # noqa: E402
 import tools_cases  # noqa: E402
 from harness import Gateway, Mock, registry, wait_until  # noqa: E402
@@ -363,6 +365,7 @@ def main():
     selected = [c for c in cases() if (not args.only or c.name in args.only)
                 and not (args.no_agents and c.kind == "agent")]
     rotation = not args.no_agents and (not args.only or identity_cases.NAME in args.only)
+    launched = not args.no_agents and (not args.only or run_cases.NAME in args.only)
     report = Report()
     timings = []
     mock = gw = None
@@ -375,7 +378,7 @@ def main():
         gw = Gateway(args.ctxd, mock.url, workdir)
         print("clients: mock %s, gateway %s behind tap %s, store %s" % (
             mock.url, gw.process.address, gw.url, gw.store), flush=True)
-        if any(c.kind == "agent" for c in selected) or rotation:
+        if any(c.kind == "agent" for c in selected) or rotation or launched:
             t = time.monotonic()
             setup_clients(ctx.clients_dir, gw.tap.port)
             timings.append(("setup.sh", time.monotonic() - t))
@@ -387,6 +390,10 @@ def main():
             t = time.monotonic()
             identity_cases.run(gw, mock, ctx, report)
             timings.append((identity_cases.NAME, time.monotonic() - t))
+        if launched:
+            t = time.monotonic()
+            run_cases.run(os.path.abspath(args.ctxd), mock, ctx, report)
+            timings.append((run_cases.NAME, time.monotonic() - t))
         if any(c.scenario for c in selected):
             print("== the whole run", flush=True)
             report.add("run", "no message after reset", *checks.no_message_after_reset(ctx.upstream_log))
