@@ -32,6 +32,7 @@ pub mod pace;
 pub mod recall;
 pub mod report;
 pub mod savings;
+pub mod spend;
 pub mod text;
 pub mod tokens;
 pub mod tree;

@@ -27,6 +27,7 @@ mod schema;
 mod sqlite;
 
 use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
+use ctxd_core::spend::{Counter, Spend};
 use serde::Serialize;
 
 pub use backend::{open, redact, Backend, GroupStore, Head, Location};
@@ -123,4 +124,28 @@ pub trait Store: NotesStore + HistoryStore {
 
     /// Every store-wide setting whose key starts with `prefix`, in key order.
     fn settings_with_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
+
+    /// The spending counter of a budget's scope and period (zero when none was kept yet).
+    fn spend(&self, scope: &str, period: &str) -> Result<Counter, StoreError>;
+
+    /// Reserve `amount` on the counter unless what it has used and reserved already reaches
+    /// `bound` in either unit: one atomic statement, so any number of gateways sharing the
+    /// store admit at most one request past a limit. The counter after, and whether the
+    /// reservation was made.
+    fn spend_reserve(
+        &self,
+        scope: &str,
+        period: &str,
+        amount: Spend,
+        bound: Spend,
+    ) -> Result<(bool, Counter), StoreError>;
+
+    /// Add `used` to the counter and take `release` off what it has reserved (never below 0).
+    fn spend_settle(
+        &self,
+        scope: &str,
+        period: &str,
+        used: Spend,
+        release: Spend,
+    ) -> Result<(), StoreError>;
 }

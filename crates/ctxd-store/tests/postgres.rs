@@ -284,3 +284,33 @@ fn open_by_location_gives_a_postgres_backend() {
     assert_eq!(store.setting_or_insert("k", b"one").unwrap(), b"one");
     assert_eq!(reader.setting_or_insert("k", b"two").unwrap(), b"one");
 }
+
+#[test]
+fn gateways_racing_for_one_budget_admit_at_most_one_request_past_it() {
+    use ctxd_core::spend::Spend;
+    let Some(db) = TempDb::create() else { return };
+    let stores: Vec<Arc<PgStore>> = (0..2).map(|_| Arc::new(db.open())).collect();
+    let bound = Spend {
+        tokens: 1_000,
+        micro_usd: u64::MAX,
+    };
+    let each = Spend {
+        tokens: 100,
+        micro_usd: 0,
+    };
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let store = stores[t % 2].clone();
+            std::thread::spawn(move || {
+                (0..10)
+                    .filter(|_| store.spend_reserve("all", "total", each, bound).unwrap().0)
+                    .count()
+            })
+        })
+        .collect();
+    let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    // 100 tokens each against 1,000: the tenth reaches the bound exactly, none after it.
+    assert_eq!(admitted, 10, "80 racing reservations, 10 admitted");
+    let c = stores[0].spend("all", "total").unwrap();
+    assert_eq!(c.reserved.tokens, 1_000);
+}

@@ -294,3 +294,63 @@ fn the_same_entries_appended_twice_are_stored_once() {
         assert_eq!(store.load(s.id).unwrap().entries.len(), 3);
     });
 }
+
+#[test]
+fn a_spending_counter_admits_until_its_bound_then_settles_what_was_billed() {
+    use ctxd_core::spend::Spend;
+    each_backend(|store| {
+        let tokens = |tokens| Spend {
+            tokens,
+            micro_usd: 0,
+        };
+        let bound = Spend {
+            tokens: 100,
+            micro_usd: u64::MAX,
+        };
+        assert_eq!(
+            store.spend("tenant:t", "day:2026-12-05").unwrap(),
+            Default::default()
+        );
+        // Admitted while used + reserved is below the bound, even when this one goes past it.
+        let (ok, c) = store
+            .spend_reserve("tenant:t", "day:2026-12-05", tokens(60), bound)
+            .unwrap();
+        assert!(ok);
+        assert_eq!(c.reserved.tokens, 60);
+        let (ok, c) = store
+            .spend_reserve("tenant:t", "day:2026-12-05", tokens(60), bound)
+            .unwrap();
+        assert!(ok, "60 < 100: admitted");
+        assert_eq!(c.reserved.tokens, 120);
+        let (ok, c) = store
+            .spend_reserve("tenant:t", "day:2026-12-05", tokens(1), bound)
+            .unwrap();
+        assert!(!ok, "120 reserved: refused");
+        assert_eq!(c.reserved.tokens, 120, "a refusal reserves nothing");
+        // The responses' usage replaces the reservations.
+        store
+            .spend_settle("tenant:t", "day:2026-12-05", tokens(30), tokens(60))
+            .unwrap();
+        store
+            .spend_settle("tenant:t", "day:2026-12-05", tokens(40), tokens(60))
+            .unwrap();
+        let c = store.spend("tenant:t", "day:2026-12-05").unwrap();
+        assert_eq!((c.used.tokens, c.reserved.tokens), (70, 0));
+        assert!(
+            store
+                .spend_reserve("tenant:t", "day:2026-12-05", tokens(1), bound)
+                .unwrap()
+                .0
+        );
+        // Another period or scope is another counter; a release never goes below zero.
+        store
+            .spend_settle("tenant:t", "day:2026-12-06", tokens(5), tokens(99))
+            .unwrap();
+        let c = store.spend("tenant:t", "day:2026-12-06").unwrap();
+        assert_eq!((c.used.tokens, c.reserved.tokens), (5, 0));
+        assert_eq!(
+            store.spend("tenant:u", "day:2026-12-05").unwrap(),
+            Default::default()
+        );
+    });
+}

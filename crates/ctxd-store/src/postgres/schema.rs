@@ -8,10 +8,13 @@ use super::pg;
 use crate::StoreError;
 
 /// (version, SQL). PostgreSQL's versions are numbered apart from SQLite's.
-const MIGRATIONS: &[(u32, &str)] = &[(1, include_str!("schema/v1.sql"))];
+const MIGRATIONS: &[(u32, &str)] = &[
+    (1, include_str!("schema/v1.sql")),
+    (2, include_str!("schema/v2.sql")),
+];
 
 /// The PostgreSQL schema version this build writes.
-pub const PG_SCHEMA_VERSION: u32 = 1;
+pub const PG_SCHEMA_VERSION: u32 = 2;
 
 /// The advisory lock every ctxd migrating this database takes (an arbitrary constant: "ctxd").
 const MIGRATION_LOCK: i64 = 0x6374_7864;

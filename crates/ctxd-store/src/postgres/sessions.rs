@@ -3,11 +3,12 @@
 use postgres::{GenericClient, Row, Transaction};
 
 use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
+use ctxd_core::spend::{Counter, Spend};
 
 use super::history::index::{indexed_upto, Indexer};
 use super::prepared::Prepared;
 use super::{pg, PgStore, NOW};
-use crate::sqlite::sessions::{check_leaf, decode_entry, kind_tag, Indexing};
+use crate::sqlite::sessions::{check_leaf, decode_entry, kind_tag, sql_amount, Indexing};
 use crate::{NewEntry, SessionId, SessionRecord, Store, StoreError};
 
 const SESSION_COLUMNS: &str = "s.id, s.tenant, s.key, s.meta, s.created_at, s.updated_at, s.leaf, \
@@ -244,6 +245,106 @@ impl Store for PgStore {
             )?;
             Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
         })
+    }
+
+    fn spend(&self, scope: &str, period: &str) -> Result<Counter, StoreError> {
+        let (scope, period) = (scope.to_owned(), period.to_owned());
+        self.pool.run(move |c| {
+            let row = c.query_opt_cached(
+                "SELECT used_tokens, used_micro_usd, reserved_tokens, reserved_micro_usd \
+                 FROM spend WHERE scope = $1 AND period = $2",
+                &[&scope, &period],
+            )?;
+            Ok(row.map(|r| counter_row(&r)).unwrap_or_default())
+        })
+    }
+
+    fn spend_reserve(
+        &self,
+        scope: &str,
+        period: &str,
+        amount: Spend,
+        bound: Spend,
+    ) -> Result<(bool, Counter), StoreError> {
+        let (scope, period) = (scope.to_owned(), period.to_owned());
+        self.pool.run(move |c| {
+            c.execute_cached(
+                "INSERT INTO spend (scope, period) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&scope, &period],
+            )?;
+            // The row lock orders racing gateways, and the condition is checked again on
+            // the row as the previous holder left it: at most one request past the bound.
+            let reserved = c.query_opt_cached(
+                "UPDATE spend SET reserved_tokens = reserved_tokens + $3, \
+                 reserved_micro_usd = reserved_micro_usd + $4 \
+                 WHERE scope = $1 AND period = $2 \
+                 AND used_tokens + reserved_tokens < $5 \
+                 AND used_micro_usd + reserved_micro_usd < $6 \
+                 RETURNING used_tokens, used_micro_usd, reserved_tokens, reserved_micro_usd",
+                &[
+                    &scope,
+                    &period,
+                    &sql_amount(amount.tokens),
+                    &sql_amount(amount.micro_usd),
+                    &sql_amount(bound.tokens),
+                    &sql_amount(bound.micro_usd),
+                ],
+            )?;
+            if let Some(r) = reserved {
+                return Ok((true, counter_row(&r)));
+            }
+            let now = c.query_opt_cached(
+                "SELECT used_tokens, used_micro_usd, reserved_tokens, reserved_micro_usd \
+                 FROM spend WHERE scope = $1 AND period = $2",
+                &[&scope, &period],
+            )?;
+            Ok((false, now.map(|r| counter_row(&r)).unwrap_or_default()))
+        })
+    }
+
+    fn spend_settle(
+        &self,
+        scope: &str,
+        period: &str,
+        used: Spend,
+        release: Spend,
+    ) -> Result<(), StoreError> {
+        let (scope, period) = (scope.to_owned(), period.to_owned());
+        self.pool.run(move |c| {
+            c.execute_cached(
+                "INSERT INTO spend (scope, period, used_tokens, used_micro_usd) \
+                 VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (scope, period) DO UPDATE SET \
+                 used_tokens = spend.used_tokens + $3, \
+                 used_micro_usd = spend.used_micro_usd + $4, \
+                 reserved_tokens = GREATEST(0, spend.reserved_tokens - $5), \
+                 reserved_micro_usd = GREATEST(0, spend.reserved_micro_usd - $6)",
+                &[
+                    &scope,
+                    &period,
+                    &sql_amount(used.tokens),
+                    &sql_amount(used.micro_usd),
+                    &sql_amount(release.tokens),
+                    &sql_amount(release.micro_usd),
+                ],
+            )?;
+            Ok(())
+        })
+    }
+}
+
+/// A `spend` row's four amounts as a counter.
+fn counter_row(r: &Row) -> Counter {
+    let amount = |i: usize| u64::try_from(r.get::<_, i64>(i)).unwrap_or(0);
+    Counter {
+        used: Spend {
+            tokens: amount(0),
+            micro_usd: amount(1),
+        },
+        reserved: Spend {
+            tokens: amount(2),
+            micro_usd: amount(3),
+        },
     }
 }
 

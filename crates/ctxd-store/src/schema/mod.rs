@@ -6,7 +6,8 @@ use rusqlite::Connection;
 use crate::StoreError;
 
 /// (version, SQL). Version 1 is the first schema; 2 adds store settings (the gateway's key);
-/// 3 makes entries a rowid table (large rows no longer slow every seek) with a batch index.
+/// 3 makes entries a rowid table (large rows no longer slow every seek) with a batch index;
+/// 4 adds budgets' spending counters.
 const MIGRATIONS: &[(u32, &str)] = &[
     (
         1,
@@ -18,10 +19,11 @@ const MIGRATIONS: &[(u32, &str)] = &[
     ),
     (2, include_str!("v2_settings.sql")),
     (3, include_str!("v3_entries_rowid.sql")),
+    (4, include_str!("v4_spend.sql")),
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// A store written by a newer ctxd is refused, untouched.
 pub(crate) fn refuse_newer(conn: &Connection) -> Result<u32, StoreError> {

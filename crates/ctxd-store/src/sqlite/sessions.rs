@@ -3,6 +3,7 @@
 use rusqlite::{params, OptionalExtension, Row};
 
 use ctxd_core::model::{Entry, EntryId, EntryKind, Session, SessionMeta};
+use ctxd_core::spend::{Counter, Spend};
 
 use super::{SqliteStore, NOW};
 use crate::{NewEntry, SessionId, SessionRecord, Store, StoreError};
@@ -250,6 +251,99 @@ impl Store for SqliteStore {
         let rows = stmt.query_map(params![prefix], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
+
+    fn spend(&self, scope: &str, period: &str) -> Result<Counter, StoreError> {
+        let conn = self.conn();
+        let row = conn
+            .query_row(
+                "SELECT used_tokens, used_micro_usd, reserved_tokens, reserved_micro_usd \
+                 FROM spend WHERE scope = ?1 AND period = ?2",
+                params![scope, period],
+                counter_row,
+            )
+            .optional()?;
+        Ok(row.unwrap_or_default())
+    }
+
+    fn spend_reserve(
+        &self,
+        scope: &str,
+        period: &str,
+        amount: Spend,
+        bound: Spend,
+    ) -> Result<(bool, Counter), StoreError> {
+        let mut conn = self.conn();
+        let tx = super::write_transaction(&mut conn)?;
+        tx.execute(
+            "INSERT INTO spend (scope, period) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+            params![scope, period],
+        )?;
+        let reserved = tx
+            .query_row(
+                "UPDATE spend SET reserved_tokens = reserved_tokens + ?3, \
+                 reserved_micro_usd = reserved_micro_usd + ?4 \
+                 WHERE scope = ?1 AND period = ?2 \
+                 AND used_tokens + reserved_tokens < ?5 \
+                 AND used_micro_usd + reserved_micro_usd < ?6 \
+                 RETURNING used_tokens, used_micro_usd, reserved_tokens, reserved_micro_usd",
+                params![
+                    scope,
+                    period,
+                    sql_amount(amount.tokens),
+                    sql_amount(amount.micro_usd),
+                    sql_amount(bound.tokens),
+                    sql_amount(bound.micro_usd)
+                ],
+                counter_row,
+            )
+            .optional()?;
+        let out = match reserved {
+            Some(c) => (true, c),
+            None => (
+                false,
+                tx.query_row(
+                    "SELECT used_tokens, used_micro_usd, reserved_tokens, reserved_micro_usd \
+                     FROM spend WHERE scope = ?1 AND period = ?2",
+                    params![scope, period],
+                    counter_row,
+                )?,
+            ),
+        };
+        tx.commit()?;
+        Ok(out)
+    }
+
+    fn spend_settle(
+        &self,
+        scope: &str,
+        period: &str,
+        used: Spend,
+        release: Spend,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = super::write_transaction(&mut conn)?;
+        tx.execute(
+            "INSERT INTO spend (scope, period) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+            params![scope, period],
+        )?;
+        tx.execute(
+            "UPDATE spend SET used_tokens = used_tokens + ?3, \
+             used_micro_usd = used_micro_usd + ?4, \
+             reserved_tokens = MAX(0, reserved_tokens - ?5), \
+             reserved_micro_usd = MAX(0, reserved_micro_usd - ?6) \
+             WHERE scope = ?1 AND period = ?2",
+            params![
+                scope,
+                period,
+                sql_amount(used.tokens),
+                sql_amount(used.micro_usd),
+                sql_amount(release.tokens),
+                sql_amount(release.micro_usd)
+            ],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
 }
 
 /// `LeafMoved` when an append expects the leaf at `expected` and the session's is `current`.
@@ -442,4 +536,24 @@ pub(crate) fn tail(
         )?);
     }
     Ok(entries)
+}
+
+/// An amount as SQL's 64-bit integer (an unbounded limit, `u64::MAX`, as the largest).
+pub(crate) fn sql_amount(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A `spend` row's four amounts as a counter.
+fn counter_row(r: &Row) -> rusqlite::Result<Counter> {
+    let amount = |i: usize| r.get::<_, i64>(i).map(|v| u64::try_from(v).unwrap_or(0));
+    Ok(Counter {
+        used: Spend {
+            tokens: amount(0)?,
+            micro_usd: amount(1)?,
+        },
+        reserved: Spend {
+            tokens: amount(2)?,
+            micro_usd: amount(3)?,
+        },
+    })
 }
