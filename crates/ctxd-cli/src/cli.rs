@@ -51,6 +51,7 @@ pub fn config_keys(serve: &clap::Command) -> Vec<String> {
                     | "no-lazy-tools"
                     | "no-cache-plan"
                     | "model-window"
+                    | "budget"
             ) && !l.starts_with("classifier")
         })
         .map(str::to_owned)
@@ -71,8 +72,12 @@ pub fn with_config_help(cli: clap::Command) -> clap::Command {
              `cache-plan = false` does what --no-cache-plan does, `[agents.NAME]` tables set `reminders`, `resets`, `distill`, `digests`, `amnesia`, `lazy-tools` and `tools` for one agent (claude-code, codex, pi, sdk); `[amnesia-read-tools.AGENT]` tables (`tools`, `shell`) name the read-like tools meta-amnesia judges; a `[lazy-base-tools]` table (`AGENT = [\"tool\", ...]`) names each agent's base tools for lazy tools; a `[model-windows]` table maps model \
              names to windows (\"claude-sonnet-4-5\" = 1000000) as --model-window does; a \
              `[classifier]` table (kind, base_url, model, api_key_env, timeout_ms, concurrency, \
-             price_per_mtok) does what the --classifier flags do. Flags and \
-             environment variables win over the file"
+             price_per_mtok) does what the --classifier flags do; `[[budgets]]` tables (scope, \
+             period, usd or tokens, warn-at, hard) do what --budget does; a `[prices]` table maps \
+             model-name prefixes to `{{ input, output, cache-read, cache-write }}` dollars per \
+             million tokens, before the built-in list prices; a `[tenants]` table names tenants \
+             (NAME = \"b3:...\", from `ctxd tenant-key NAME`). Flags and environment variables \
+             win over the file"
         );
         serve.mut_arg("config", |a| a.help(help))
     })

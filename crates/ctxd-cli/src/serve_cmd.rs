@@ -166,6 +166,13 @@ pub struct ServeArgs {
     /// [default: auto].
     #[arg(long, env = "CTXD_TENANCY", value_name = "MODE", value_parser = ctxd_gateway::tenancy::TenancyMode::parse)]
     pub tenancy: Option<ctxd_gateway::tenancy::TenancyMode>,
+    /// A spending limit, repeatable: `SCOPE/PERIOD=LIMIT[,warn=SHARE][,soft]` with SCOPE
+    /// session, project, tenant or all, PERIOD day, month or total (UTC), LIMIT `$5` or tokens
+    /// (`2m`). From the provider's reported usage and the model's price; past `warn` (0.8) the
+    /// responses carry `x-ctxd-budget-warning`; at the limit requests are refused (400, the
+    /// API's error) unless `soft`. Counted in the store, shared by every gateway on it.
+    #[arg(long = "budget", env = "CTXD_BUDGET", value_name = "SPEC", value_delimiter = ';', value_parser = ctxd_core::spend::parse_budget)]
+    pub budgets: Vec<ctxd_core::spend::Budget>,
     /// The environment variable holding the dashboard's operator token: a browser that sends
     /// it sees every tenant's sessions at `/ui` [default: none; beyond loopback each tenant
     /// sees only its own, by its API key].
@@ -379,6 +386,7 @@ pub(crate) fn settings(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<
     if let Some(mode) = args.tenancy {
         settings.tenancy = mode;
     }
+    settings.budgets.extend(args.budgets.iter().cloned());
     if let Some(name) = &args.admin_token_env {
         settings.admin_token_env = Some(name.clone());
     }

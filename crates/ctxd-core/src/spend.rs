@@ -8,7 +8,7 @@ use crate::model::Usage;
 
 /// US dollars per million tokens, by kind of token.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Price {
     pub input: f64,
     pub output: f64,

@@ -62,6 +62,10 @@ pub struct Settings {
     pub tenancy: crate::tenancy::TenancyMode,
     /// Operator-named tenants, found by the `x-ctxd-key` their clients send.
     pub tenants: crate::tenancy::NamedTenants,
+    /// Spending limits per session, project, tenant or everything, per day, month or ever.
+    pub budgets: Vec<ctxd_core::spend::Budget>,
+    /// Prices for budgets in dollars: the user's, then the list prices.
+    pub prices: ctxd_core::spend::PriceTable,
     /// The environment variable holding the dashboard's operator token (`/ui` shows every
     /// tenant to whoever sends it). The name, not the token: settings are printed and logged.
     pub admin_token_env: Option<String>,
@@ -448,6 +452,8 @@ impl Settings {
             allow_keyless: false,
             tenancy: crate::tenancy::TenancyMode::Auto,
             tenants: crate::tenancy::NamedTenants::new(),
+            budgets: Vec::new(),
+            prices: ctxd_core::spend::PriceTable::default(),
             admin_token_env: None,
             ui_refresh: Duration::from_secs(2),
             max_bodies_in_flight_bytes: 256 * 1024 * 1024,
@@ -537,6 +543,15 @@ impl Settings {
                 .and_then(|()| crate::tenancy::parse_key_hash(&value))
                 .map_err(|e| format!("config {}: [tenants] {name}: {e}", path.display()))?;
             self.tenants.insert(name, hash);
+        }
+        for b in file.budgets.unwrap_or_default() {
+            let budget = b
+                .budget()
+                .map_err(|e| format!("config {}: [[budgets]]: {e}", path.display()))?;
+            self.budgets.push(budget);
+        }
+        if let Some(prices) = file.prices {
+            self.prices = ctxd_core::spend::PriceTable::new(prices);
         }
         if let Some(name) = file.admin_token_env {
             self.admin_token_env = Some(name);
@@ -764,6 +779,10 @@ struct FileSettings {
     tenancy: Option<String>,
     /// `[tenants]` table: a tenant's name = `"b3:<BLAKE3 of its key>"` (`ctxd tenant-key`).
     tenants: Option<BTreeMap<String, String>>,
+    /// `[[budgets]]` tables, as `--budget`.
+    budgets: Option<Vec<FileBudget>>,
+    /// `[prices]` table: model-name prefix = `{ input, output, cache-read, cache-write }`.
+    prices: Option<BTreeMap<String, ctxd_core::spend::Price>>,
     admin_token_env: Option<String>,
     /// Milliseconds, as `--ui-refresh-ms`.
     ui_refresh_ms: Option<u64>,
@@ -1054,5 +1073,45 @@ other = [\"run\"]
         std::fs::write(&path, "amnesia-min-tokens = 99999999999\n").unwrap();
         let e = Settings::new("x.db").apply_file(&path).unwrap_err();
         assert!(e.contains("amnesia-min-tokens"), "{e}");
+    }
+}
+
+/// A `[[budgets]]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileBudget {
+    scope: ctxd_core::spend::Scope,
+    period: ctxd_core::spend::Period,
+    /// The limit in dollars...
+    usd: Option<f64>,
+    /// ...or in tokens.
+    tokens: Option<u64>,
+    /// The soft limit, a share of the limit (default 0.8).
+    warn_at: Option<f64>,
+    /// Refuse requests at the limit (default true).
+    hard: Option<bool>,
+}
+
+impl FileBudget {
+    fn budget(&self) -> Result<ctxd_core::spend::Budget, String> {
+        use ctxd_core::spend::Limit;
+        let limit = match (self.usd, self.tokens) {
+            (Some(usd), None) if usd.is_finite() && usd >= 0.0 => {
+                Limit::MicroUsd((usd * 1e6).round() as u64)
+            }
+            (None, Some(tokens)) => Limit::Tokens(tokens),
+            _ => return Err("give one limit: usd = 5.0 or tokens = 2000000".into()),
+        };
+        let warn_at = self.warn_at.unwrap_or(ctxd_core::spend::DEFAULT_WARN_AT);
+        if !(0.0..=1.0).contains(&warn_at) {
+            return Err(format!("warn-at {warn_at}: a share of the limit, 0 to 1"));
+        }
+        Ok(ctxd_core::spend::Budget {
+            scope: self.scope,
+            period: self.period,
+            limit,
+            warn_at,
+            hard: self.hard.unwrap_or(true),
+        })
     }
 }

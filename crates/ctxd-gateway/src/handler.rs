@@ -428,6 +428,8 @@ async fn prepare(
         policy: None,
     };
 
+    let mut admission = admit(app, api, &caller, &key, decoded.len()).await?;
+
     // A key named in the headers wins in `session_key`: its slot is the one found above.
     let slot = named.unwrap_or_else(|| app.sessions.slot(&tenant, &key));
     slot.wait_settled(Duration::from_secs(10)).await;
@@ -571,6 +573,7 @@ async fn prepare(
     );
     completion.measured(planned.measured);
     completion.cached(planned.cache);
+    completion.admitted(admission.take());
     Ok(Planned {
         unmanaged,
         upstream_body,
@@ -598,6 +601,85 @@ fn queue(
             stale: slot.stale.clone(),
             ack: None,
         });
+    }
+}
+
+/// The request's budgets (`crate::spending`): its estimated input reserved on each counter,
+/// or the API's own error naming the limit reached (400: what a provider answers an account
+/// out of credit, and what no SDK retries). `None` when no budget is configured.
+async fn admit(
+    app: &Arc<Gateway>,
+    api: Api,
+    caller: &Caller,
+    session_key: &str,
+    body_bytes: usize,
+) -> Result<Reservation, Response> {
+    let none = Reservation {
+        app: app.clone(),
+        admission: None,
+    };
+    if app.spending.is_empty() {
+        return Ok(none);
+    }
+    let estimate = app.spending.estimate(caller.model.as_deref(), body_bytes);
+    let (tenant, project, key) = (
+        caller.tenant.clone(),
+        caller.project.clone(),
+        session_key.to_owned(),
+    );
+    let gateway = app.clone();
+    let verdict = tokio::task::spawn_blocking(move || {
+        let subject = ctxd_core::spend::Subject {
+            tenant: &tenant,
+            project: project.as_deref(),
+            session: &key,
+        };
+        gateway
+            .spending
+            .admit(gateway.engine.store(), &subject, estimate, now_ms())
+    })
+    .await;
+    match verdict {
+        Ok(Ok(crate::spending::Verdict::Admitted(a))) => {
+            let mut held = none;
+            held.admission = Some(a);
+            Ok(held)
+        }
+        Ok(Ok(crate::spending::Verdict::Refused(why))) => {
+            tracing::info!(reason = %why, "refused by a budget");
+            Err(api_error(api, StatusCode::BAD_REQUEST, &why))
+        }
+        Ok(Err(e)) => Err(api_error(
+            api,
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("ctxd: the budgets' counters cannot be read: {e}"),
+        )),
+        Err(e) => Err(internal(api, &format!("budget check failed: {e}"))),
+    }
+}
+
+/// A request's budget reservation until its `Completion` takes it over; released if the
+/// request ends before (a refusal, a repair, the store failing).
+struct Reservation {
+    app: Arc<Gateway>,
+    admission: Option<crate::spending::Admission>,
+}
+
+impl Reservation {
+    fn take(&mut self) -> Option<crate::spending::Admission> {
+        self.admission.take()
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(admission) = self.admission.take() {
+            let app = self.app.clone();
+            drop(tokio::task::spawn_blocking(move || {
+                app.spending
+                    .settle(app.engine.store(), &admission, Default::default())
+            }));
+        }
     }
 }
 
@@ -824,6 +906,11 @@ async fn forward(
         }
         if let Some(r) = completion.request_record().filter(|_| status.is_success()) {
             crate::stats::headers(&mut out_headers, r);
+        }
+        for warning in completion.budget_warnings() {
+            if let Ok(v) = HeaderValue::from_str(warning) {
+                out_headers.append(crate::spending::WARNING_HEADER, v);
+            }
         }
         let is_sse = resp
             .headers()

@@ -29,6 +29,7 @@ pub mod rewrite;
 pub mod served;
 mod server;
 mod sessions;
+pub mod spending;
 pub mod stats;
 pub mod tenancy;
 pub mod turn;

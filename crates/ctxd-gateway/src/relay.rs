@@ -67,6 +67,8 @@ pub struct Completion {
     request: Option<ctxd_core::savings::Record>,
     /// Where the request's Anthropic breakpoints were (`crate::cache`), recorded likewise.
     cache: Option<ctxd_core::cache::Record>,
+    /// What the request reserved on its budgets, settled when it ends (`crate::spending`).
+    spend: Option<crate::spending::Admission>,
     done: bool,
 }
 
@@ -99,6 +101,7 @@ impl Completion {
             relaying: Duration::ZERO,
             request: None,
             cache: None,
+            spend: None,
             done: false,
         }
     }
@@ -111,6 +114,16 @@ impl Completion {
     /// Where the request's breakpoints went upstream.
     pub fn cached(&mut self, record: Option<ctxd_core::cache::Record>) {
         self.cache = record;
+    }
+
+    /// What the request reserved on its budgets.
+    pub fn admitted(&mut self, admission: Option<crate::spending::Admission>) {
+        self.spend = admission;
+    }
+
+    /// The soft limits the request's budgets passed.
+    pub fn budget_warnings(&self) -> &[String] {
+        self.spend.as_ref().map_or(&[], |a| &a.warnings)
     }
 
     pub fn request_record(&self) -> Option<&ctxd_core::savings::Record> {
@@ -160,6 +173,30 @@ impl Completion {
         self.settle(outcome, upstream)
     }
 
+    /// The request is over: what it reserved on its budgets gives way to what the provider
+    /// billed for the response (nothing for a failure or an abort), off the request's path.
+    fn settle_spending(&mut self, outcome: &Outcome) {
+        let Some(admission) = self.spend.take() else {
+            return;
+        };
+        let billed = match outcome {
+            Outcome::Response(view) => view.usage.as_ref().map(|u| {
+                let model = view.model.as_deref().or(self.caller.model.as_deref());
+                self.app.spending.cost(model, u)
+            }),
+            Outcome::Aborted | Outcome::Failed => None,
+        };
+        let app = self.app.clone();
+        let settle = move || {
+            app.spending
+                .settle(app.engine.store(), &admission, billed.unwrap_or_default())
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(settle)),
+            Err(_) => settle(),
+        }
+    }
+
     /// Count the turn and make the session's next request wait for its outcome to reach the
     /// log; the work of getting it there is returned ([`TurnRecord::spawn`]). `None` when
     /// nothing is recorded.
@@ -184,6 +221,7 @@ impl Completion {
             overhead_us = (self.before_upstream + self.relaying).as_micros() as u64,
             "turn over"
         );
+        self.settle_spending(&outcome);
         if matches!(outcome, Outcome::Failed) {
             return None;
         }

@@ -197,6 +197,8 @@ pub struct Gateway {
     /// How requests find their tenants (the credential hash keyed by the store's secret, so
     /// tenants survive restarts).
     pub tenancy: crate::tenancy::Tenancy,
+    /// Budgets: counted in the store, checked before each request goes upstream.
+    pub(crate) spending: crate::spending::Spending,
     metrics: PrometheusHandle,
     /// Responses being recorded (shutdown waits for them before draining the writer).
     pub(crate) recording: AtomicUsize,
@@ -492,6 +494,10 @@ impl Server {
                 settings.listen.ip().is_loopback(),
                 key,
                 settings.tenants.clone(),
+            ),
+            spending: crate::spending::Spending::new(
+                settings.budgets.clone(),
+                settings.prices.clone(),
             ),
             metrics: metrics_handle(),
             recording: AtomicUsize::new(0),

@@ -5,6 +5,7 @@
 //! API's shape, tenants kept apart.
 
 mod amnesia;
+mod budgets;
 mod cache;
 mod conversation;
 mod digest;
