@@ -15,7 +15,10 @@
 2. **A gateway killed mid-stream.** A streamed answer is cut by SIGKILL of the gateway serving
    it; the client retries against the other gateway. Every answer the client received in full
    before is in the store; the retry is answered and stored.
-3. **PostgreSQL restarted under load** (when `CTXD_TEST_POSTGRES_DATA` names the server's data
+3. **One budget, two gateways.** Sixteen clients at once through both gateways against one hard
+   budget: what was billed passes the limit by less than one request, the shared counter holds
+   exactly what was billed, and every refusal is the API's own 400.
+4. **PostgreSQL restarted under load** (when `CTXD_TEST_POSTGRES_DATA` names the server's data
    directory and `pg_ctl` is on PATH): while requests flow through both gateways the server
    restarts; requests during the outage get the API's own error (HTTP 503), none hangs; after
    it, both gateways serve again without being restarted, and every acknowledged answer is in
@@ -506,13 +509,88 @@ class Run:
         self.check("every acknowledged answer is in the store", not lost,
                    "%d of %d lost, e.g. %s" % (len(lost), sum(o[2] == 200 for o in outcomes), lost[:2]))
 
+    # ------------------------------------------------------------------ 4. one budget, two gateways
+    def budget_across_gateways(self):
+        """Two gateways with one hard budget (`tenant/total`) on one database, sixteen clients
+        sending at once through both: the tokens billed exceed the limit by less than one
+        request, the counter holds exactly what was billed (no double count, none lost), no
+        reservation is left, and every refusal is the API's own 400."""
+        mock = Mock(self.args.mock, self.work)
+        limit = 4000
+        flags = ("--tenancy", "credential", "--budget", "tenant/total=%d" % limit)
+        gateways = [serve(self.args.ctxd, self.pg, mock.url, self.work, "budget-%d" % i, *flags)
+                    for i in (0, 1)]
+        key = "sk-ant-budget-%d" % os.getpid()
+        outcomes = []  # (status, tokens billed or the error body)
+        lock = threading.Lock()
+
+        def client(worker):
+            for n in range(8):
+                port = gateways[(worker + n) % 2].port()
+                headers = {"x-api-key": key, "anthropic-version": "2023-06-01",
+                           "content-type": "application/json",
+                           "x-ctxd-session": "budget-%d-%d" % (worker, n)}
+                body = {"model": "claude-sonnet-4-5", "max_tokens": 32,
+                        "messages": [{"role": "user", "content": "question %d of %d " % (n, worker) * 20}]}
+                try:
+                    u = post_json("http://127.0.0.1:%d/v1/messages" % port, headers, body)["usage"]
+                    billed = sum(u.get(k) or 0 for k in ("input_tokens", "output_tokens",
+                                                        "cache_read_input_tokens",
+                                                        "cache_creation_input_tokens"))
+                    result = (200, billed)
+                except urllib.error.HTTPError as e:
+                    result = (e.code, e.read().decode("utf-8", "replace"))
+                with lock:
+                    outcomes.append(result)
+
+        try:
+            threads = [threading.Thread(target=client, args=(w,)) for w in range(16)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+            admitted = [b for status, b in outcomes if status == 200]
+            refused = [b for status, b in outcomes if status == 400]
+            others = [(status, b) for status, b in outcomes if status not in (200, 400)]
+            billed = sum(admitted)
+            biggest = max(admitted, default=0)
+            print("budget: %d admitted, %d refused; billed %d tokens against a limit of %d "
+                  "(largest request %d)" % (len(admitted), len(refused), billed, limit, biggest),
+                  flush=True)
+            self.check("budget: some requests admitted, the rest refused with the API's 400",
+                       admitted and refused and not others
+                       and all("tenant/total budget" in b for b in refused),
+                       "%d admitted, %d refused, others %r, a refusal: %r" % (
+                           len(admitted), len(refused), others[:2], refused[:1]))
+            self.check("budget: two gateways under concurrent requests pass the limit by less "
+                       "than one request", billed < limit + biggest,
+                       "billed %d against %d (largest request %d, %d admitted)" % (
+                           billed, limit, biggest, len(admitted)))
+            deadline = time.time() + 10
+            row = None
+            while time.time() < deadline:
+                out = subprocess.run(
+                    ["psql", self.pg, "-At", "-c",
+                     "SELECT used_tokens, reserved_tokens FROM spend WHERE scope LIKE 'tenant:%'"],
+                    capture_output=True, text=True, timeout=60).stdout.strip()
+                row = [int(x) for x in out.split("|")] if out else None
+                if row and row[1] == 0:
+                    break
+                time.sleep(0.1)
+            self.check("budget: the shared counter holds exactly what was billed, nothing reserved",
+                       row == [billed, 0], "counter %r, billed %d" % (row, billed))
+        finally:
+            for g in gateways:
+                g.stop()
+            mock.stop()
+
     def main(self):
         psql(self.args.postgres, "DROP DATABASE IF EXISTS %s" % self.db_name)
         psql(self.args.postgres, "CREATE DATABASE %s" % self.db_name)
         try:
             for phase in (self.same_bytes, self.agent_alternating,
                           self.distilled_across_gateways, self.killed_mid_stream,
-                          self.restart_under_load):
+                          self.budget_across_gateways, self.restart_under_load):
                 try:
                     phase()
                 except Exception:
