@@ -166,6 +166,12 @@ pub struct ServeArgs {
     /// [default: auto].
     #[arg(long, env = "CTXD_TENANCY", value_name = "MODE", value_parser = ctxd_gateway::tenancy::TenancyMode::parse)]
     pub tenancy: Option<ctxd_gateway::tenancy::TenancyMode>,
+    /// Export a span per request to this OpenTelemetry collector over OTLP/HTTP (JSON):
+    /// `http://127.0.0.1:4318` (spans go to /v1/traces under it). GenAI attributes (models,
+    /// tokens, finish reason), cost, ctxd's savings, session, project and agent; never content
+    /// [default: none: nothing is exported, no connection made].
+    #[arg(long, env = "CTXD_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// A spending limit, repeatable: `SCOPE/PERIOD=LIMIT[,warn=SHARE][,soft]` with SCOPE
     /// session, project, tenant or all, PERIOD day, month or total (UTC), LIMIT `$5` or tokens
     /// (`2m`). From the provider's reported usage and the model's price; past `warn` (0.8) the
@@ -387,6 +393,9 @@ pub(crate) fn settings(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<
         settings.tenancy = mode;
     }
     settings.budgets.extend(args.budgets.iter().cloned());
+    if let Some(url) = &args.otlp_endpoint {
+        settings.otlp_endpoint = Some(url.clone());
+    }
     if let Some(name) = &args.admin_token_env {
         settings.admin_token_env = Some(name.clone());
     }

@@ -62,6 +62,8 @@ pub struct Settings {
     pub tenancy: crate::tenancy::TenancyMode,
     /// Operator-named tenants, found by the `x-ctxd-key` their clients send.
     pub tenants: crate::tenancy::NamedTenants,
+    /// Where spans go over OTLP/HTTP (`http://host:4318`); none: nothing is exported.
+    pub otlp_endpoint: Option<String>,
     /// Spending limits per session, project, tenant or everything, per day, month or ever.
     pub budgets: Vec<ctxd_core::spend::Budget>,
     /// Prices for budgets in dollars: the user's, then the list prices.
@@ -453,6 +455,7 @@ impl Settings {
             tenancy: crate::tenancy::TenancyMode::Auto,
             tenants: crate::tenancy::NamedTenants::new(),
             budgets: Vec::new(),
+            otlp_endpoint: None,
             prices: ctxd_core::spend::PriceTable::default(),
             admin_token_env: None,
             ui_refresh: Duration::from_secs(2),
@@ -549,6 +552,9 @@ impl Settings {
                 .budget()
                 .map_err(|e| format!("config {}: [[budgets]]: {e}", path.display()))?;
             self.budgets.push(budget);
+        }
+        if let Some(url) = file.otlp_endpoint {
+            self.otlp_endpoint = Some(url);
         }
         if let Some(prices) = file.prices {
             self.prices = ctxd_core::spend::PriceTable::new(prices);
@@ -721,6 +727,13 @@ impl Settings {
                 return Err(format!("--{name} must be at least 1 second"));
             }
         }
+        if let Some(url) = &self.otlp_endpoint {
+            let parsed = reqwest::Url::parse(url)
+                .map_err(|e| format!("--otlp-endpoint {url:?} is not a URL: {e}"))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(format!("--otlp-endpoint {url:?} must be http or https"));
+            }
+        }
         for (name, url) in [
             ("upstream-anthropic", &mut self.upstream_anthropic),
             ("upstream-openai", &mut self.upstream_openai),
@@ -779,6 +792,8 @@ struct FileSettings {
     tenancy: Option<String>,
     /// `[tenants]` table: a tenant's name = `"b3:<BLAKE3 of its key>"` (`ctxd tenant-key`).
     tenants: Option<BTreeMap<String, String>>,
+    /// As `--otlp-endpoint`.
+    otlp_endpoint: Option<String>,
     /// `[[budgets]]` tables, as `--budget`.
     budgets: Option<Vec<FileBudget>>,
     /// `[prices]` table: model-name prefix = `{ input, output, cache-read, cache-write }`.

@@ -31,6 +31,7 @@ mod server;
 mod sessions;
 pub mod spending;
 pub mod stats;
+pub mod telemetry;
 pub mod tenancy;
 pub mod turn;
 pub mod ui;

@@ -197,6 +197,42 @@ impl Completion {
         }
     }
 
+    /// The request's span, when OpenTelemetry is configured (`crate::telemetry`).
+    fn export_span(&self, outcome: &Outcome, label: &'static str) {
+        if !self.app.telemetry.is_on() {
+            return;
+        }
+        let response = match outcome {
+            Outcome::Response(view) => Some(view),
+            Outcome::Aborted | Outcome::Failed => None,
+        };
+        let cost_usd = response.and_then(|view| {
+            let usage = view.usage.as_ref()?;
+            let model = view.model.as_deref().or(self.caller.model.as_deref());
+            let price = self.app.settings.prices.price(model?)?;
+            Some(price.micro_usd(usage) as f64 / 1e6)
+        });
+        let ended = std::time::SystemTime::now();
+        let served_tools = self
+            .tail
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .hidden
+            .is_some();
+        self.app.telemetry.request(crate::telemetry::RequestSpan {
+            api: self.api,
+            upstream: self.app.upstream.base(self.api),
+            started: ended - self.started.elapsed(),
+            ended,
+            caller: &self.caller,
+            response,
+            outcome: label,
+            cost_usd,
+            measured: self.request.as_ref(),
+            served_tools,
+        });
+    }
+
     /// Count the turn and make the session's next request wait for its outcome to reach the
     /// log; the work of getting it there is returned ([`TurnRecord::spawn`]). `None` when
     /// nothing is recorded.
@@ -222,6 +258,7 @@ impl Completion {
             "turn over"
         );
         self.settle_spending(&outcome);
+        self.export_span(&outcome, label);
         if matches!(outcome, Outcome::Failed) {
             return None;
         }

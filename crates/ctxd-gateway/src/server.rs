@@ -42,6 +42,8 @@ pub enum StartError {
     Random(String),
     #[error("{0}")]
     Classifier(String),
+    #[error("OpenTelemetry: {0}")]
+    Telemetry(String),
     #[error(
         "the store {store} is already served by another ctxd serve{holder}: one gateway per \
          store (its indexed sessions would not see the other's writes); stop it or use \
@@ -199,6 +201,8 @@ pub struct Gateway {
     pub tenancy: crate::tenancy::Tenancy,
     /// Budgets: counted in the store, checked before each request goes upstream.
     pub(crate) spending: crate::spending::Spending,
+    /// A span per request to an OpenTelemetry collector, when one is configured.
+    pub(crate) telemetry: Arc<crate::telemetry::Telemetry>,
     metrics: PrometheusHandle,
     /// Responses being recorded (shutdown waits for them before draining the writer).
     pub(crate) recording: AtomicUsize,
@@ -429,6 +433,15 @@ impl Server {
             other => (ctxd_store::open(other, settings.store_sync)?, None, None),
         };
         let key = crate::identity::store_tenant_key(&*store).map_err(StartError::Random)?;
+        // Its HTTP client has a runtime of its own: built (and later stopped) off this one.
+        let endpoint = settings.otlp_endpoint.clone();
+        let telemetry = tokio::task::spawn_blocking(move || {
+            crate::telemetry::Telemetry::start(endpoint.as_deref())
+        })
+        .await
+        .map_err(std::io::Error::other)?
+        .map_err(StartError::Telemetry)?;
+        let telemetry = Arc::new(telemetry);
         let learned = crate::learned::Learned::load(&*store);
         let mut nonce = [0u8; 4];
         getrandom::fill(&mut nonce).map_err(|e| StartError::Random(e.to_string()))?;
@@ -495,6 +508,7 @@ impl Server {
                 key,
                 settings.tenants.clone(),
             ),
+            telemetry,
             spending: crate::spending::Spending::new(
                 settings.budgets.clone(),
                 settings.prices.clone(),
@@ -658,8 +672,10 @@ impl Server {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
         drop(router);
+        let telemetry = app.telemetry.clone();
         drop(app);
         tokio::task::spawn_blocking(move || {
+            telemetry.shutdown();
             distill_thread.stop();
             writer.shutdown();
             if let Some(checkpoints) = checkpoints {

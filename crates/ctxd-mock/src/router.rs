@@ -28,6 +28,9 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/chat/completions", post(handlers::chat))
         .route("/v1/responses", post(handlers::responses))
         .route("/v1/models", get(models))
+        // An OpenTelemetry collector's OTLP/HTTP traces route: the spans are recorded like any
+        // request and accepted whole.
+        .route("/v1/traces", post(otlp_traces))
         .route("/", get(root))
         .route("/health", get(root))
         .route("/healthz", get(root))
@@ -71,6 +74,16 @@ async fn record(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respo
             error(api, StatusCode::PAYLOAD_TOO_LARGE, &message, &s)
         }
     }
+}
+
+/// OTLP/HTTP's answer to an export it took whole (`ExportTraceServiceResponse`, JSON).
+async fn otlp_traces() -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        "{}",
+    )
+        .into_response()
 }
 
 /// An error response in the shape of the API the request looks like.
