@@ -29,13 +29,14 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import zlib
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.environ.get("CTXD_SHARED") or os.path.join(HERE, "..", "..", "..", "shared")
@@ -139,6 +140,10 @@ def browser():
     driver.set_page_load_timeout(30)
     driver._ctxd_profile = profile
     return driver
+
+
+def shown_rows(driver):
+    return driver.find_elements(By.CSS_SELECTOR, "#sessions tbody tr[data-id]")
 
 
 def console_errors(driver):
@@ -262,6 +267,28 @@ def loopback_checks(args, workdir, mock_url, driver):
         wait(driver, lambda d: len(shown()) == total)
         if args.screenshots:
             driver.save_screenshot(os.path.join(args.screenshots, "ui-sessions.png"))
+
+        # The usage page: a row per day across the sessions, filtered by project.
+        driver.get(base + "/ui/usage")
+        wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#usage-days tbody tr"), 30)
+        _, usage = get_json(base + "/ui/api/usage")
+        days = driver.find_elements(By.CSS_SELECTOR, "#usage-days tbody tr")
+        check("usage page: a row per day, the chart beside them",
+              len(days) == len(usage["days"]) > 0 and driver.find_elements(By.ID, "usage-chart"),
+              f"{len(days)} rows, {len(usage['days'])} days")
+        project = usage["projects"][0] if usage["projects"] else None
+        if check("usage page: projects to filter by", project, usage["projects"]):
+            Select(driver.find_element(By.ID, "usage-project")).select_by_value(project)
+            _, only = get_json(base + "/ui/api/usage?" + urllib.parse.urlencode({"project": project}))
+            wait(driver, lambda d: "project=" in d.current_url and d.find_element(
+                By.ID, "usage-sessions").text.startswith(f"{only['sessions']} session"), 30)
+            shown = driver.find_elements(By.CSS_SELECTOR, "#usage-days tbody tr")
+            check("usage page: filtered by project",
+                  len(shown) == len(only["days"]) and only["sessions"] < usage["sessions"],
+                  f"{len(shown)} rows, {only['sessions']} of {usage['sessions']} sessions")
+        check("usage page: no console errors", not console_errors(driver), console_errors(driver))
+        driver.get(base + "/ui/?sort=last_active&dir=desc")
+        wait(driver, lambda d: len(shown_rows(d)) == total)
 
         # Live: a request through the gateway shows up on the open page.
         sent = time.time()

@@ -51,6 +51,11 @@ impl Spending {
         Spending { budgets, prices }
     }
 
+    /// The prices dollar budgets use (the dashboard's billed cost too).
+    pub fn prices(&self) -> &PriceTable {
+        &self.prices
+    }
+
     /// No budget is configured: requests are neither counted nor checked.
     pub fn is_empty(&self) -> bool {
         self.budgets.is_empty()
@@ -156,6 +161,78 @@ impl Spending {
             tokens: usage.input,
             micro_usd: price.map_or(0, |p| p.micro_usd(&usage)),
         }
+    }
+}
+
+/// Where one counter of one budget stands, for the dashboard.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct BudgetState {
+    /// `tenant/day`, ...
+    pub budget: String,
+    /// Whose counter: the project, the session's key; empty for a tenant or everything.
+    pub whose: String,
+    pub limit: String,
+    pub used: String,
+    /// The share of the limit used.
+    pub share: f64,
+    /// `ok`, `warning` (past the soft limit) or `reached` (a hard limit refuses requests).
+    pub state: &'static str,
+}
+
+/// How many counters the dashboard shows at most (the fullest first).
+const SHOWN_STATES: usize = 50;
+
+impl Spending {
+    /// The counters `subjects`' budgets read now, the fullest first: every budget of a tenant
+    /// or of everything, and the projects and sessions that spent anything.
+    pub fn states(
+        &self,
+        store: &dyn Backend,
+        subjects: &[Subject],
+        now_ms: i64,
+    ) -> Result<Vec<BudgetState>, StoreError> {
+        use ctxd_core::spend::Scope;
+        let mut seen = std::collections::BTreeSet::new();
+        let mut out = Vec::new();
+        for b in &self.budgets {
+            for subject in subjects {
+                let Some(key) = b.key(subject, now_ms) else {
+                    continue;
+                };
+                if !seen.insert((b.name(), b.limit_text(), key.clone())) {
+                    continue;
+                }
+                let counter = store.spend(&key.0, &key.1)?;
+                let whose = match b.scope {
+                    Scope::Session => subject.session.to_owned(),
+                    Scope::Project => subject.project.unwrap_or_default().to_owned(),
+                    Scope::Tenant | Scope::All => String::new(),
+                };
+                let fine_grained = matches!(b.scope, Scope::Session | Scope::Project);
+                if fine_grained && counter.used == Spend::default() {
+                    continue;
+                }
+                let share = b.share(&counter);
+                let state = if b.hard && share >= 1.0 {
+                    "reached"
+                } else if share >= b.warn_at {
+                    "warning"
+                } else {
+                    "ok"
+                };
+                out.push(BudgetState {
+                    budget: b.name(),
+                    whose,
+                    limit: b.limit_text(),
+                    used: b.used_text(&counter),
+                    share,
+                    state,
+                });
+            }
+        }
+        out.sort_by(|a, b| b.share.total_cmp(&a.share));
+        out.truncate(SHOWN_STATES);
+        Ok(out)
     }
 }
 

@@ -358,6 +358,55 @@ pub fn detail(r: &SessionRecord, session: &Session, with_tenant: bool) -> Detail
     }
 }
 
+/// One UTC day of usage across sessions: ctxd's records (tokens sent against the whole
+/// conversation, saved, its list-price value) and what the provider billed (every response's
+/// usage, priced by the model).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Day {
+    /// `2026-12-05`.
+    pub day: String,
+    #[serde(flatten)]
+    pub totals: Totals,
+    /// Tokens the provider reported (input, cache reads and writes, output).
+    pub billed_tokens: u64,
+    /// Those at the model's price; responses of a model without one are left out.
+    pub billed_usd: f64,
+    pub unpriced_responses: u64,
+}
+
+/// Usage per day over `sessions`, oldest first.
+pub fn daily<'a>(
+    sessions: impl IntoIterator<Item = &'a Session>,
+    prices: &ctxd_core::spend::PriceTable,
+) -> Vec<Day> {
+    use ctxd_core::model::EntryKind;
+    let mut days: std::collections::BTreeMap<String, Day> = std::collections::BTreeMap::new();
+    let day_of = |ts: Option<&str>| ts.filter(|t| t.len() >= 10).map(|t| t[..10].to_owned());
+    for session in sessions {
+        for (pos, rec) in record::requests(session) {
+            if let Some(d) = day_of(session.entries[pos].timestamp.as_deref()) {
+                days.entry(d).or_default().totals.add(&rec);
+            }
+        }
+        for e in &session.entries {
+            let EntryKind::Message(m) = &e.kind else {
+                continue;
+            };
+            let (Some(u), Some(d)) = (m.usage.as_ref(), day_of(e.timestamp.as_deref())) else {
+                continue;
+            };
+            let day = days.entry(d).or_default();
+            day.billed_tokens += u.input + u.output + u.cache_read + u.cache_write;
+            let model = m.model.as_deref().or(session.meta.model.as_deref());
+            match model.and_then(|m| prices.price(m)) {
+                Some(p) => day.billed_usd += p.micro_usd(u) as f64 / 1e6,
+                None => day.unpriced_responses += 1,
+            }
+        }
+    }
+    days.into_iter().map(|(day, d)| Day { day, ..d }).collect()
+}
+
 /// What an agent's run did (`ctxd run`'s closing line): the requests recorded from `since` on
 /// (an RFC 3339 UTC time, as the store stamps entries) in the sessions given, and the windows
 /// opened meanwhile.

@@ -25,6 +25,7 @@ mod low;
 pub mod page;
 pub mod query;
 pub mod summary;
+pub mod usage;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -65,6 +66,8 @@ struct Ui {
     memos: counts::Memos,
     /// How stale a growing session's page and row may be (`Settings::ui_refresh`).
     refresh: Duration,
+    /// The budgets and prices (the usage page).
+    spending: crate::spending::Spending,
 }
 
 /// The dashboard's own handle on the store ([`Backend::reader`]: a second SQLite connection,
@@ -145,10 +148,14 @@ pub(crate) fn service(app: &Gateway) -> Router {
         pages: fresh::Fresh::new(CACHED_PAGES),
         memos: counts::Memos::default(),
         refresh,
+        spending: app.spending.clone(),
     });
     Router::new()
         .route("/", get(shell_sessions))
         .route("/session/{id}", get(shell_session))
+        .route("/usage", get(shell_usage))
+        .route("/api/usage", get(api_usage))
+        .route("/frag/usage", get(frag_usage))
         .route("/assets/{name}", get(asset))
         .route("/api/sessions", get(api_sessions))
         .route("/frag/sessions", get(frag_sessions))
@@ -214,6 +221,58 @@ fn shell(ui: &Ui, page: &str, title: &str) -> Response {
 
 async fn shell_sessions(State(ui): State<Arc<Ui>>) -> Response {
     shell(&ui, "sessions", "ctxd · sessions")
+}
+
+async fn shell_usage(State(ui): State<Arc<Ui>>) -> Response {
+    shell(&ui, "usage", "ctxd · usage")
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct UsageParams {
+    project: Option<String>,
+    agent: Option<String>,
+}
+
+/// The usage of the viewer's sessions, per day (`usage.rs`).
+async fn usage_of(
+    ui: &Arc<Ui>,
+    headers: &HeaderMap,
+    params: Result<Query<UsageParams>, QueryRejection>,
+) -> Result<usage::Usage, UiError> {
+    let viewer = ui.access.viewer(headers)?;
+    let Query(p) = params.map_err(bad_query)?;
+    let chosen = |v: Option<String>| v.filter(|v| !v.is_empty());
+    let (project, agent) = (chosen(p.project), chosen(p.agent));
+    polled(ui, move |ui, engine| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or_default();
+        usage::usage(engine, &viewer, &ui.spending, project, agent, now)
+    })
+    .await
+}
+
+async fn api_usage(
+    State(ui): State<Arc<Ui>>,
+    headers: HeaderMap,
+    params: Result<Query<UsageParams>, QueryRejection>,
+) -> Response {
+    match usage_of(&ui, &headers, params).await {
+        Ok(u) => json(&u),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn frag_usage(
+    State(ui): State<Arc<Ui>>,
+    headers: HeaderMap,
+    params: Result<Query<UsageParams>, QueryRejection>,
+) -> Response {
+    match usage_of(&ui, &headers, params).await {
+        Ok(u) => fragment(usage::html(&u), None),
+        Err(e) => e.into_response(),
+    }
 }
 
 async fn shell_session(

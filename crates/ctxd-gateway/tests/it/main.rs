@@ -24,5 +24,6 @@ mod stats;
 mod support;
 mod tenancy;
 mod ui;
+mod usage;
 mod window;
 mod write_facts;

@@ -210,6 +210,35 @@
     }, 5000);
   }
 
+  // ---- The usage page: per day, filtered by project and agent (the query string keeps
+  // the filter, so a link or a reload shows the same) ----
+  function usagePage() {
+    document.getElementById('toolbar').hidden = true;
+    async function load() {
+      const query = location.search || '';
+      try {
+        const r = await get('/ui/frag/usage' + query);
+        content.innerHTML = await r.text();
+      } catch (e) {
+        fail(e);
+        return;
+      }
+      const form = document.getElementById('usage-filter');
+      if (!form) return;
+      form.addEventListener('change', () => {
+        const params = new URLSearchParams();
+        for (const name of ['project', 'agent']) {
+          const v = form.elements[name].value;
+          if (v) params.set(name, v);
+        }
+        const q = params.toString();
+        history.replaceState(null, '', location.pathname + (q ? '?' + q : ''));
+        load();
+      });
+    }
+    load();
+  }
+
   function start() {
     showWho();
     if (!open && !haveCredentials()) {
@@ -219,6 +248,7 @@
     document.getElementById('main').hidden = false;
     document.getElementById('login').hidden = true;
     if (body.dataset.page === 'session') sessionPage();
+    else if (body.dataset.page === 'usage') usagePage();
     else sessionsPage();
   }
 
