@@ -15,9 +15,10 @@ pub fn run(args: &TenantKeyArgs) -> anyhow::Result<()> {
     let key = tenancy::new_key().map_err(anyhow::Error::msg)?;
     println!("{key}");
     eprintln!(
-        "ctxd: the key above is {name}'s: its clients send it as `x-ctxd-key: <key>` (with \
-         `ctxd run`, --ctxd-key-env). ctxd keeps only its hash: add this line under [tenants] \
-         in the gateway's config (--config) and restart it:\n\n{name} = \"{hash}\"",
+        "ctxd: the key above is {name}'s: its clients send it as `x-ctxd-key: <key>` (Claude \
+         Code: ANTHROPIC_CUSTOM_HEADERS; an SDK: its default headers). ctxd keeps only its \
+         hash: add this line under [tenants] in the gateway's config (--config) and restart \
+         it:\n\n{name} = \"{hash}\"",
         name = args.name,
         hash = tenancy::key_hash_value(&key),
     );
