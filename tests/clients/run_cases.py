@@ -12,7 +12,8 @@ import sqlite3
 import agent_cases
 
 NAME = "ctxd-run"
-SUMMARY = re.compile(r"ctxd run: (\S+): (\d+) sessions?, (\d+) requests?; sent [\d,]+ tokens of [\d,]+")
+SUMMARY = re.compile(r"ctxd run: (\S+): (\d+) sessions?, (\d+) turns?, (\d+) requests?; sent [\d,]+ tokens "
+                     r"of [\d,]+")
 
 
 def _sessions(store, agent):
@@ -53,7 +54,8 @@ def run(ctxd, mock, ctx, report):
         report.add(case, "through ctxd", len(got) >= 2 and len(tools) == len(got),
                    "%d requests reached the mock, %d with ctxd's tools" % (len(got), len(tools)))
         found = SUMMARY.search(result.stderr)
-        ok = bool(found) and found.group(1) == name and found.group(2) == "1" and int(found.group(3)) == len(got)
+        ok = (bool(found) and found.group(1) == name and found.group(2) == "1" and found.group(3) == "1"
+              and int(found.group(4)) == len(got))
         report.add(case, "summary", ok, (found.group(0) if found else "no summary line in: %r"
                                          % result.stderr.strip()[-400:]))
         news = [(k, n) for k, n in _sessions(store, stored_as) if k not in before]

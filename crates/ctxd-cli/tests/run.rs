@@ -48,7 +48,7 @@ fn a_command_runs_through_a_gateway_of_its_own_and_its_exit_code_comes_back() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("agent finished"), "{stdout}");
     assert!(
-        stderr.contains("ctxd run: command: 1 session, 2 requests; sent "),
+        stderr.contains("ctxd run: command: 1 session, 2 turns, 2 requests; sent "),
         "{stderr}"
     );
     assert!(stderr.contains("in the whole conversation"), "{stderr}");
@@ -130,7 +130,10 @@ fn the_gateway_already_serving_the_store_is_used() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("1 session, 2 requests"), "{stderr}");
+    assert!(
+        stderr.contains("1 session, 2 turns, 2 requests"),
+        "{stderr}"
+    );
     assert!(
         stderr.contains(&format!("dashboard: {url}/ui/session/")),
         "{stderr}"

@@ -415,7 +415,10 @@ const USER_MARKERS: &[(&str, &str)] = &[
     ("<hook_prompt", "hook-prompt"),
 ];
 
-fn injected_user(content: &[ContentBlock]) -> Option<String> {
+/// The kind of context Codex injected as this `user` message (`environment-context`, ...),
+/// `None` for what a person typed. The gateway records Codex's requests as sent; readers that
+/// count prompts ask this.
+pub fn injected_user(content: &[ContentBlock]) -> Option<String> {
     let text = first_text(content)?;
     USER_MARKERS
         .iter()

@@ -26,6 +26,7 @@ pub mod wire;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
+pub use codex::injected_user as codex_injected_user;
 pub use ctxd_core::model::Session;
 pub use detect::{detect, Format};
 pub use error::{ImportError, Warning};

@@ -414,6 +414,9 @@ pub fn daily<'a>(
 pub struct RunSummary {
     /// The sessions with a request recorded since then: (id, key).
     pub sessions: Vec<(SessionId, String)>,
+    /// Prompts the person (or script) wrote since then: user messages that carry no tool
+    /// result and are not context the agent injected (Codex's `<environment_context>`...).
+    pub turns: u64,
     pub totals: Totals,
     pub windows_opened: u64,
 }
@@ -433,6 +436,18 @@ pub fn run_summary<'a>(
                 touched = true;
             }
         }
+        out.turns += session
+            .entries
+            .iter()
+            .filter(|e| after(e.timestamp.as_deref()))
+            .filter(|e| match &e.kind {
+                ctxd_core::model::EntryKind::Message(m) => {
+                    ctxd_core::recall::is_prompt(&e.kind)
+                        && ctxd_formats::codex_injected_user(&m.content).is_none()
+                }
+                _ => false,
+            })
+            .count() as u64;
         out.windows_opened += session
             .entries
             .iter()

@@ -440,12 +440,15 @@ fn describe(
         format!("`ctxd serve`, then http://127.0.0.1:8787/ui/session/{first}")
     };
     format!(
-        "ctxd run: {agent}: {sessions} session{ss}, {requests} request{rs}; sent {sent} tokens \
+        "ctxd run: {agent}: {sessions} session{ss}, {turns} turn{ts}, {requests} request{rs}; \
+         sent {sent} tokens \
          of {whole} in the whole conversation ({effect}{cost}); {windows} \
          window{ws} opened; dashboard: {dashboard}",
         agent = agent.name(),
         sessions = s.sessions.len(),
         ss = plural(s.sessions.len() as u64),
+        turns = s.turns,
+        ts = plural(s.turns),
         requests = t.requests,
         rs = plural(t.requests),
         sent = ctxd_core::text::thousands(t.sent),
@@ -488,6 +491,7 @@ mod tests {
         let none = describe(Agent::ClaudeCode, &s, "http://127.0.0.1:1", false);
         assert!(none.contains("no request went through ctxd"), "{none}");
         s.sessions.push((7, "k".into()));
+        s.turns = 1;
         s.totals.requests = 3;
         s.totals.sent = 60_000;
         s.totals.whole = 100_000;
@@ -497,9 +501,9 @@ mod tests {
         let line = describe(Agent::Codex, &s, "http://127.0.0.1:8787", true);
         assert_eq!(
             line,
-            "ctxd run: codex: 1 session, 3 requests; sent 60,000 tokens of 100,000 in the whole \
-             conversation (40% saved, $0.12 at list price); 1 window opened; dashboard: \
-             http://127.0.0.1:8787/ui/session/7"
+            "ctxd run: codex: 1 session, 1 turn, 3 requests; sent 60,000 tokens of 100,000 in \
+             the whole conversation (40% saved, $0.12 at list price); 1 window opened; \
+             dashboard: http://127.0.0.1:8787/ui/session/7"
         );
         assert!(describe(Agent::Codex, &s, "u", false).contains("`ctxd serve`, then"));
     }
