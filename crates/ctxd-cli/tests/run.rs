@@ -29,6 +29,21 @@ for turn in range(2):
 print("agent finished")
 "#;
 
+/// `ctxd --store STORE run --no-summary -- COMMAND...`, run to its end.
+fn run_quietly(store: &std::path::Path, command: &[&str]) -> std::process::Output {
+    ctxd()
+        .args([
+            "--store",
+            store.to_str().unwrap(),
+            "run",
+            "--no-summary",
+            "--",
+        ])
+        .args(command)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_command_runs_through_a_gateway_of_its_own_and_its_exit_code_comes_back() {
     let mock = MockServer::start_blocking(Config::default()).unwrap();
@@ -66,34 +81,14 @@ fn a_command_runs_through_a_gateway_of_its_own_and_its_exit_code_comes_back() {
     assert!(ctxd_gateway::ServeLock::serving(&store).is_none());
 
     // The agent's own exit code, and a signal's as a shell reports it.
-    let out = ctxd()
-        .args([
-            "--store",
-            store.to_str().unwrap(),
-            "run",
-            "--no-summary",
-            "--",
-        ])
-        .args(["sh", "-c", "exit 7"])
-        .output()
-        .unwrap();
+    let out = run_quietly(&store, &["sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7));
     assert!(
         out.stderr.is_empty(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = ctxd()
-        .args([
-            "--store",
-            store.to_str().unwrap(),
-            "run",
-            "--no-summary",
-            "--",
-        ])
-        .args(["sh", "-c", "kill -KILL $$"])
-        .output()
-        .unwrap();
+    let out = run_quietly(&store, &["sh", "-c", "kill -KILL $$"]);
     assert_eq!(out.status.code(), Some(128 + 9));
     let out = ctxd()
         .args(["--store", store.to_str().unwrap(), "run", "--"])

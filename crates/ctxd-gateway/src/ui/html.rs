@@ -33,15 +33,7 @@ fn opt(v: Option<&str>) -> String {
 
 /// `1,234,567`.
 pub fn num(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    ctxd_core::text::thousands(n)
 }
 
 /// [`num`] with a sign when negative.

@@ -250,11 +250,7 @@ impl Store for PgStore {
     fn spend(&self, scope: &str, period: &str) -> Result<Counter, StoreError> {
         let (scope, period) = (scope.to_owned(), period.to_owned());
         self.pool.run(move |c| {
-            let row = c.query_opt_cached(
-                "SELECT used_tokens, used_micro_usd, reserved_tokens, reserved_micro_usd \
-                 FROM spend WHERE scope = $1 AND period = $2",
-                &[&scope, &period],
-            )?;
+            let row = c.query_opt_cached(SPEND_ROW, &[&scope, &period])?;
             Ok(row.map(|r| counter_row(&r)).unwrap_or_default())
         })
     }
@@ -293,11 +289,7 @@ impl Store for PgStore {
             if let Some(r) = reserved {
                 return Ok((true, counter_row(&r)));
             }
-            let now = c.query_opt_cached(
-                "SELECT used_tokens, used_micro_usd, reserved_tokens, reserved_micro_usd \
-                 FROM spend WHERE scope = $1 AND period = $2",
-                &[&scope, &period],
-            )?;
+            let now = c.query_opt_cached(SPEND_ROW, &[&scope, &period])?;
             Ok((false, now.map(|r| counter_row(&r)).unwrap_or_default()))
         })
     }
@@ -332,6 +324,10 @@ impl Store for PgStore {
         })
     }
 }
+
+/// A spending counter's row (`counter_row` reads it).
+const SPEND_ROW: &str = "SELECT used_tokens, used_micro_usd, reserved_tokens, reserved_micro_usd \
+                         FROM spend WHERE scope = $1 AND period = $2";
 
 /// A `spend` row's four amounts as a counter.
 fn counter_row(r: &Row) -> Counter {

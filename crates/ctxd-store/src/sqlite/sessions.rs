@@ -255,12 +255,7 @@ impl Store for SqliteStore {
     fn spend(&self, scope: &str, period: &str) -> Result<Counter, StoreError> {
         let conn = self.conn();
         let row = conn
-            .query_row(
-                "SELECT used_tokens, used_micro_usd, reserved_tokens, reserved_micro_usd \
-                 FROM spend WHERE scope = ?1 AND period = ?2",
-                params![scope, period],
-                counter_row,
-            )
+            .query_row(SPEND_ROW, params![scope, period], counter_row)
             .optional()?;
         Ok(row.unwrap_or_default())
     }
@@ -301,12 +296,7 @@ impl Store for SqliteStore {
             Some(c) => (true, c),
             None => (
                 false,
-                tx.query_row(
-                    "SELECT used_tokens, used_micro_usd, reserved_tokens, reserved_micro_usd \
-                     FROM spend WHERE scope = ?1 AND period = ?2",
-                    params![scope, period],
-                    counter_row,
-                )?,
+                tx.query_row(SPEND_ROW, params![scope, period], counter_row)?,
             ),
         };
         tx.commit()?;
@@ -537,6 +527,10 @@ pub(crate) fn tail(
     }
     Ok(entries)
 }
+
+/// A spending counter's row (`counter_row` reads it).
+const SPEND_ROW: &str = "SELECT used_tokens, used_micro_usd, reserved_tokens, reserved_micro_usd \
+                         FROM spend WHERE scope = ?1 AND period = ?2";
 
 /// An amount as SQL's 64-bit integer (an unbounded limit, `u64::MAX`, as the largest).
 pub(crate) fn sql_amount(n: u64) -> i64 {
