@@ -81,11 +81,9 @@ pub fn parse_arguments(arguments: &Value) -> Value {
 /// write epoch numbers (Pi message timestamps, mini-swe-agent `extra.timestamp`, captures).
 /// `None` before the epoch or absurdly far after it.
 pub fn iso_from_unix_millis(ms: i64) -> Option<String> {
-    let ms = u64::try_from(ms)
-        .ok()
-        .filter(|&ms| ms < 253_402_300_800_000)?;
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    Some(humantime::format_rfc3339_millis(time).to_string())
+    (0..253_402_300_800_000)
+        .contains(&ms)
+        .then(|| ctxd_core::windows::iso8601(ms))
 }
 
 #[cfg(test)]

@@ -421,31 +421,8 @@ fn base64ish(rng: &mut Rng, len: usize) -> String {
         .collect()
 }
 
-/// `days since 1970-01-01` to (year, month, day), proleptic Gregorian (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
 fn iso(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
-    let sod = secs.rem_euclid(86_400);
-    format!(
-        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        sod / 3600,
-        sod % 3600 / 60,
-        sod % 60,
-        ms.rem_euclid(1000)
-    )
+    ctxd_core::windows::iso8601(ms)
 }
 
 struct Gen<W: Write> {

@@ -386,28 +386,11 @@ pub fn chain(
     out
 }
 
-/// ISO-8601 UTC (`2025-01-02T03:04:05.678Z`) of milliseconds since the Unix epoch.
+/// ISO-8601 UTC (`2025-01-02T03:04:05.678Z`) of milliseconds since the Unix epoch (before
+/// the epoch: the epoch). The one formatter of the workspace's timestamps.
 pub fn iso8601(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let millis = ms.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let tod = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        tod / 3600,
-        tod % 3600 / 60,
-        tod % 60
-    )
+    let since = std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + since).to_string()
 }
 
 #[cfg(test)]
