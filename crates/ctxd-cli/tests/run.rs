@@ -29,19 +29,22 @@ for turn in range(2):
 print("agent finished")
 "#;
 
-/// `ctxd --store STORE run --no-summary -- COMMAND...`, run to its end.
+/// `ctxd --store STORE run --no-summary --`, the command to follow.
+fn quiet_run(store: &std::path::Path) -> Command {
+    let mut cmd = ctxd();
+    cmd.args([
+        "--store",
+        store.to_str().unwrap(),
+        "run",
+        "--no-summary",
+        "--",
+    ]);
+    cmd
+}
+
+/// [`quiet_run`] of `command`, run to its end.
 fn run_quietly(store: &std::path::Path, command: &[&str]) -> std::process::Output {
-    ctxd()
-        .args([
-            "--store",
-            store.to_str().unwrap(),
-            "run",
-            "--no-summary",
-            "--",
-        ])
-        .args(command)
-        .output()
-        .unwrap()
+    quiet_run(store).args(command).output().unwrap()
 }
 
 #[test]
@@ -145,14 +148,7 @@ fn a_terminate_signal_reaches_the_agent_and_its_exit_code_comes_back() {
         "trap 'exit 42' TERM; touch {}; while true; do sleep 0.05; done",
         ready.display()
     );
-    let mut child = ctxd()
-        .args([
-            "--store",
-            store.to_str().unwrap(),
-            "run",
-            "--no-summary",
-            "--",
-        ])
+    let mut child = quiet_run(&store)
         .args(["sh", "-c", &script])
         .stdin(Stdio::null())
         .spawn()

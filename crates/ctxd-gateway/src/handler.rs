@@ -674,11 +674,7 @@ impl Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         if let Some(admission) = self.admission.take() {
-            let app = self.app.clone();
-            drop(tokio::task::spawn_blocking(move || {
-                app.spending
-                    .settle(app.engine.store(), &admission, Default::default())
-            }));
+            crate::spending::Spending::settle_later(&self.app, admission, Default::default());
         }
     }
 }

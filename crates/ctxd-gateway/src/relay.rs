@@ -186,15 +186,7 @@ impl Completion {
             }),
             Outcome::Aborted | Outcome::Failed => None,
         };
-        let app = self.app.clone();
-        let settle = move || {
-            app.spending
-                .settle(app.engine.store(), &admission, billed.unwrap_or_default())
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn_blocking(settle)),
-            Err(_) => settle(),
-        }
+        crate::spending::Spending::settle_later(&self.app, admission, billed.unwrap_or_default());
     }
 
     /// The request's span, when OpenTelemetry is configured (`crate::telemetry`).
@@ -209,7 +201,7 @@ impl Completion {
         let cost_usd = response.and_then(|view| {
             let usage = view.usage.as_ref()?;
             let model = view.model.as_deref().or(self.caller.model.as_deref());
-            let price = self.app.settings.prices.price(model?)?;
+            let price = self.app.spending.prices().price(model?)?;
             Some(price.micro_usd(usage) as f64 / 1e6)
         });
         let ended = std::time::SystemTime::now();

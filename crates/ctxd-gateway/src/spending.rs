@@ -145,6 +145,17 @@ impl Spending {
         }
     }
 
+    /// [`Spending::settle`] on a blocking thread of the gateway's runtime (inline outside
+    /// one): the request never waits for its counters.
+    pub fn settle_later(app: &std::sync::Arc<crate::Gateway>, admission: Admission, billed: Spend) {
+        let app = app.clone();
+        let settle = move || app.spending.settle(app.engine.store(), &admission, billed);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(settle)),
+            Err(_) => settle(),
+        }
+    }
+
     /// Take back what `admission` reserved, billing nothing.
     fn release(&self, store: &dyn Backend, admission: &Admission) {
         self.settle(store, admission, Spend::default());
