@@ -4,7 +4,7 @@
 #   start_peers.sh stop                                    # stop both
 # Readiness does not depend on the upstream (it may be started after the peers).
 # The venv, pid files and logs: $CTXD_PEERS_DIR (default $TMPDIR/ctxd-peers or /tmp/ctxd-peers).
-# Used by `ctxd bench-gateway --mock-port UPSTREAM_PORT --peer nginx=... --peer litellm=...`
+# Used by `ctxd-bench gateway --mock-port UPSTREAM_PORT --peer nginx=... --peer litellm=...`
 # (docs/benchmarks.md).
 set -euo pipefail
 

@@ -172,18 +172,6 @@ pub enum Command {
     /// cost with and without ctxd, retention of what the agent used afterwards, beside a
     /// keep-the-last-N-outputs baseline.
     Eval(crate::eval_cmd::EvalArgs),
-    /// Measure import and report speed (MB/s, ms) and peak memory on session files.
-    Bench(crate::bench_cmd::BenchArgs),
-    /// Internal: one measured run in a child process, so each gets its own peak RSS.
-    #[command(hide = true)]
-    BenchOne(crate::bench_cmd::BenchOneArgs),
-    /// The gateway's added latency: a fixed-rate load to the mock upstream directly and
-    /// through `ctxd serve` (and other proxies, `--peer`), side by side (p50/p99, overhead,
-    /// peak RSS).
-    BenchGateway(crate::bench_cmd::gateway::GatewayBenchArgs),
-    /// Thousands of sessions with growing history through `ctxd serve`: its RSS against the
-    /// session cache budget and its WAL against the database, over time and at rest.
-    BenchSoak(crate::bench_cmd::soak::SoakArgs),
     /// A fresh ctxd key for a tenant named by the operator (a person or a team on a shared
     /// gateway), and the config line that names it: the key printed once, only its hash kept.
     TenantKey(crate::tenant_cmd::TenantKeyArgs),

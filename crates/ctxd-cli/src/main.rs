@@ -2,7 +2,6 @@
 //!
 //! Errors are one line on stderr and exit code 2; a report or listing goes to stdout.
 
-mod bench_cmd;
 mod classifier_args;
 mod cli;
 mod eval_cmd;
@@ -71,10 +70,6 @@ fn main() -> ExitCode {
         cli::Command::Recall(args) => recall_cmd::run(&args, &store),
         cli::Command::Mcp(args) => mcp_cmd::run(&args, &store),
         cli::Command::Eval(args) => eval_cmd::run(&args),
-        cli::Command::Bench(args) => bench_cmd::run(&args),
-        cli::Command::BenchOne(args) => bench_cmd::run_one(&args),
-        cli::Command::BenchGateway(args) => bench_cmd::gateway::run(&args),
-        cli::Command::BenchSoak(args) => bench_cmd::soak::run(&args),
         cli::Command::TenantKey(args) => tenant_cmd::run(&args),
     };
     match result {
@@ -120,10 +115,10 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-/// Opt this process (and the children it starts: the bench's gateway) out of transparent huge
+/// Opt this process out of transparent huge
 /// pages. With the kernel's mode at `always`, a request's fresh 1 MB buffers faulted in 2 MB
 /// pages the kernel had to zero first (`clear_page_erms`): 2-3 s stalls at 1 MiB in
-/// `ctxd bench-gateway`, 2.5x the peak memory. A refusal (an old kernel) changes nothing else.
+/// `ctxd-bench gateway`, 2.5x the peak memory. A refusal (an old kernel) changes nothing else.
 fn no_transparent_huge_pages() {
     #[cfg(target_os = "linux")]
     let _ = rustix::thread::disable_transparent_huge_pages(true);

@@ -9,12 +9,7 @@ use std::process::Output;
 
 use serde_json::Value;
 
-fn shared() -> PathBuf {
-    std::env::var_os("CTXD_SHARED").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-        PathBuf::from,
-    )
-}
+use ctxd_test_support::shared;
 
 fn sessions() -> Vec<PathBuf> {
     let mut files = Vec::new();

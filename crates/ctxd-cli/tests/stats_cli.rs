@@ -6,7 +6,7 @@
 
 mod common;
 
-use ctxd_core::model::{Entry, EntryId, EntryKind, Message, Role, SessionMeta};
+use ctxd_core::model::{Entry, EntryKind, Message, Role, SessionMeta};
 use ctxd_core::savings::{record, ByMechanism, Measure, Record};
 use ctxd_store::{Durability, NewEntry, SqliteStore, Store};
 use serde_json::Value;
@@ -17,11 +17,8 @@ fn entry(id: &str, parent: Option<&str>, kind: EntryKind) -> NewEntry {
 
 fn entry_on(day: &str, id: &str, parent: Option<&str>, kind: EntryKind) -> NewEntry {
     NewEntry::new(Entry {
-        id: EntryId::new(id),
-        parent: parent.map(EntryId::new),
         timestamp: Some(format!("{day}T10:00:00Z")),
-        sidechain: false,
-        kind,
+        ..ctxd_test_support::entry(id, parent, kind)
     })
 }
 

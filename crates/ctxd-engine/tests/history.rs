@@ -12,11 +12,8 @@ use serde_json::{json, Value};
 
 fn entry(id: &str, parent: Option<&str>, kind: EntryKind) -> NewEntry {
     NewEntry::new(Entry {
-        id: EntryId::new(id),
-        parent: parent.map(EntryId::new),
         timestamp: Some(format!("2025-01-01T00:00:{:02}Z", id.len())),
-        sidechain: false,
-        kind,
+        ..ctxd_test_support::entry(id, parent, kind)
     })
 }
 

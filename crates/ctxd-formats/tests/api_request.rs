@@ -7,11 +7,7 @@ use ctxd_formats::wire::{anthropic, openai_chat, openai_responses, Request};
 use ctxd_formats::{import_path, Format};
 use serde_json::Value;
 
-fn shared() -> PathBuf {
-    std::env::var("CTXD_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
-}
+use ctxd_test_support::shared;
 
 fn captured() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(shared().join("clients/captured"))

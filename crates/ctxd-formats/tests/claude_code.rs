@@ -11,11 +11,7 @@ use ctxd_core::model::{Agent, ContentBlock, Entry, EntryKind, Message, Role, Ses
 use ctxd_core::tree::active_branch;
 use ctxd_formats::{import_path, Format, Import};
 
-fn shared() -> PathBuf {
-    std::env::var("CTXD_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
-}
+use ctxd_test_support::shared;
 
 fn real(name: &str) -> PathBuf {
     shared().join("sessions/claude-code").join(name)

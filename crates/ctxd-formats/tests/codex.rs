@@ -7,11 +7,7 @@ use std::path::{Path, PathBuf};
 use ctxd_core::model::{Agent, ContentBlock, EntryKind, Message, Role, Session, Usage};
 use ctxd_formats::{import_path, Format};
 
-fn shared() -> PathBuf {
-    std::env::var("CTXD_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
-}
+use ctxd_test_support::shared;
 
 const ROLLOUT: &str =
     "sessions/codex/rollout-2025-11-17T15-30-28-019a93b9-f380-7600-98ff-940e6b99603c.jsonl";

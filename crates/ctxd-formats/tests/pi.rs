@@ -18,12 +18,7 @@ use std::path::PathBuf;
 use ctxd_core::model::{ContentBlock, EntryId, EntryKind, Message, Role, Session, Usage};
 use ctxd_formats::{import_path, import_reader, Format, Import};
 
-fn shared() -> PathBuf {
-    std::env::var("CTXD_SHARED").map_or_else(
-        |_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")),
-        PathBuf::from,
-    )
-}
+use ctxd_test_support::shared;
 
 fn large_session() -> PathBuf {
     shared().join("sessions/pi/large-session.jsonl")

@@ -18,18 +18,12 @@ mod common;
 use common::{confuse, Rng};
 
 use std::io::Cursor;
-use std::path::PathBuf;
 
 use ctxd_core::model::{Agent, ContentBlock, EntryKind, Message, Role, Session, Usage};
 use ctxd_formats::{import_path, import_reader, Format};
 use serde_json::json;
 
-fn shared() -> PathBuf {
-    std::env::var("CTXD_SHARED").map_or_else(
-        |_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")),
-        PathBuf::from,
-    )
-}
+use ctxd_test_support::shared;
 
 fn messages(s: &Session) -> impl Iterator<Item = &Message> {
     s.entries.iter().filter_map(|e| match &e.kind {

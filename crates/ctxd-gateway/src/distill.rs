@@ -519,16 +519,10 @@ pub(crate) fn apply_ready(slot: &Slot, loaded: &mut Loaded) -> Vec<NewEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ctxd_core::model::{Message, Role};
+    use ctxd_core::model::Role;
 
     fn entry(id: &str, parent: Option<&str>) -> Entry {
-        Entry {
-            id: EntryId::new(id),
-            parent: parent.map(EntryId::new),
-            timestamp: None,
-            sidechain: false,
-            kind: EntryKind::Message(Message::text(Role::User, id)),
-        }
+        ctxd_test_support::entry(id, parent, ctxd_test_support::text(Role::User, id))
     }
 
     fn ids(m: &Mirror) -> Vec<&str> {

@@ -98,12 +98,7 @@ mod tests {
     /// The requests the real clients sent (shared/clients/captured) all name their directory.
     #[test]
     fn captured_clients_name_their_working_directory() {
-        let dir = std::env::var_os("CTXD_SHARED")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
-            })
-            .join("clients/captured");
+        let dir = ctxd_test_support::shared().join("clients/captured");
         let Ok(files) = std::fs::read_dir(&dir) else {
             panic!("no captured requests in {}", dir.display());
         };

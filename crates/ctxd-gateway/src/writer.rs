@@ -710,13 +710,11 @@ mod tests {
     use ctxd_store::Store;
 
     fn entry(id: &str, parent: Option<&str>) -> NewEntry {
-        NewEntry::new(Entry {
-            id: EntryId::new(id),
-            parent: parent.map(EntryId::new),
-            timestamp: None,
-            sidechain: false,
-            kind: EntryKind::Message(Message::text(Role::User, "hi")),
-        })
+        NewEntry::new(ctxd_test_support::entry(
+            id,
+            parent,
+            ctxd_test_support::text(Role::User, "hi"),
+        ))
     }
 
     fn append(session: SessionId, entries: Vec<NewEntry>, ack: Option<Ack>) -> Job {

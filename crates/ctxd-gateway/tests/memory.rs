@@ -6,7 +6,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::alloc::System;
-use std::path::PathBuf;
 
 use ctxd_engine::turn::SessionLog;
 use ctxd_gateway::request::{ParsedRequest, PrevRequest};
@@ -26,11 +25,7 @@ fn held<T>(make: impl FnOnce() -> T) -> (T, usize) {
     (value, live.max(0) as usize)
 }
 
-fn shared() -> PathBuf {
-    std::env::var("CTXD_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
-}
+use ctxd_test_support::shared;
 
 /// An agent's request of `turns` tool-using turns with results of `result` bytes.
 fn request_body(turns: usize, result: usize) -> Vec<u8> {

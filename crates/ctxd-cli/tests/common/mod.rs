@@ -1,5 +1,5 @@
 //! What the tests of the binary share: `ctxd` run apart from the user's environment.
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code, unused_imports, clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,18 +14,7 @@ pub fn ctxd() -> Command {
 
 /// `ctxd` with `home` as its `HOME` and nothing else of the user's environment.
 pub fn ctxd_in(home: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ctxd"));
-    for (key, _) in std::env::vars_os() {
-        let Some(name) = key.to_str() else { continue };
-        if name.starts_with("CTXD_") || name.starts_with("XDG_") || name == "RUST_LOG" {
-            cmd.env_remove(&key);
-        }
-    }
-    cmd.env("HOME", home);
-    if let Some(shared) = std::env::var_os("CTXD_SHARED") {
-        cmd.env("CTXD_SHARED", shared);
-    }
-    cmd
+    ctxd_test_support::isolated(Command::new(env!("CARGO_BIN_EXE_ctxd")), home)
 }
 
 /// This test program's empty home: a directory in cargo's scratch space for tests
@@ -93,24 +82,7 @@ pub fn on_store(store: &str, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// Run `cmd`, which must succeed (its stderr is the failure message); its output.
-pub fn succeed(cmd: &mut Command) -> std::process::Output {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// The shared test data: `$CTXD_SHARED`, else `../shared` beside the repository.
-pub fn shared() -> PathBuf {
-    std::env::var_os("CTXD_SHARED").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"),
-        PathBuf::from,
-    )
-}
+pub use ctxd_test_support::{shared, succeed};
 
 /// One HTTP/1.1 POST over a fresh connection; the whole response as text.
 pub fn post(addr: &str, path: &str, headers: &[(&str, &str)], body: &str) -> String {

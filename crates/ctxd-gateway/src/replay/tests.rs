@@ -4,10 +4,7 @@ use ctxd_engine::turn::hash;
 use std::path::{Path, PathBuf};
 
 fn shared_sessions() -> PathBuf {
-    std::env::var_os("CTXD_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"))
-        .join("sessions")
+    ctxd_test_support::shared().join("sessions")
 }
 
 /// Every session file under `dir` that ctxd-formats imports (the others are named on stderr:

@@ -11,11 +11,7 @@ use serde_json::Value;
 
 use crate::support::Rig;
 
-fn shared() -> PathBuf {
-    std::env::var("CTXD_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
-}
+use ctxd_test_support::shared;
 
 /// (file, path, headers, body bytes) of a captured POST.
 pub(crate) type Captured = (String, String, Vec<(String, String)>, Vec<u8>);

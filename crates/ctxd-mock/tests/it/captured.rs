@@ -56,11 +56,7 @@ struct Capture {
     reply: Value,
 }
 
-fn shared() -> PathBuf {
-    std::env::var("CTXD_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared")))
-}
+use ctxd_test_support::shared;
 
 /// Every captured POST with the Python mock's reply.
 fn captured() -> Vec<Capture> {

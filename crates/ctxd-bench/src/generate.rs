@@ -1,4 +1,4 @@
-//! A deterministic, realistic Pi v3 session of a chosen size, for `ctxd bench`.
+//! A deterministic, realistic Pi v3 session of a chosen size, for `ctxd-bench files`.
 //!
 //! The session looks like a long coding session: a header, model and thinking-level changes, user
 //! prompts, assistant turns with thinking (and its signature), text and tool calls, tool results

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-//! `ctxd bench-soak` with tiny settings: every turn answered, a sample per interval, and a
+//! `ctxd-bench soak` with tiny settings: every turn answered, a sample per interval, and a
 //! summary that checks RSS and WAL against their bounds.
 
 mod common;
@@ -9,8 +9,8 @@ use serde_json::Value;
 
 #[test]
 fn a_small_soak_reports_samples_and_its_bounds() {
-    let out = common::succeed(common::ctxd().args([
-        "bench-soak",
+    let out = common::succeed(common::bench().args([
+        "soak",
         "--sessions",
         "30",
         "--turns",
@@ -51,11 +51,7 @@ fn bad_settings_exit_2() {
         &["--sample", "0"],
         &["--result-bytes", "x"],
     ] {
-        let out = common::ctxd()
-            .arg("bench-soak")
-            .args(args)
-            .output()
-            .unwrap();
+        let out = common::bench().arg("soak").args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
 }

@@ -1,4 +1,4 @@
-//! `ctxd bench-gateway`: the gateway's added latency, side by side in one run.
+//! `ctxd-bench gateway`: the gateway's added latency, side by side in one run.
 //!
 //! The mock upstream (`ctxd-mock`) runs in this process on a thread of its own; `ctxd serve`
 //! runs as a child in front of it with a fresh store. For each body size × mode (JSON, SSE),
@@ -63,7 +63,7 @@ pub struct GatewayBenchArgs {
     /// Only the mock, directly: the load generator's and the mock's own baseline.
     #[arg(long)]
     pub direct_only: bool,
-    /// The binary to run `serve` from (default: this ctxd).
+    /// The `ctxd` to run `serve` from (default: the one beside this binary).
     #[arg(long, value_name = "PATH")]
     pub gateway_bin: Option<PathBuf>,
     /// A dashboard client beside the load: every SECS seconds it fetches the `/ui` sessions
@@ -259,10 +259,7 @@ fn run_in(args: &GatewayBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> 
         port: args.mock_port,
         ..Config::default()
     })?;
-    let bin = match &args.gateway_bin {
-        Some(bin) => bin.clone(),
-        None => std::env::current_exe().context("finding this ctxd binary")?,
-    };
+    let bin = crate::ctxd_binary(args.gateway_bin.as_deref())?;
     let mut setups = vec![Setup {
         label: "sqlite",
         store: dir.join("bench.db").into_os_string(),
@@ -287,7 +284,7 @@ fn run_in(args: &GatewayBenchArgs, dir: &std::path::Path) -> anyhow::Result<()> 
     };
     if !args.json {
         println!(
-            "ctxd bench-gateway: {} req/s, {} s per phase in slices of {} s, {} sessions per row{}",
+            "ctxd-bench gateway: {} req/s, {} s per phase in slices of {} s, {} sessions per row{}",
             args.rate
                 .iter()
                 .map(f64::to_string)

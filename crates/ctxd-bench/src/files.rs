@@ -1,9 +1,9 @@
-//! `ctxd bench`: import and report speed (MB/s, ms) and peak memory on session files.
+//! `ctxd-bench files`: import and report speed (MB/s, ms) and peak memory on session files.
 //!
-//! The parent ([`run`]) runs each file in a child process of itself (`ctxd bench-one FILE`), so
+//! The parent ([`run`]) runs each file in a child process of itself (`ctxd-bench one FILE`), so
 //! each file's peak RSS is its own, and prints a table and the targets (docs/benchmarks.md):
 //! import ≥ 100 MB/s, report of a ~1 MB session under 50 ms, peak memory under 5× the file size.
-//! A missed target is reported, not an error: `ctxd bench` is a measurement and exits 0.
+//! A missed target is reported, not an error: `ctxd-bench files` is a measurement and exits 0.
 //!
 //! The child ([`run_one`]) first times the tokenizer's one-time table load (the first count in a
 //! fresh process), then N iterations of import only and N of import + report (the tokenizer
@@ -12,10 +12,6 @@
 //! Memory: `peak_rss_mb` is the process's VmHWM. The process itself (binary, libc, the
 //! tokenizer's tables) costs memory no matter the file, so the target is checked on the growth
 //! over that base (`peak_rss_mb - base_rss_mb`) and the raw ratio is printed next to it.
-
-pub mod gateway;
-mod generate;
-pub mod soak;
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -29,7 +25,7 @@ use ctxd_core::tokens::TokenCounter;
 use ctxd_tokens::{CachingCounter, Tokenizer};
 use serde::{Deserialize, Serialize};
 
-use crate::load;
+use crate::generate;
 
 const MB: f64 = 1_000_000.0;
 /// Issue 2's targets.
@@ -42,7 +38,7 @@ const ONE_MB_RANGE: (u64, u64) = (500_000, 2_000_000);
 const SEED: u64 = 0x00C7_0D00;
 
 #[derive(Debug, Args)]
-pub struct BenchArgs {
+pub struct FilesArgs {
     /// Session files (default: every file under `$CTXD_SHARED/sessions` or `../shared/sessions`,
     /// plus a generated session).
     pub files: Vec<PathBuf>,
@@ -62,7 +58,7 @@ pub struct BenchArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct BenchOneArgs {
+pub struct OneArgs {
     pub file: PathBuf,
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub iterations: u32,
@@ -128,7 +124,7 @@ pub struct Measurement {
     pub rss_growth_ratio: Option<f64>,
 }
 
-pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+pub fn run(args: &FilesArgs) -> anyhow::Result<()> {
     let mut files = args.files.clone();
     let generate_mb = match args.generate_mb {
         Some(mb) => mb,
@@ -155,22 +151,22 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         let written = generate::pi_session(BufWriter::new(file), target, SEED)
             .with_context(|| path.display().to_string())?;
         eprintln!(
-            "ctxd bench: generated {} ({:.1} MB, Pi v3) in {:.1} s",
+            "ctxd-bench files: generated {} ({:.1} MB, Pi v3) in {:.1} s",
             path.display(),
             written as f64 / MB,
             started.elapsed().as_secs_f64()
         );
         files.push(path);
     }
-    let exe = std::env::current_exe().context("cannot find the ctxd executable")?;
+    let exe = std::env::current_exe().context("cannot find the ctxd-bench executable")?;
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for path in &files {
-        eprintln!("ctxd bench: {} ...", path.display());
+        eprintln!("ctxd-bench files: {} ...", path.display());
         match measure_in_child(&exe, path, args.iterations) {
             Ok(m) => rows.push(m),
             Err(e) => {
-                eprintln!("ctxd bench: {}: {e:#}", path.display());
+                eprintln!("ctxd-bench files: {}: {e:#}", path.display());
                 failures.push(format!("{}: {e:#}", path.display()));
             }
         }
@@ -193,15 +189,15 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
 
 /// Pick the tokenizer as `ctxd report` does (one import in the parent), then run the child.
 fn measure_in_child(exe: &Path, path: &Path, iterations: u32) -> anyhow::Result<Measurement> {
-    let import = load::import(path)?;
-    let tokenizer = TokenizerArg::of(load::tokenizer(&import.session).tokenizer());
+    let import = import(path)?;
+    let tokenizer = TokenizerArg::of(ctxd_tokens::for_session(&import.session).tokenizer());
     drop(import);
     let tokenizer = tokenizer
         .to_possible_value()
         .map(|v| v.get_name().to_string())
         .unwrap_or_default();
     let output = Command::new(exe)
-        .arg("bench-one")
+        .arg("one")
         .arg(path)
         .args(["--iterations", &iterations.to_string()])
         .args(["--tokenizer", &tokenizer])
@@ -219,7 +215,7 @@ fn measure_in_child(exe: &Path, path: &Path, iterations: u32) -> anyhow::Result<
     serde_json::from_str(line).with_context(|| format!("unreadable child output: {line:?}"))
 }
 
-pub fn run_one(args: &BenchOneArgs) -> anyhow::Result<()> {
+pub fn run_one(args: &OneArgs) -> anyhow::Result<()> {
     let m = measure(&args.file, args.iterations, args.tokenizer)?;
     let mut stdout = std::io::stdout().lock();
     serde_json::to_writer(&mut stdout, &m)?;
@@ -238,7 +234,7 @@ fn measure(
         .len();
     let tokenizer = match tokenizer {
         Some(t) => t.tokenizer(),
-        None => load::tokenizer(&load::import(path)?.session).tokenizer(),
+        None => ctxd_tokens::for_session(&import(path)?.session).tokenizer(),
     };
     // The one-time table load: the first count in this process.
     let t0 = Instant::now();
@@ -252,7 +248,7 @@ fn measure(
     let mut warnings = 0;
     for _ in 0..iterations {
         let t = Instant::now();
-        let import = load::import(path)?;
+        let import = import(path)?;
         import_ms.push(ms_since(t));
         format = import.format.name().to_string();
         entries = import.session.entries.len();
@@ -264,7 +260,7 @@ fn measure(
     let mut total_ms = Vec::new();
     for _ in 0..iterations {
         let t = Instant::now();
-        let import = load::import(path)?;
+        let import = import(path)?;
         let t_report = Instant::now();
         // A fresh memo each time, as a fresh `ctxd report` has.
         let counter = CachingCounter::new(tokenizer);
@@ -346,6 +342,11 @@ fn parse_status_kb(status: &str, field: &str) -> Option<u64> {
         let rest = line.strip_prefix(field)?.strip_prefix(':')?;
         rest.trim().strip_suffix("kB")?.trim().parse().ok()
     })
+}
+
+/// A session file imported, or an error that names it.
+fn import(path: &Path) -> anyhow::Result<ctxd_formats::Import> {
+    ctxd_formats::import_path(path).with_context(|| path.display().to_string())
 }
 
 fn shared_sessions_dir() -> Option<PathBuf> {

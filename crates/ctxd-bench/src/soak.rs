@@ -1,4 +1,4 @@
-//! `ctxd bench-soak`: what a week of agents does to a gateway's disk and memory, in minutes.
+//! `ctxd-bench soak`: what a week of agents does to a gateway's disk and memory, in minutes.
 //!
 //! The mock upstream runs in this process; `ctxd serve` runs as a child on a fresh SQLite store
 //! with every mechanism on and a session cache bounded in bytes only (its count cap raised to
@@ -27,10 +27,10 @@ use ctxd_mock::{Config, MockServer, Recording};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::gateway::bodies::Lcg;
-use super::gateway::child::Gateway;
-use super::gateway::load::quantile_ms;
-use super::gateway::metrics;
+use crate::gateway::bodies::Lcg;
+use crate::gateway::child::Gateway;
+use crate::gateway::load::quantile_ms;
+use crate::gateway::metrics;
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// Longest wait for the store's backlog after the load.
@@ -45,13 +45,13 @@ pub struct SoakArgs {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub turns: u32,
     /// Bytes of each turn's tool result: what a session's history grows by per turn.
-    #[arg(long, default_value = "8k", value_parser = super::gateway::parse_size)]
+    #[arg(long, default_value = "8k", value_parser = crate::gateway::parse_size)]
     pub result_bytes: usize,
     /// Requests in flight at once (closed loop: each waits for its answer).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub concurrency: u32,
     /// The gateway's session cache budget (`serve --session-cache-bytes`).
-    #[arg(long, default_value = "64m", value_parser = super::gateway::parse_size)]
+    #[arg(long, default_value = "64m", value_parser = crate::gateway::parse_size)]
     pub session_cache_bytes: usize,
     /// The peak RSS allowed is this many times the session cache budget (the allocator's
     /// overhead on what the budget charges)...
@@ -71,7 +71,7 @@ pub struct SoakArgs {
     /// deferred history indexing) are done, still sampled.
     #[arg(long, default_value_t = 10.0)]
     pub rest: f64,
-    /// The binary to run `serve` from (default: this ctxd).
+    /// The `ctxd` to run `serve` from (default: the one beside this binary).
     #[arg(long, value_name = "PATH")]
     pub gateway_bin: Option<PathBuf>,
     /// Print one JSON object per sample and one for the summary (one a line).
@@ -183,10 +183,7 @@ fn run_in(args: &SoakArgs, dir: &Path) -> anyhow::Result<()> {
         recording: Recording::Off,
         ..Config::default()
     })?;
-    let bin = match &args.gateway_bin {
-        Some(bin) => bin.clone(),
-        None => std::env::current_exe().context("finding this ctxd binary")?,
-    };
+    let bin = crate::ctxd_binary(args.gateway_bin.as_deref())?;
     let db = dir.join("soak.db");
     let flags = vec![
         "--session-cache-bytes".to_owned(),
@@ -205,7 +202,7 @@ fn run_in(args: &SoakArgs, dir: &Path) -> anyhow::Result<()> {
     let url = format!("{}/v1/messages", gateway.base_url);
     if !args.json {
         println!(
-            "ctxd bench-soak: {} sessions × {} turns (tool results of {} B), {} in flight, \
+            "ctxd-bench soak: {} sessions × {} turns (tool results of {} B), {} in flight, \
              session cache {:.0} MiB",
             args.sessions,
             args.turns,

@@ -1,15 +1,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-//! `ctxd bench-gateway` with tiny settings: the report's shape, and every request answered.
+//! `ctxd-bench gateway` with tiny settings: the report's shape, and every request answered.
 
 mod common;
 
 use serde_json::Value;
 
 fn bench(extra: &[&str]) -> Vec<Value> {
-    let out = common::ctxd()
+    let out = common::bench()
         .args([
-            "bench-gateway",
+            "gateway",
             "--rate",
             "20",
             "--duration",
@@ -56,9 +56,9 @@ fn direct_only_measures_the_mock() {
 #[test]
 fn text_table_has_a_row_per_mode_and_rate() {
     let out = common::succeed(
-        common::ctxd()
+        common::bench()
             .args([
-                "bench-gateway",
+                "gateway",
                 "--direct-only",
                 "--rate",
                 "20,200",
@@ -72,7 +72,7 @@ fn text_table_has_a_row_per_mode_and_rate() {
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert!(
-        lines[0].starts_with("ctxd bench-gateway: 20, 200 req/s"),
+        lines[0].starts_with("ctxd-bench gateway: 20, 200 req/s"),
         "{text}"
     );
     assert!(lines[1].contains("direct p50/p99/max ms"));
@@ -89,13 +89,13 @@ fn text_table_has_a_row_per_mode_and_rate() {
 
 #[test]
 fn bad_settings_exit_2() {
-    let out = common::ctxd()
-        .args(["bench-gateway", "--rate", "0"])
+    let out = common::bench()
+        .args(["gateway", "--rate", "0"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let out = common::ctxd()
-        .args(["bench-gateway", "--sizes", "huge"])
+    let out = common::bench()
+        .args(["gateway", "--sizes", "huge"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -146,8 +146,8 @@ fn a_peer_is_measured_beside_the_mock() {
         assert!(peers[0]["added_p50_ms"].as_f64().is_some(), "{row}");
     }
     for bad in ["nginx", "=http://127.0.0.1:1", "nginx=127.0.0.1:1"] {
-        let out = common::ctxd()
-            .args(["bench-gateway", "--peer", bad])
+        let out = common::bench()
+            .args(["gateway", "--peer", bad])
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "--peer {bad}");
