@@ -22,6 +22,7 @@ use tracing::Instrument;
 
 use crate::api::Api;
 use crate::budget;
+use crate::error::ApiError;
 use crate::identity;
 use crate::policy;
 use crate::relay::{Completion, Outcome, Relay};
@@ -33,23 +34,14 @@ use crate::sessions::{Loaded, Slot};
 use crate::turn;
 use crate::writer::Job;
 
-/// An error answered in the API's own shape. Every 503 of ctxd's is temporary (the store, the
-/// budget of bodies in flight, a repaired window) and says when to come back: SDKs honour
-/// `retry-after`.
-pub(crate) fn api_error(api: Api, status: StatusCode, message: &str) -> Response {
-    metrics::counter!("ctxd_rejected_total", "route" => api.route(), "status" => status.as_str().to_owned())
-        .increment(1);
-    let mut r = (status, axum::Json(api.error_body(status, message))).into_response();
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    r
-}
-
 /// Read the body within the size limit and the body timeout (a client trickling its body
 /// must not hold a connection and its buffer without end), counting it against the budget of
 /// bodies in flight as it arrives.
+///
+/// Not tower-http's layers: its body timeout restarts at every frame (a byte every few seconds
+/// would hold the connection for good; this one bounds the whole body), its limit answers 413
+/// in its own shape before the route knows its API, and neither counts the bytes against the
+/// budget shared by every request in flight, which must grow chunk by chunk.
 pub(crate) async fn read_body(
     app: &Gateway,
     api: Api,
@@ -57,14 +49,14 @@ pub(crate) async fn read_body(
     body: Body,
     limit: usize,
     held: &mut budget::Held,
-) -> Result<Bytes, Response> {
+) -> Result<Bytes, ApiError> {
     let timeout = app.settings.body_timeout;
     match tokio::time::timeout(timeout, read_body_within(api, headers, body, limit, held)).await {
         Ok(read) => read,
-        Err(_) => Err(api_error(
+        Err(_) => Err(ApiError::new(
             api,
             StatusCode::REQUEST_TIMEOUT,
-            &format!(
+            format!(
                 "ctxd: the request body did not arrive within {} s",
                 timeout.as_secs()
             ),
@@ -78,66 +70,52 @@ async fn read_body_within(
     body: Body,
     limit: usize,
     held: &mut budget::Held,
-) -> Result<Bytes, Response> {
+) -> Result<Bytes, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
-        return Err(too_large(api, limit));
+        return Err(ApiError::too_large(api, limit));
     }
     if let Some(n) = declared {
-        held.grow_to(n as usize).await.map_err(|_| busy(api))?;
+        held.grow_to(n as usize)
+            .await
+            .map_err(|_| ApiError::busy(api))?;
     }
     let mut stream = body.into_data_stream();
     let mut buf = bytes::BytesMut::with_capacity(declared.map_or(0, |n| n as usize));
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| {
-            api_error(
+            ApiError::new(
                 api,
                 StatusCode::BAD_REQUEST,
-                &format!("cannot read request body: {e}"),
+                format!("cannot read request body: {e}"),
             )
         })?;
         if buf.len() + chunk.len() > limit {
-            return Err(too_large(api, limit));
+            return Err(ApiError::too_large(api, limit));
         }
         held.grow_to(buf.len() + chunk.len())
             .await
-            .map_err(|_| busy(api))?;
+            .map_err(|_| ApiError::busy(api))?;
         buf.extend_from_slice(&chunk);
     }
     Ok(buf.freeze())
 }
 
-fn too_large(api: Api, limit: usize) -> Response {
-    api_error(
-        api,
-        StatusCode::PAYLOAD_TOO_LARGE,
-        &format!("request body is larger than the gateway's limit of {limit} bytes"),
-    )
-}
-
-/// The budget of bodies in flight is spent.
-fn busy(api: Api) -> Response {
-    api_error(
-        api,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "ctxd: too many large request bodies in flight; retry shortly",
-    )
-}
-
 /// The body as JSON bytes: `content-encoding` gzip and zstd (Codex) are decoded block by
 /// block, each block counted against the size limit and the budget of bodies in flight before
 /// it is kept (a small body must not inflate without bound; the buffer grows at most to the
-/// limit, never by doubling past it).
+/// limit, never by doubling past it). tower-http's decompression would decode before that
+/// budget sees a byte, and its zstd is the C library; `ruzstd` is pure Rust.
 fn decode(
     api: Api,
     headers: &HeaderMap,
     raw: &Bytes,
     limit: usize,
     held: &mut budget::Held,
-) -> Result<Bytes, Response> {
+) -> Result<Bytes, ApiError> {
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
@@ -157,21 +135,21 @@ fn decode(
             Err(e) => Err(Decoded::Bad(e.to_string())),
         },
         Some(other) => {
-            return Err(api_error(
+            return Err(ApiError::new(
                 api,
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                &format!("content-encoding {other:?} is not supported (use gzip or zstd)"),
+                format!("content-encoding {other:?} is not supported (use gzip or zstd)"),
             ))
         }
     };
     match read {
         Ok(()) => Ok(Bytes::from(out)),
-        Err(Decoded::TooLarge) => Err(too_large(api, limit)),
-        Err(Decoded::Busy) => Err(busy(api)),
-        Err(Decoded::Bad(e)) => Err(api_error(
+        Err(Decoded::TooLarge) => Err(ApiError::too_large(api, limit)),
+        Err(Decoded::Busy) => Err(ApiError::busy(api)),
+        Err(Decoded::Bad(e)) => Err(ApiError::new(
             api,
             StatusCode::BAD_REQUEST,
-            &format!("cannot decompress request body: {e}"),
+            format!("cannot decompress request body: {e}"),
         )),
     }
 }
@@ -332,9 +310,12 @@ pub(crate) async fn conversation(
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let request_id = app.request_id(&headers);
-    let span = tracing::info_span!("request", id = %request_id, route = api.route());
-    let mut response = async move {
+    let span = tracing::info_span!(
+        "request",
+        id = crate::request_id::of(&headers),
+        route = api.route()
+    );
+    async move {
         let path = uri
             .path_and_query()
             .map_or(uri.path(), |p| p.as_str())
@@ -346,11 +327,7 @@ pub(crate) async fn conversation(
         forward(&app, api, method, &path, &headers, planned).await
     }
     .instrument(span)
-    .await;
-    if let Ok(v) = HeaderValue::from_str(&request_id) {
-        response.headers_mut().insert("x-ctxd-request-id", v);
-    }
-    response
+    .await
 }
 
 async fn prepare(
@@ -366,11 +343,12 @@ async fn prepare(
     let raw = read_body(app, api, headers, body, limit, &mut held).await?;
     let read_us = started.elapsed().as_micros() as u64;
     if !is_json(headers) {
-        return Err(api_error(
+        return Err(ApiError::new(
             api,
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "content-type must be application/json",
-        ));
+        )
+        .into());
     }
     let decoded = decode(api, headers, &raw, limit, &mut held)?;
     keyed_or_allowed(app, api, headers)?;
@@ -384,14 +362,14 @@ async fn prepare(
     let tenant = app
         .tenancy
         .tenant(headers)
-        .map_err(|e| api_error(api, StatusCode::UNAUTHORIZED, e.message()))?;
+        .map_err(|e| ApiError::new(api, StatusCode::UNAUTHORIZED, e.message()))?;
     // A session named in the headers is known before the body is read: its previous request
     // lets this one be split from where it changed (clients resend the whole conversation).
     let named =
         identity::header_session_key(headers).map(|(key, _)| app.sessions.slot(&tenant, &key));
     let prev = named.as_ref().and_then(|slot| slot.last_request());
     let req = ParsedRequest::parse_after(api, &decoded, prev.as_deref())
-        .map_err(|e| api_error(api, StatusCode::BAD_REQUEST, &e.to_string()))?;
+        .map_err(|e| ApiError::new(api, StatusCode::BAD_REQUEST, e.to_string()))?;
     drop(prev);
     if let Some(slot) = &named {
         app.sessions.remember(
@@ -463,7 +441,7 @@ async fn prepare(
         }
     }
     let Some(loaded) = state.as_mut() else {
-        return Err(internal(api, "session state missing"));
+        return Err(ApiError::internal(api, "session state missing").into());
     };
     let mut caller = Caller {
         session: Some(loaded.record.id),
@@ -513,7 +491,11 @@ async fn prepare(
             // What the turn appended is stored before the repair reads the session back.
             queue(app, &slot, loaded.record.id, appended);
             drop(state);
-            return Err(repair_and_retry_hint(app, api, &slot, &caller, window.tools).await);
+            return Err(
+                repair_and_retry_hint(app, api, &slot, &caller, window.tools)
+                    .await
+                    .into(),
+            );
         }
     };
     let appended_count = planned.appended.len();
@@ -613,7 +595,7 @@ async fn admit(
     caller: &Caller,
     session_key: &str,
     body_bytes: usize,
-) -> Result<Reservation, Response> {
+) -> Result<Reservation, ApiError> {
     let none = Reservation {
         app: app.clone(),
         admission: None,
@@ -647,14 +629,17 @@ async fn admit(
         }
         Ok(Ok(crate::spending::Verdict::Refused(why))) => {
             tracing::info!(reason = %why, "refused by a budget");
-            Err(api_error(api, StatusCode::BAD_REQUEST, &why))
+            Err(ApiError::new(api, StatusCode::BAD_REQUEST, why))
         }
-        Ok(Err(e)) => Err(api_error(
+        Ok(Err(e)) => Err(ApiError::new(
             api,
             StatusCode::SERVICE_UNAVAILABLE,
-            &format!("ctxd: the budgets' counters cannot be read: {e}"),
+            format!("ctxd: the budgets' counters cannot be read: {e}"),
         )),
-        Err(e) => Err(internal(api, &format!("budget check failed: {e}"))),
+        Err(e) => Err(ApiError::internal(
+            api,
+            &format!("budget check failed: {e}"),
+        )),
     }
 }
 
@@ -682,14 +667,14 @@ impl Drop for Reservation {
 /// A client without an API key or ctxd key shares one tenant with every other keyless client:
 /// on a listener beyond loopback that is anyone who can reach the port, so it is refused there
 /// unless `allow-keyless` says otherwise.
-fn keyed_or_allowed(app: &Gateway, api: Api, headers: &HeaderMap) -> Result<(), Response> {
+fn keyed_or_allowed(app: &Gateway, api: Api, headers: &HeaderMap) -> Result<(), ApiError> {
     if crate::tenancy::Tenancy::identifies(headers)
         || app.settings.allow_keyless
         || app.settings.listen.ip().is_loopback()
     {
         return Ok(());
     }
-    Err(api_error(
+    Err(ApiError::new(
         api,
         StatusCode::UNAUTHORIZED,
         "ctxd: an API key is required on this listener (x-api-key or Authorization: Bearer); \
@@ -755,7 +740,7 @@ async fn repair_and_retry_hint(
     slot: &Arc<Slot>,
     caller: &Caller,
     tools: ctxd_core::offered::ModelTools,
-) -> Response {
+) -> ApiError {
     app.writer.flush().await;
     let engine = app.engine.clone();
     let c = caller.clone();
@@ -773,15 +758,7 @@ async fn repair_and_retry_hint(
         Err(e) => format!("ctxd: repair failed: {e}"),
     };
     tracing::warn!(%message, "window without boot");
-    api_error(api, StatusCode::SERVICE_UNAVAILABLE, &message)
-}
-
-fn internal(api: Api, message: &str) -> Response {
-    api_error(
-        api,
-        StatusCode::INTERNAL_SERVER_ERROR,
-        &format!("ctxd: {message}"),
-    )
+    ApiError::new(api, StatusCode::SERVICE_UNAVAILABLE, message)
 }
 
 /// Open (or create) the session and read it back, after the writer has drained (the store must
@@ -830,11 +807,12 @@ async fn store_unavailable(
     if pass {
         return relay_unmanaged(app, api, Method::POST, path, headers, raw).await;
     }
-    api_error(
+    ApiError::new(
         api,
         StatusCode::SERVICE_UNAVAILABLE,
-        &format!("ctxd: the session store is unavailable ({error}); retry shortly"),
+        format!("ctxd: the session store is unavailable ({error}); retry shortly"),
     )
+    .into_response()
 }
 
 /// Whether an upstream error says the prompt did not fit the context window.
@@ -887,7 +865,8 @@ async fn forward(
                 };
                 let cause = crate::upstream::describe(&e);
                 tracing::warn!(error = %cause, upstream = app.upstream.base(api), "upstream request failed");
-                return api_error(api, status, &format!("ctxd: the upstream request {cause}"));
+                return ApiError::new(api, status, format!("ctxd: the upstream request {cause}"))
+                    .into_response();
             }
         };
         let waited = sent.elapsed();
@@ -953,11 +932,12 @@ async fn forward(
                 completion.finish(Outcome::Failed, sent.elapsed());
                 let cause = crate::upstream::describe(&e);
                 tracing::warn!(error = %cause, "upstream response failed");
-                return api_error(
+                return ApiError::new(
                     api,
                     StatusCode::BAD_GATEWAY,
-                    &format!("ctxd: the upstream response {cause}"),
-                );
+                    format!("ctxd: the upstream response {cause}"),
+                )
+                .into_response();
             }
         };
         let waited = sent.elapsed();
@@ -1011,11 +991,12 @@ async fn forward(
         if matches!(outcome, Outcome::Response(_)) {
             // Durable before acknowledged: the body goes out once the store holds the turn.
             if let Err(e) = completion.finish_durable(outcome, waited).await {
-                return api_error(
+                return ApiError::new(
                     api,
                     StatusCode::SERVICE_UNAVAILABLE,
-                    &format!("ctxd: the response could not be stored ({e}); retry the request"),
-                );
+                    format!("ctxd: the response could not be stored ({e}); retry the request"),
+                )
+                .into_response();
             }
         } else {
             completion.finish(outcome, waited);
@@ -1095,7 +1076,7 @@ pub(crate) async fn passthrough(
     let limit = app.settings.max_body_bytes;
     let raw = match read_body(&app, api, &headers, body, limit, &mut held).await {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
     let path = uri
         .path_and_query()
@@ -1139,7 +1120,8 @@ async fn relay_unmanaged(
             };
             tracing::warn!(error = %e, "upstream request failed");
             let e = e.without_url();
-            api_error(api, status, &format!("ctxd: upstream request failed: {e}"))
+            ApiError::new(api, status, format!("ctxd: upstream request failed: {e}"))
+                .into_response()
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use axum::body::Body;
@@ -206,8 +206,8 @@ pub struct Gateway {
     metrics: PrometheusHandle,
     /// Responses being recorded (shutdown waits for them before draining the writer).
     pub(crate) recording: AtomicUsize,
-    request_ids: AtomicU64,
-    boot_nonce: u32,
+    /// Fresh request ids, unique across restarts.
+    request_ids: crate::request_id::Ids,
     /// Set when the shutdown deadline has passed: open streams end with the API's error event.
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
     /// Bytes of request bodies in flight ([`crate::budget`]).
@@ -216,25 +216,6 @@ pub struct Gateway {
     pub(crate) mcp_seen: crate::mcp::Seen,
     /// Context windows the providers stated in their overflow errors.
     pub(crate) learned: crate::learned::Learned,
-}
-
-impl Gateway {
-    /// The client's `x-request-id` when it sends a sane one, else a fresh id.
-    pub fn request_id(&self, headers: &HeaderMap) -> String {
-        if let Some(id) = headers
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty() && v.len() <= 64)
-            .filter(|v| {
-                v.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
-            })
-        {
-            return id.to_owned();
-        }
-        let n = self.request_ids.fetch_add(1, Ordering::Relaxed);
-        format!("ctxd-{:08x}-{n}", self.boot_nonce)
-    }
 }
 
 /// The process's metrics recorder (one per process; tests start several gateways).
@@ -515,8 +496,7 @@ impl Server {
             ),
             metrics: metrics_handle(),
             recording: AtomicUsize::new(0),
-            request_ids: AtomicU64::new(1),
-            boot_nonce: u32::from_le_bytes(nonce),
+            request_ids: crate::request_id::Ids::new(u32::from_le_bytes(nonce)),
             closing: tokio::sync::watch::Sender::new(false),
             bodies: crate::budget::budget(
                 settings.max_bodies_in_flight_bytes,
@@ -812,7 +792,7 @@ fn router(app: Arc<Gateway>) -> Router {
     let mcp = Router::new()
         .fallback_service(mcp)
         .layer(axum::middleware::from_fn(mcp_deleted_no_content));
-    Router::new()
+    let router = Router::new()
         .nest_service("/mcp", mcp)
         .nest_service("/ui", crate::ui::service(&app))
         .route("/v1/messages", conversation(Api::Anthropic))
@@ -824,8 +804,9 @@ fn router(app: Arc<Gateway>) -> Router {
         .route("/metrics", get(metrics_route))
         .route("/", any(root))
         .fallback(fallback)
-        .with_state(app)
-        .merge(stats)
+        .with_state(app.clone())
+        .merge(stats);
+    crate::request_id::layer(router, app.request_ids.clone())
 }
 
 /// A session's end (`DELETE /mcp`) answered 204 No Content: rmcp answers 202 Accepted, which

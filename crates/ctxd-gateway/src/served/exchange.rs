@@ -105,7 +105,7 @@ impl ExchangeError {
                 r
             }
             ExchangeError::Gateway(status, message) => {
-                crate::handler::api_error(api, status, &message)
+                crate::error::ApiError::new(api, status, message).into_response()
             }
         }
     }

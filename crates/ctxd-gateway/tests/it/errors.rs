@@ -229,3 +229,58 @@ async fn a_garbage_stream_from_upstream_ends_with_the_apis_error_event() {
     assert!(text.contains("ended before it completed"), "{text}");
     rig.stop().await;
 }
+
+/// Every response names its request: the client's sane `x-request-id`, else a fresh id; a
+/// client's own `x-ctxd-request-id` is not taken; the header never goes upstream.
+#[tokio::test]
+async fn every_response_carries_a_request_id() {
+    let mut rig = Rig::start().await;
+    let id = |r: &reqwest::Response| {
+        r.headers()
+            .get("x-ctxd-request-id")
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let body = serde_json::to_vec(&json!({
+        "model": "claude-sonnet-4-5", "max_tokens": 5,
+        "messages": [{"role": "user", "content": "hi"}]
+    }))
+    .unwrap();
+    let r = rig
+        .post(
+            "/v1/messages",
+            &[("x-request-id", "trace-42")],
+            body.clone(),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(id(&r).as_deref(), Some("trace-42"));
+
+    let r = rig
+        .post(
+            "/v1/messages",
+            &[
+                ("x-request-id", "no spaces"),
+                ("x-ctxd-request-id", "forged"),
+            ],
+            body,
+        )
+        .await;
+    let fresh = id(&r).unwrap();
+    assert!(fresh.starts_with("ctxd-"), "{fresh}");
+
+    // An error of ctxd's own and a route that is not a conversation carry one too.
+    let r = rig.post("/v1/messages", &[], b"{".to_vec()).await;
+    assert_eq!(r.status(), 400);
+    assert!(id(&r).unwrap().starts_with("ctxd-"));
+    let r = rig.client.get(rig.url("/healthz")).send().await.unwrap();
+    assert!(id(&r).unwrap().starts_with("ctxd-"));
+
+    for sent in rig.mock.requests() {
+        assert!(sent.headers.get("x-ctxd-request-id").is_none());
+        assert!(sent
+            .headers
+            .get("x-request-id")
+            .is_none_or(|v| v == "trace-42" || v == "no spaces"));
+    }
+    rig.stop().await;
+}
