@@ -52,9 +52,6 @@ pub fn tools(tools: &[ToolDef]) -> Hash {
     truncate(blake3::hash(&serde_json::to_vec(tools).unwrap_or_default()))
 }
 
-pub fn hex(h: &Hash) -> String {
-    h.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 #[cfg(test)]
 mod tests {
