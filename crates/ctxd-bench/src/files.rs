@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::generate;
 
 const MB: f64 = 1_000_000.0;
-/// Issue 2's targets.
+/// The targets: import speed, a ~1 MB session's report time, peak memory over the file size.
 const TARGET_IMPORT_MB_S: f64 = 100.0;
 const TARGET_REPORT_MS: f64 = 50.0;
 const TARGET_RSS_RATIO: f64 = 5.0;

@@ -35,7 +35,7 @@ use self::load::{quantile_ms, Job, Sample};
 use self::metrics::Histogram;
 
 const KIB: usize = 1024;
-/// Issue 4's targets: p99 added latency by body size, at 200 requests/s.
+/// The targets: p99 added latency by body size, at 200 requests/s.
 const TARGETS: [(usize, f64); 2] = [(100 * KIB, 1.0), (1024 * KIB, 10.0)];
 const TARGET_RATE: f64 = 200.0;
 

@@ -1,5 +1,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! Issue 35: `ctxd eval` must report exactly what `ctxd serve` sends upstream. One recorded
+//! `ctxd eval` must report exactly what `ctxd serve` sends upstream. One recorded
 //! session per agent family in `../shared/sessions` is replayed through the real binary as
 //! its client would have sent it (`ctxd_gateway::replay::client_turns`), in front of the
 //! strict mock scripted with the recorded replies (their call ids and thinking too, so the

@@ -1,4 +1,4 @@
-//! Cache planning (issue 15 item 5): what an edit costs in the provider's prompt cache, and
+//! Cache planning: what an edit costs in the provider's prompt cache, and
 //! where Anthropic `cache_control` breakpoints go on a request ctxd rewrites.
 //!
 //! Three pure parts:

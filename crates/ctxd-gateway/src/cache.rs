@@ -1,4 +1,4 @@
-//! Anthropic `cache_control` on the wire (issue 15 item 5): the client's breakpoints read from
+//! Anthropic `cache_control` on the wire: the client's breakpoints read from
 //! a body ([`scan`]), the engine's plan rendered into a body ctxd rewrites anyway ([`apply`]:
 //! byte edits of the blocks concerned, everything else as it was), and the record of where the
 //! breakpoints went, appended with the turn's response ([`append`]).

@@ -1,6 +1,6 @@
 //! A recorded session as the requests its client would have sent, in one API's wire format: the
 //! same inputs for the gateway over HTTP (`crates/ctxd-cli/tests/equivalence.rs`) and for
-//! `ctxd eval` in process, so the two can be compared request by request (issue 35).
+//! `ctxd eval` in process, so the two can be compared request by request.
 //!
 //! The split is the eval's: the session's active branch, one request per assistant response
 //! (consecutive assistant messages sharing a `response_id` are one response: Claude Code

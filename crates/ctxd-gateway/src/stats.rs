@@ -1,4 +1,4 @@
-//! Accounting per mechanism at the gateway (issue 15): each managed request measured once
+//! Accounting per mechanism at the gateway: each managed request measured once
 //! ([`ctxd_core::savings::measure`]) while it is planned, its figures in the response's
 //! headers, its record (`ctxd.request`) appended with the turn, Prometheus counters, and
 //! `GET /stats` / `GET /stats/{id}` reading the records back from the store, scoped to the

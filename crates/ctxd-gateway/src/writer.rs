@@ -302,11 +302,10 @@ impl WriterHandle {
     }
 }
 
-// The writer runs at the process's normal priority. It used to run as `SCHED_IDLE` (commits
-// never delayed a request's thread), which was right while nobody waited for a commit; now the
-// end of every response does, and an idle-class thread gets almost no CPU beside CPU-bound
-// processes (the issue measured the writer 6 s behind during a build). An unprivileged process
-// cannot leave `SCHED_IDLE` again (`RLIMIT_NICE` is 0 by default), so it is not entered at all.
+// The writer runs at the process's normal priority, never `SCHED_IDLE`: the end of every
+// response waits for a commit, and an idle-class thread gets almost no CPU beside CPU-bound
+// processes. An unprivileged process could not leave `SCHED_IDLE` again (`RLIMIT_NICE` is 0
+// by default). docs/benchmarks.md has the measurement.
 
 /// At most this many jobs share a transaction (a bound on the time one commit holds the store).
 const MAX_GROUP: usize = 256;

@@ -1,4 +1,4 @@
-//! Accounting per mechanism (issue 15): what each managed request sends upstream against what
+//! Accounting per mechanism: what each managed request sends upstream against what
 //! the whole branch would have been without ctxd, split by the mechanism that made the
 //! difference.
 //!

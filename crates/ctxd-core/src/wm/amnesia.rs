@@ -1,4 +1,4 @@
-//! Meta-amnesia (issue 15 item 2; the seed's "Mechanism 2 — Meta-amnesia"): the results of
+//! Meta-amnesia (the seed's "Mechanism 2 — Meta-amnesia"): the results of
 //! read-like tools are judged retain or drop out of band, and a round whose every result is
 //! dropped is taken out of the request while it is still the request's tail, so the model
 //! never sees it and the cache prefix never moves.

@@ -1,4 +1,4 @@
-//! Lazy tools (issue 15 item 4; the seed's "Mechanism 3 — Lazy skill/tool loading"): a client
+//! Lazy tools (the seed's "Mechanism 3 — Lazy skill/tool loading"): a client
 //! such as Claude Code sends tens of kilobytes of tool definitions on every request, most of
 //! them unused in a given task. Only a base set ([`BaseTools`], data per agent, configurable)
 //! goes upstream, plus ctxd's [`FIND_CAPABILITY`], which searches the client's whole list

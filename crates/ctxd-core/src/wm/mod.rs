@@ -1,4 +1,4 @@
-//! Window-manager mechanisms of issue 15 that rewrite what the model sees of its own tool
+//! The window manager's mechanisms that rewrite what the model sees of its own tool
 //! traffic, each a pure policy over the log:
 //!
 //! - [`amnesia`]: read-like tools' results judged retain/drop out of band; a round of drops

@@ -1,4 +1,4 @@
-//! Write facts (issue 15 item 3; the seed's "Mechanism 4 — Writes → persistent facts"): the
+//! Write facts (the seed's "Mechanism 4 — Writes → persistent facts"): the
 //! content a write or edit tool call carries (a whole file, the old and new text of an edit, a
 //! patch) stays in the model's context for the rest of the session, in the assistant message's
 //! tool-call arguments. Once the write's result is in, [`plan`] strips that content and puts a

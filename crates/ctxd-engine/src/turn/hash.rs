@@ -52,7 +52,6 @@ pub fn tools(tools: &[ToolDef]) -> Hash {
     truncate(blake3::hash(&serde_json::to_vec(tools).unwrap_or_default()))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

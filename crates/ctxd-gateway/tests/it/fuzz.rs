@@ -1,4 +1,4 @@
-//! The conversation fuzzer (issue 34): seeded agent conversations played through the real
+//! The conversation fuzzer: seeded agent conversations played through the real
 //! gateway against the strict mock, on the three APIs, JSON and SSE, with every invariant
 //! checked on every upstream request and every client response.
 //!
