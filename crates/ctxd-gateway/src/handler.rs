@@ -338,108 +338,35 @@ async fn prepare(
     body: Body,
     started: Instant,
 ) -> Result<Planned, Response> {
-    let limit = app.settings.max_body_bytes;
-    let mut held = budget::Held::new(&app.bodies);
-    let raw = read_body(app, api, headers, body, limit, &mut held).await?;
-    let read_us = started.elapsed().as_micros() as u64;
-    if !is_json(headers) {
-        return Err(ApiError::new(
-            api,
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "content-type must be application/json",
-        )
-        .into());
-    }
-    let decoded = decode(api, headers, &raw, limit, &mut held)?;
-    keyed_or_allowed(app, api, headers)?;
-    // A store that cannot commit would throw the paid answer away: refused before it goes
-    // upstream (or passed unmanaged, as the operator chose), until the writer's probe finds
-    // the store committing again.
-    if let Some(error) = app.writer.failing() {
-        let error = format!("it cannot commit: {error}");
-        return Err(store_unavailable(app, api, headers, path, raw, &error).await);
-    }
-    let tenant = app
-        .tenancy
-        .tenant(headers)
-        .map_err(|e| ApiError::new(api, StatusCode::UNAUTHORIZED, e.message()))?;
-    // A session named in the headers is known before the body is read: its previous request
-    // lets this one be split from where it changed (clients resend the whole conversation).
-    let named =
-        identity::header_session_key(headers).map(|(key, _)| app.sessions.slot(&tenant, &key));
-    let prev = named.as_ref().and_then(|slot| slot.last_request());
-    let req = ParsedRequest::parse_after(api, &decoded, prev.as_deref())
-        .map_err(|e| ApiError::new(api, StatusCode::BAD_REQUEST, e.to_string()))?;
-    drop(prev);
-    if let Some(slot) = &named {
-        app.sessions.remember(
-            slot,
-            PrevRequest {
-                body: decoded.clone(),
-                parsed: req.clone(),
-            },
-        );
-    }
-
-    let (key, source) = identity::session_key(headers, &req, || {
-        // The conversation starts at its first message that is not a system prompt (Chat and
-        // Responses keep those in the array, and many conversations share one).
-        let first = (0..req.elements.len())
-            .map(|i| req.message(&decoded, i))
-            .find(|m| !matches!(m.role, Role::System | Role::Developer))
-            .map(|m| hash::message(&m));
-        (req.system(&decoded), first)
-    });
-    let (agent, agent_name) = identity::agent(headers, source, req.system_bytes(&decoded));
-    let conversation = req
-        .array
-        .clone()
-        .and_then(|r| decoded.get(r))
-        .unwrap_or_default();
-    let caller = Caller {
-        tenant: tenant.clone(),
-        session: None,
-        session_key: Some(key.clone()),
-        agent: Some(agent_name),
-        model: req.model.clone(),
-        project: crate::project::project(headers, req.system_bytes(&decoded), conversation),
-        policy: None,
-    };
-
+    let Received {
+        raw,
+        decoded,
+        held,
+        tenant,
+        read_us,
+    } = receive(app, api, headers, path, body, started).await?;
+    let (req, named) = parse(app, api, headers, &tenant, &decoded)?;
+    let (agent, caller) = identify(headers, &tenant, &req, &decoded);
+    let key = caller.session_key.clone().unwrap_or_default();
     let mut admission = admit(app, api, &caller, &key, decoded.len()).await?;
 
     // A key named in the headers wins in `session_key`: its slot is the one found above.
     let slot = named.unwrap_or_else(|| app.sessions.slot(&tenant, &key));
-    slot.wait_settled(Duration::from_secs(10)).await;
-    let settled_us = started.elapsed().as_micros() as u64;
-    if !app.settings.distill_wait.is_zero() && !slot.wait_distilled(app.settings.distill_wait).await
-    {
-        tracing::debug!("a distillation pass is still running; this request goes without it");
-    }
-    let mut state = slot.state.lock().await;
-    let locked_us = started.elapsed().as_micros() as u64;
-    let mut reload = state.is_none() || slot.take_stale();
-    if let Some(loaded) = state.as_mut().filter(|_| !reload) {
-        if app.engine.store().shared() {
-            reload = !crate::sessions::catch_up(&app.engine, loaded).await;
-        }
-    }
-    if reload {
-        let meta = SessionMeta {
-            id: Some(key.clone()),
-            agent,
-            format: format!("gateway/{}", api.route()),
-            started_at: Some(ctxd_core::windows::iso8601(now_ms())),
-            model: req.model.clone(),
-            // What `ctxd stats --by project` groups by.
-            cwd: caller.project.clone(),
-            ..SessionMeta::default()
-        };
-        match load(app, &tenant, &key, meta).await {
-            Ok(loaded) => *state = Some(loaded),
+    let meta = || SessionMeta {
+        id: Some(key.clone()),
+        agent,
+        format: format!("gateway/{}", api.route()),
+        started_at: Some(ctxd_core::windows::iso8601(now_ms())),
+        model: req.model.clone(),
+        // What `ctxd stats --by project` groups by.
+        cwd: caller.project.clone(),
+        ..SessionMeta::default()
+    };
+    let (mut state, settled_us, locked_us) =
+        match lock_session(app, &slot, &tenant, &key, meta, started).await {
+            Ok(locked) => locked,
             Err(e) => return Err(store_unavailable(app, api, headers, path, raw, &e).await),
-        }
-    }
+        };
     let Some(loaded) = state.as_mut() else {
         return Err(ApiError::internal(api, "session state missing").into());
     };
@@ -447,10 +374,6 @@ async fn prepare(
         session: Some(loaded.record.id),
         ..caller
     };
-    // A finished distillation pass's edits go under the previous turn, before this request;
-    // a turn end that came while that pass ran gets its own now.
-    let landed = crate::distill::apply_ready(&slot, loaded);
-    app.distiller.catch_up(&slot, loaded);
     // A Responses request continuing a conversation the provider keeps shows ctxd only its new
     // input: recorded, never managed (no tools of ctxd's, no rewrite), and the client is told.
     let unmanaged = req
@@ -462,59 +385,28 @@ async fn prepare(
     }
     let record_only = app.settings.management.record_only || unmanaged.is_some();
     let beta_1m = policy::wants_1m_context(headers);
-    let counter = turn::counter_for(caller.model.clone());
-    let planned = turn::plan_turn(
-        &app.settings,
-        &turn::services(app, &counter),
-        loaded,
-        &mut caller,
-        turn::TurnRequest {
-            api,
-            req: &req,
-            decoded: &decoded,
-            beta_1m,
-            learned: crate::learned::window(app, req.model.as_deref(), beta_1m),
-            record_only,
-            landed,
-            now_ms: now_ms(),
-        },
-    )
-    .await;
-    app.sessions.weigh(&slot, slot.held_bytes(loaded));
-    let mut planned = match planned {
+    let turn = TurnInput {
+        api,
+        req: &req,
+        decoded: &decoded,
+        beta_1m,
+        record_only,
+    };
+    let mut planned = match plan(app, &slot, loaded, &mut caller, turn).await {
         Ok(planned) => planned,
-        Err(turn::Unprojectable {
-            error: ProjectionError::MissingBoot { .. },
-            window,
-            appended,
-        }) => {
-            // What the turn appended is stored before the repair reads the session back.
-            queue(app, &slot, loaded.record.id, appended);
+        Err(tools) => {
             drop(state);
-            return Err(
-                repair_and_retry_hint(app, api, &slot, &caller, window.tools)
-                    .await
-                    .into(),
-            );
+            return Err(repair_and_retry_hint(app, api, &slot, &caller, tools)
+                .await
+                .into());
         }
     };
-    let appended_count = planned.appended.len();
-    if appended_count > 0 {
-        let entries = std::mem::take(&mut planned.appended);
-        queue(app, &slot, loaded.record.id, entries);
-    } else if let Some(leaf) = planned.plan.moved_leaf.clone() {
-        app.writer.send(Job::SetLeaf {
-            session: loaded.record.id,
-            leaf,
-            stale: slot.stale.clone(),
-            ack: None,
-        });
-    }
+    let appended = record_planned(app, &slot, loaded, &mut planned);
     let attach = leaf_id(&loaded.log);
     tracing::debug!(
         session = loaded.record.id,
         matched = planned.plan.matched,
-        appended = appended_count,
+        appended,
         rewritten = planned.rewritten,
         read_us,
         settled_us,
@@ -566,6 +458,233 @@ async fn prepare(
         bodies: held,
         offer: planned.offer,
     })
+}
+
+/// A conversation request past the door: its body read and decoded within the limits, its
+/// client allowed and its tenant known, before any session is touched.
+struct Received {
+    raw: Bytes,
+    decoded: Bytes,
+    /// The bodies counted against the budget of bodies in flight.
+    held: budget::Held,
+    tenant: String,
+    /// When the body had arrived, from the request's start.
+    read_us: u64,
+}
+
+async fn receive(
+    app: &Arc<Gateway>,
+    api: Api,
+    headers: &HeaderMap,
+    path: &str,
+    body: Body,
+    started: Instant,
+) -> Result<Received, Response> {
+    let limit = app.settings.max_body_bytes;
+    let mut held = budget::Held::new(&app.bodies);
+    let raw = read_body(app, api, headers, body, limit, &mut held).await?;
+    let read_us = started.elapsed().as_micros() as u64;
+    if !is_json(headers) {
+        return Err(ApiError::new(
+            api,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "content-type must be application/json",
+        )
+        .into());
+    }
+    let decoded = decode(api, headers, &raw, limit, &mut held)?;
+    keyed_or_allowed(app, api, headers)?;
+    // A store that cannot commit would throw the paid answer away: refused before it goes
+    // upstream (or passed unmanaged, as the operator chose), until the writer's probe finds
+    // the store committing again.
+    if let Some(error) = app.writer.failing() {
+        let error = format!("it cannot commit: {error}");
+        return Err(store_unavailable(app, api, headers, path, raw, &error).await);
+    }
+    let tenant = app
+        .tenancy
+        .tenant(headers)
+        .map_err(|e| ApiError::new(api, StatusCode::UNAUTHORIZED, e.message()))?;
+    Ok(Received {
+        raw,
+        decoded,
+        held,
+        tenant,
+        read_us,
+    })
+}
+
+/// The request parsed. A session named in the headers is known before the conversation is
+/// read: its previous request lets this one be split from where it changed (clients resend
+/// the whole conversation), and this one becomes its previous. That session's slot, if named.
+fn parse(
+    app: &Gateway,
+    api: Api,
+    headers: &HeaderMap,
+    tenant: &str,
+    decoded: &Bytes,
+) -> Result<(ParsedRequest, Option<Arc<Slot>>), ApiError> {
+    let named =
+        identity::header_session_key(headers).map(|(key, _)| app.sessions.slot(tenant, &key));
+    let prev = named.as_ref().and_then(|slot| slot.last_request());
+    let req = ParsedRequest::parse_after(api, decoded, prev.as_deref())
+        .map_err(|e| ApiError::new(api, StatusCode::BAD_REQUEST, e.to_string()))?;
+    drop(prev);
+    if let Some(slot) = &named {
+        app.sessions.remember(
+            slot,
+            PrevRequest {
+                body: decoded.clone(),
+                parsed: req.clone(),
+            },
+        );
+    }
+    Ok((req, named))
+}
+
+/// Who is asking: the agent (when recognised) and the caller the engine sees, its session
+/// key set (from the headers, else the conversation's start) and its session id not yet.
+fn identify(
+    headers: &HeaderMap,
+    tenant: &str,
+    req: &ParsedRequest,
+    decoded: &Bytes,
+) -> (Option<ctxd_core::model::Agent>, Caller) {
+    let (key, source) = identity::session_key(headers, req, || {
+        // The conversation starts at its first message that is not a system prompt (Chat and
+        // Responses keep those in the array, and many conversations share one).
+        let first = (0..req.elements.len())
+            .map(|i| req.message(decoded, i))
+            .find(|m| !matches!(m.role, Role::System | Role::Developer))
+            .map(|m| hash::message(&m));
+        (req.system(decoded), first)
+    });
+    let (agent, agent_name) = identity::agent(headers, source, req.system_bytes(decoded));
+    let conversation = req
+        .array
+        .clone()
+        .and_then(|r| decoded.get(r))
+        .unwrap_or_default();
+    let caller = Caller {
+        tenant: tenant.to_owned(),
+        session: None,
+        session_key: Some(key),
+        agent: Some(agent_name),
+        model: req.model.clone(),
+        project: crate::project::project(headers, req.system_bytes(decoded), conversation),
+        policy: None,
+    };
+    (agent, caller)
+}
+
+/// The slot settled (its previous response recorded) and locked, its session as the store
+/// has it: loaded when the slot holds none or was marked stale, caught up when another gateway
+/// shares the store. Also when it settled and when it was locked, from the request's start.
+/// The error says why the store could not give the session.
+async fn lock_session<'s>(
+    app: &Arc<Gateway>,
+    slot: &'s Slot,
+    tenant: &str,
+    key: &str,
+    meta: impl FnOnce() -> SessionMeta,
+    started: Instant,
+) -> Result<(tokio::sync::MutexGuard<'s, Option<Loaded>>, u64, u64), String> {
+    slot.wait_settled(Duration::from_secs(10)).await;
+    let settled_us = started.elapsed().as_micros() as u64;
+    if !app.settings.distill_wait.is_zero() && !slot.wait_distilled(app.settings.distill_wait).await
+    {
+        tracing::debug!("a distillation pass is still running; this request goes without it");
+    }
+    let mut state = slot.state.lock().await;
+    let locked_us = started.elapsed().as_micros() as u64;
+    let mut reload = state.is_none() || slot.take_stale();
+    if let Some(loaded) = state.as_mut().filter(|_| !reload) {
+        if app.engine.store().shared() {
+            reload = !crate::sessions::catch_up(&app.engine, loaded).await;
+        }
+    }
+    if reload {
+        *state = Some(load(app, tenant, key, meta()).await?);
+    }
+    Ok((state, settled_us, locked_us))
+}
+
+/// What of the request the turn planning reads besides the session.
+struct TurnInput<'a> {
+    api: Api,
+    req: &'a ParsedRequest,
+    decoded: &'a Bytes,
+    beta_1m: bool,
+    record_only: bool,
+}
+
+/// The turn planned on the loaded session, after a finished distillation pass's edits have
+/// landed under the previous turn. A window whose boot is missing cannot be projected: what
+/// the turn appended is queued (the repair reads the session back) and the error is the
+/// window's tools, for the repair.
+async fn plan(
+    app: &Arc<Gateway>,
+    slot: &Arc<Slot>,
+    loaded: &mut Loaded,
+    caller: &mut Caller,
+    turn: TurnInput<'_>,
+) -> Result<turn::PlannedTurn, ctxd_core::offered::ModelTools> {
+    // A turn end that came while that pass ran gets its own now.
+    let landed = crate::distill::apply_ready(slot, loaded);
+    app.distiller.catch_up(slot, loaded);
+    let counter = turn::counter_for(caller.model.clone());
+    let planned = turn::plan_turn(
+        &app.settings,
+        &turn::services(app, &counter),
+        loaded,
+        caller,
+        turn::TurnRequest {
+            api: turn.api,
+            req: turn.req,
+            decoded: turn.decoded,
+            beta_1m: turn.beta_1m,
+            learned: crate::learned::window(app, turn.req.model.as_deref(), turn.beta_1m),
+            record_only: turn.record_only,
+            landed,
+            now_ms: now_ms(),
+        },
+    )
+    .await;
+    app.sessions.weigh(slot, slot.held_bytes(loaded));
+    match planned {
+        Ok(planned) => Ok(planned),
+        Err(turn::Unprojectable {
+            error: ProjectionError::MissingBoot { .. },
+            window,
+            appended,
+        }) => {
+            queue(app, slot, loaded.record.id, appended);
+            Err(window.tools)
+        }
+    }
+}
+
+/// The planned turn's entries to the writer (or the branch it moved to, when it appended
+/// none); how many were appended.
+fn record_planned(
+    app: &Gateway,
+    slot: &Arc<Slot>,
+    loaded: &Loaded,
+    planned: &mut turn::PlannedTurn,
+) -> usize {
+    let appended = planned.appended.len();
+    if appended > 0 {
+        let entries = std::mem::take(&mut planned.appended);
+        queue(app, slot, loaded.record.id, entries);
+    } else if let Some(leaf) = planned.plan.moved_leaf.clone() {
+        app.writer.send(Job::SetLeaf {
+            session: loaded.record.id,
+            leaf,
+            stale: slot.stale.clone(),
+            ack: None,
+        });
+    }
+    appended
 }
 
 /// Entries for the session's store, queued to the writer (none: nothing queued).
@@ -858,35 +977,13 @@ async fn forward(
             Ok(r) => r,
             Err(e) => {
                 completion.finish(Outcome::Failed, Duration::ZERO);
-                let status = if e.is_timeout() {
-                    StatusCode::GATEWAY_TIMEOUT
-                } else {
-                    StatusCode::BAD_GATEWAY
-                };
-                let cause = crate::upstream::describe(&e);
-                tracing::warn!(error = %cause, upstream = app.upstream.base(api), "upstream request failed");
-                return ApiError::new(api, status, format!("ctxd: the upstream request {cause}"))
-                    .into_response();
+                return upstream_failed(app, api, &e).into_response();
             }
         };
         let waited = sent.elapsed();
         let status =
             StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-        let mut out_headers = crate::upstream::response_headers(resp.headers());
-        if rewritten {
-            out_headers.insert("x-ctxd-rewritten", HeaderValue::from_static("1"));
-        }
-        if let Some(why) = unmanaged {
-            out_headers.insert("x-ctxd-unmanaged", HeaderValue::from_static(why));
-        }
-        if let Some(r) = completion.request_record().filter(|_| status.is_success()) {
-            crate::stats::headers(&mut out_headers, r);
-        }
-        for warning in completion.budget_warnings() {
-            if let Ok(v) = HeaderValue::from_str(warning) {
-                out_headers.append(crate::spending::WARNING_HEADER, v);
-            }
-        }
+        let out_headers = client_headers(resp.headers(), status, rewritten, unmanaged, &completion);
         let is_sse = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -962,31 +1059,16 @@ async fn forward(
                 }
             }
         }
-        let mut answer = answer;
-        let outcome = if status.is_success() {
-            match ctxd_formats::wire::stream::assemble_json(api.stream_api(), &answer) {
-                Ok(a) => match exchange {
-                    Some(cx) => match crate::served::exchange::json_rounds(&cx, &answer, a).await {
-                        Ok((body, view)) => {
-                            if let Some(body) = body {
-                                answer = body;
-                            }
-                            Outcome::Response(view)
-                        }
-                        Err(e) => {
-                            completion.finish(Outcome::Failed, sent.elapsed());
-                            return e.respond(api);
-                        }
-                    },
-                    None => Outcome::Response(a),
-                },
+        let (answer, outcome) = if status.is_success() {
+            match json_outcome(api, answer, exchange).await {
+                Ok(answered) => answered,
                 Err(e) => {
-                    tracing::warn!(error = %e, "response not recorded");
-                    Outcome::Failed
+                    completion.finish(Outcome::Failed, sent.elapsed());
+                    return e.respond(api);
                 }
             }
         } else {
-            Outcome::Failed
+            (answer, Outcome::Failed)
         };
         if matches!(outcome, Outcome::Response(_)) {
             // Durable before acknowledged: the body goes out once the store holds the turn.
@@ -1006,6 +1088,69 @@ async fn forward(
         *response.headers_mut() = out_headers;
         return response;
     }
+}
+
+/// The provider could not be reached or did not answer in time: 504 on a timeout, else 502,
+/// naming the cause but never the URL.
+fn upstream_failed(app: &Gateway, api: Api, e: &reqwest::Error) -> ApiError {
+    let status = if e.is_timeout() {
+        StatusCode::GATEWAY_TIMEOUT
+    } else {
+        StatusCode::BAD_GATEWAY
+    };
+    let cause = crate::upstream::describe(e);
+    tracing::warn!(error = %cause, upstream = app.upstream.base(api), "upstream request failed");
+    ApiError::new(api, status, format!("ctxd: the upstream request {cause}"))
+}
+
+/// The provider's headers as the client gets them, with ctxd's own: whether the body was
+/// rewritten or left unmanaged and why, the request's savings (on a success), budget warnings.
+fn client_headers(
+    upstream: &reqwest::header::HeaderMap,
+    status: StatusCode,
+    rewritten: bool,
+    unmanaged: Option<&'static str>,
+    completion: &Completion,
+) -> HeaderMap {
+    let mut out = crate::upstream::response_headers(upstream);
+    if rewritten {
+        out.insert("x-ctxd-rewritten", HeaderValue::from_static("1"));
+    }
+    if let Some(why) = unmanaged {
+        out.insert("x-ctxd-unmanaged", HeaderValue::from_static(why));
+    }
+    if let Some(r) = completion.request_record().filter(|_| status.is_success()) {
+        crate::stats::headers(&mut out, r);
+    }
+    for warning in completion.budget_warnings() {
+        if let Ok(v) = HeaderValue::from_str(warning) {
+            out.append(crate::spending::WARNING_HEADER, v);
+        }
+    }
+    out
+}
+
+/// A successful JSON answer as the client gets it and as it is recorded: the answer assembled,
+/// and when ctxd's tools were offered, its calls of them answered in hidden rounds (the
+/// client's body is then the last round's). An answer that cannot be read is relayed and not
+/// recorded.
+async fn json_outcome(
+    api: Api,
+    answer: Bytes,
+    exchange: Option<crate::served::exchange::Context>,
+) -> Result<(Bytes, Outcome), crate::served::exchange::ExchangeError> {
+    let assembled = match ctxd_formats::wire::stream::assemble_json(api.stream_api(), &answer) {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(error = %e, "response not recorded");
+            return Ok((answer, Outcome::Failed));
+        }
+    };
+    let Some(cx) = exchange else {
+        return Ok((answer, Outcome::Response(assembled)));
+    };
+    let (body, view) = crate::served::exchange::json_rounds(&cx, &answer, assembled).await?;
+    Ok((body.unwrap_or(answer), Outcome::Response(view)))
 }
 
 /// The exchange answering ctxd's calls for this request, when it was offered ctxd's tools.
