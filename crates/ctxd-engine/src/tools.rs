@@ -2,7 +2,12 @@
 //!
 //! Each feature module contributes its specs and executes its own tools; this module only lists
 //! them. The gateway injects these specs into requests and runs the calls server-side; the MCP
-//! server serves the same registry.
+//! server serves the same registry. A tool's arguments are a typed struct ([`args`]): its schema
+//! is derived from the type, and a call is read into it.
+
+mod args;
+
+pub(crate) use args::{parameters, parse};
 
 use serde::Serialize;
 use serde_json::Value;
