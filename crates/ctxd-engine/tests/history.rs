@@ -647,7 +647,13 @@ fn tools_run_through_the_registry_with_clear_errors() {
             "no word to rank by",
         ),
         ("history_list_windows", json!([1]), "must be a JSON object"),
-        ("recall", json!({}), "entryId is required"),
+        ("recall", json!({}), "recall: missing field `entryId`"),
+        ("recall", json!({"entryId": ""}), "entryId is empty"),
+        (
+            "recall",
+            json!({"entryId": "t1", "offset": "x"}),
+            "recall: offset: invalid type: string \"x\", expected a whole number",
+        ),
         (
             "recall",
             json!({"entryId": "t1", "pattern": "a".repeat(501)}),
@@ -671,7 +677,7 @@ fn tools_run_through_the_registry_with_clear_errors() {
         (
             "recall",
             json!({"entryId": "t1", "extra": 1}),
-            "unknown argument \"extra\"",
+            "recall: unknown field `extra`, expected one of `entryId`, `pattern`, `offset`, `limit`",
         ),
     ] {
         let out = engine.call_tool(&caller, name, &args).unwrap();
