@@ -7,7 +7,7 @@
 
 mod args;
 
-pub(crate) use args::{parameters, parse};
+pub(crate) use args::{parameters, parse, Whole};
 
 use serde::Serialize;
 use serde_json::Value;

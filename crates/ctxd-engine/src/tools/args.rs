@@ -2,10 +2,14 @@
 //! (schemars) and a call's arguments are read into the same type (serde), so the two cannot
 //! drift apart.
 
-use schemars::generate::SchemaSettings;
+use std::borrow::Cow;
+use std::fmt;
+
+use schemars::generate::{SchemaGenerator, SchemaSettings};
 use schemars::transform::{RecursiveTransform, Transform};
-use schemars::{JsonSchema, Schema};
-use serde::de::DeserializeOwned;
+use schemars::{json_schema, JsonSchema, Schema};
+use serde::de::{self, DeserializeOwned, Deserializer, Unexpected, Visitor};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::EngineError;
@@ -84,4 +88,54 @@ fn readable(message: &str) -> String {
     .fold(message.to_owned(), |m, (rust, words)| {
         m.replace(rust, words)
     })
+}
+
+/// An integer argument that a model may also write as a whole float (`3.0`), as some do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Whole(pub i64);
+
+impl<'de> Deserialize<'de> for Whole {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Number;
+        impl Visitor<'_> for Number {
+            type Value = Whole;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a whole number")
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Whole, E> {
+                Ok(Whole(v))
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Whole, E> {
+                i64::try_from(v)
+                    .map(Whole)
+                    .map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &self))
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Whole, E> {
+                if v.fract() == 0.0 && v.abs() < 9e15 {
+                    Ok(Whole(v as i64))
+                } else {
+                    Err(E::invalid_value(Unexpected::Float(v), &self))
+                }
+            }
+        }
+        d.deserialize_any(Number)
+    }
+}
+
+impl JsonSchema for Whole {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Whole".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({"type": "integer"})
+    }
 }
