@@ -613,7 +613,7 @@ fn tools_run_through_the_registry_with_clear_errors() {
         (
             "history_list_items",
             json!({"limit": "ten"}),
-            "limit must be a whole number",
+            "history_list_items: limit: invalid type: string \"ten\", expected a whole number from 0",
         ),
         (
             "history_list_items",
@@ -623,14 +623,18 @@ fn tools_run_through_the_registry_with_clear_errors() {
         (
             "history_list_items",
             json!({"windw_id": "w_"}),
-            "unknown argument \"windw_id\"",
+            "history_list_items: unknown field `windw_id`, expected one of `agent_name`, `window_id`, `role`, `tool_name`, `recent_first`, `limit`, `all_branches`, `max_chars_per_item`",
         ),
         (
             "history_read_item",
             json!({"window_id": "w_0000000000000000"}),
-            "item_id is required",
+            "history_read_item: missing field `item_id`",
         ),
-        ("history_search_contents", json!({}), "query is required"),
+        (
+            "history_search_contents",
+            json!({}),
+            "history_search_contents: missing field `query`",
+        ),
         (
             "history_search_contents",
             json!({"query": ""}),
@@ -639,7 +643,7 @@ fn tools_run_through_the_registry_with_clear_errors() {
         (
             "history_search_contents",
             json!({"query": "x", "mode": "fuzzy"}),
-            "mode \"fuzzy\"",
+            "history_search_contents: mode: unknown variant `fuzzy`, expected `literal` or `ranked`",
         ),
         (
             "history_search_contents",
