@@ -20,7 +20,7 @@ use ctxd_store::{HistoryRow, SessionId, Store};
 use crate::tools::{parameters, parse, ToolOutput, ToolSpec};
 use crate::{Caller, Engine, EngineError};
 
-mod args;
+pub(crate) mod args;
 
 /// Which part of the history a listing covers.
 #[derive(Clone, Debug, Default)]

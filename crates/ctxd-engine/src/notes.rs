@@ -601,7 +601,7 @@ fn run<S: Store + ?Sized>(
     })
 }
 
-mod args;
+pub(crate) mod args;
 
 #[cfg(test)]
 mod tests;
