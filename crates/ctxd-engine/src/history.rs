@@ -7,8 +7,8 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use ctxd_core::history::{
     self as h, agent_scope, check_query, check_role, item_facts, preview, slice_chars, BranchLanes,
@@ -17,8 +17,10 @@ use ctxd_core::history::{
 use ctxd_core::model::{Entry, EntryKind, SessionMeta};
 use ctxd_store::{HistoryRow, SessionId, Store};
 
-use crate::tools::{ToolOutput, ToolSpec};
+use crate::tools::{parameters, parse, ToolOutput, ToolSpec};
 use crate::{Caller, Engine, EngineError};
+
+pub(crate) mod args;
 
 /// Which part of the history a listing covers.
 #[derive(Clone, Debug, Default)]
@@ -59,7 +61,7 @@ pub struct ReadQuery {
     pub limit_chars: Option<usize>,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SearchMode {
     /// Case-sensitive substring (the seed's behaviour).
@@ -546,253 +548,43 @@ impl<S: Store + ?Sized> Engine<S> {
     }
 }
 
-// ---- The tools: schemas and argument parsing ----
+// ---- The tools ----
 
-fn filter_properties() -> Map<String, Value> {
-    let mut p = Map::new();
-    p.insert("agent_name".into(), json!({"type": "string", "description": "\"main\" (or the session's agent name) for the main conversation, \"subagent\" for subagent sidechains (these are off the active branch: add all_branches)."}));
-    p.insert("window_id".into(), json!({"type": "string", "description": "Only this window (an id from history_list_windows)."}));
-    p.insert(
-        "role".into(),
-        json!({"type": "string", "enum": h::ROLES, "description": "Only items of this role."}),
-    );
-    p.insert("tool_name".into(), json!({"type": "string", "description": "Only items that call this tool or hold its results."}));
-    p.insert(
-        "recent_first".into(),
-        json!({"type": "boolean", "description": "Newest first (default: oldest first)."}),
-    );
-    p.insert("limit".into(), json!({"type": "integer", "minimum": 1, "maximum": h::MAX_LIMIT, "description": format!("At most this many results (default {}).", h::DEFAULT_LIMIT)}));
-    p.insert("all_branches".into(), json!({"type": "boolean", "description": "Include entries off the active branch (default: the active branch only)."}));
-    p
-}
+const LIST_WINDOWS: &str = "history_list_windows";
+const LIST_ITEMS: &str = "history_list_items";
+const READ_ITEM: &str = "history_read_item";
+const SEARCH_CONTENTS: &str = "history_search_contents";
 
 /// The tools of this module.
 pub fn specs() -> Vec<ToolSpec> {
-    let windows = json!({
-        "type": "object",
-        "properties": {
-            "agent_name": {"type": "string", "description": "\"main\" or the session's agent name."},
-            "recent_first": {"type": "boolean", "description": "Newest window first."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": h::MAX_LIMIT},
-            "all_branches": {"type": "boolean", "description": "Windows of every branch, not only the active one."}
-        },
-        "additionalProperties": false
-    });
-    let mut items_props = filter_properties();
-    items_props.insert("max_chars_per_item".into(), json!({"type": "integer", "minimum": 1, "maximum": h::MAX_ITEM_CHARS, "description": format!("Preview length per item (default {}); read the item for all of it.", h::DEFAULT_ITEM_CHARS)}));
-    let mut search_props = filter_properties();
-    search_props.insert("query".into(), json!({"type": "string", "description": "Text to find. literal: case-sensitive substring; ranked: words, any case, best matches first."}));
-    search_props.insert("mode".into(), json!({"type": "string", "enum": ["literal", "ranked"], "description": "literal (default) or ranked full-text (ranks matches in blocks of 1,000, newest block first)."}));
     vec![
         ToolSpec {
-            name: "history_list_windows",
+            name: LIST_WINDOWS,
             description: "List the context windows of this session (the conversation before each reset). Returns window ids for the other history tools.",
-            parameters: windows,
+            parameters: parameters::<args::ListWindows>(),
         },
         ToolSpec {
-            name: "history_list_items",
+            name: LIST_ITEMS,
             description: "List items (messages, summaries, boots) of this session's full history, including what is no longer in context, with text previews. Filter by window, role, tool name or agent.",
-            parameters: json!({"type": "object", "properties": items_props, "additionalProperties": false}),
+            parameters: parameters::<args::ListItems>(),
         },
         ToolSpec {
-            name: "history_read_item",
+            name: READ_ITEM,
             description: "Read one history item's full text in pages: pass offset_chars = the returned next_offset to continue. The item id alone finds the item.",
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "item_id": {"type": "string", "description": "The item (an id from history_list_items or history_search_contents)."},
-                    "window_id": {"type": "string", "description": "Optional: the item's window, checked if given."},
-                    "agent_name": {"type": "string"},
-                    "offset_chars": {"type": "integer", "minimum": 0, "description": "Start at this character (default 0)."},
-                    "limit_chars": {"type": "integer", "minimum": 1, "maximum": h::MAX_READ_CHARS, "description": format!("At most this many characters (default {}).", h::DEFAULT_READ_CHARS)}
-                },
-                "required": ["item_id"],
-                "additionalProperties": false
-            }),
+            parameters: parameters::<args::ReadItem>(),
         },
         ToolSpec {
-            name: "history_search_contents",
+            name: SEARCH_CONTENTS,
             description: "Search this session's full history. Literal, case-sensitive by default; mode \"ranked\" for full-text relevance. Same filters as history_list_items.",
-            parameters: json!({"type": "object", "properties": search_props, "required": ["query"], "additionalProperties": false}),
+            parameters: parameters::<args::SearchContents>(),
         },
     ]
 }
-
-/// Arguments of one call, checked as they are read.
-struct Args<'a> {
-    tool: &'a str,
-    map: &'a Map<String, Value>,
-}
-
-impl<'a> Args<'a> {
-    fn new(tool: &'a str, args: &'a Value, allowed: &[&str]) -> Result<Self, EngineError> {
-        static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-        let map = match args {
-            Value::Object(m) => m,
-            Value::Null => EMPTY.get_or_init(Map::new),
-            _ => {
-                return Err(EngineError::invalid(format!(
-                    "{tool}: arguments must be a JSON object"
-                )))
-            }
-        };
-        if let Some(bad) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-            return Err(EngineError::invalid(format!(
-                "{tool}: unknown argument {bad:?}; the arguments are {}",
-                allowed.join(", ")
-            )));
-        }
-        Ok(Self { tool, map })
-    }
-
-    fn string(&self, name: &str) -> Result<Option<String>, EngineError> {
-        match self.map.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(EngineError::invalid(format!(
-                "{}: {name} must be a string",
-                self.tool
-            ))),
-        }
-    }
-
-    fn required(&self, name: &str) -> Result<String, EngineError> {
-        self.string(name)?
-            .ok_or_else(|| EngineError::invalid(format!("{}: {name} is required", self.tool)))
-    }
-
-    fn boolean(&self, name: &str) -> Result<bool, EngineError> {
-        match self.map.get(name) {
-            None | Some(Value::Null) => Ok(false),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(_) => Err(EngineError::invalid(format!(
-                "{}: {name} must be true or false",
-                self.tool
-            ))),
-        }
-    }
-
-    fn count(&self, name: &str) -> Result<Option<usize>, EngineError> {
-        match self.map.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .and_then(|n| usize::try_from(n).ok())
-                .map(Some)
-                .ok_or_else(|| {
-                    EngineError::invalid(format!(
-                        "{}: {name} must be a whole number from 0; got {v}",
-                        self.tool
-                    ))
-                }),
-        }
-    }
-
-    fn scope(&self) -> Result<Scope, EngineError> {
-        Ok(Scope {
-            agent_name: self.string("agent_name")?,
-            all_branches: self.boolean("all_branches")?,
-        })
-    }
-
-    fn items(&self) -> Result<ItemsQuery, EngineError> {
-        Ok(ItemsQuery {
-            scope: self.scope()?,
-            window_id: self.string("window_id")?,
-            role: self.string("role")?,
-            tool_name: self.string("tool_name")?,
-            recent_first: self.boolean("recent_first")?,
-            limit: self.count("limit")?,
-            max_chars_per_item: self.count("max_chars_per_item")?,
-            offset: None,
-        })
-    }
-}
-
-const FILTER_ARGS: &[&str] = &[
-    "agent_name",
-    "window_id",
-    "role",
-    "tool_name",
-    "recent_first",
-    "limit",
-    "all_branches",
-];
 
 fn to_output<T: Serialize>(value: &T) -> Result<ToolOutput, EngineError> {
     serde_json::to_string_pretty(value)
         .map(ToolOutput::ok)
         .map_err(|e| EngineError::invalid(e.to_string()))
-}
-
-fn run<S: Store + ?Sized>(
-    engine: &Engine<S>,
-    caller: &Caller,
-    name: &str,
-    args: &Value,
-) -> Result<ToolOutput, EngineError> {
-    match name {
-        "history_list_windows" => {
-            let a = Args::new(
-                name,
-                args,
-                &["agent_name", "recent_first", "limit", "all_branches"],
-            )?;
-            let q = WindowsQuery {
-                scope: a.scope()?,
-                recent_first: a.boolean("recent_first")?,
-                limit: a.count("limit")?,
-            };
-            to_output(&engine.history_list_windows(caller, &q)?)
-        }
-        "history_list_items" => {
-            let mut allowed = FILTER_ARGS.to_vec();
-            allowed.push("max_chars_per_item");
-            let a = Args::new(name, args, &allowed)?;
-            to_output(&engine.history_list_items(caller, &a.items()?)?)
-        }
-        "history_read_item" => {
-            let a = Args::new(
-                name,
-                args,
-                &[
-                    "window_id",
-                    "item_id",
-                    "agent_name",
-                    "offset_chars",
-                    "limit_chars",
-                ],
-            )?;
-            let q = ReadQuery {
-                window_id: a.string("window_id")?,
-                item_id: a.required("item_id")?,
-                offset_chars: a.count("offset_chars")?,
-                limit_chars: a.count("limit_chars")?,
-            };
-            to_output(&engine.history_read_item(caller, &q)?)
-        }
-        "history_search_contents" => {
-            let mut allowed = FILTER_ARGS.to_vec();
-            allowed.extend(["query", "mode"]);
-            let a = Args::new(name, args, &allowed)?;
-            let mode = match a.string("mode")?.as_deref() {
-                None | Some("literal") => SearchMode::Literal,
-                Some("ranked") => SearchMode::Ranked,
-                Some(other) => {
-                    return Err(EngineError::invalid(format!(
-                        "{name}: mode {other:?} is not \"literal\" or \"ranked\""
-                    )))
-                }
-            };
-            let q = SearchQuery {
-                query: a.required("query")?,
-                mode,
-                filters: a.items()?,
-            };
-            to_output(&engine.history_search_contents(caller, &q)?)
-        }
-        _ => Err(EngineError::UnknownTool(name.to_owned())),
-    }
 }
 
 /// Run `name` if it is one of this module's tools.
@@ -802,8 +594,19 @@ pub(crate) fn call<S: ctxd_store::Store + ?Sized>(
     name: &str,
     args: &Value,
 ) -> Option<Result<ToolOutput, EngineError>> {
-    if !name.starts_with("history_") || !specs().iter().any(|s| s.name == name) {
-        return None;
-    }
-    Some(run(engine, caller, name, args))
+    Some(match name {
+        LIST_WINDOWS => parse::<args::ListWindows>(name, args)
+            .and_then(|a| engine.history_list_windows(caller, &a.into()))
+            .and_then(|page| to_output(&page)),
+        LIST_ITEMS => parse::<args::ListItems>(name, args)
+            .and_then(|a| engine.history_list_items(caller, &a.into()))
+            .and_then(|page| to_output(&page)),
+        READ_ITEM => parse::<args::ReadItem>(name, args)
+            .and_then(|a| engine.history_read_item(caller, &a.into()))
+            .and_then(|item| to_output(&item)),
+        SEARCH_CONTENTS => parse::<args::SearchContents>(name, args)
+            .and_then(|a| engine.history_search_contents(caller, &a.into()))
+            .and_then(|page| to_output(&page)),
+        _ => return None,
+    })
 }

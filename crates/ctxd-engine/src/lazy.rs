@@ -14,27 +14,15 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::tools::{ToolOutput, ToolSpec};
+use crate::tools::{parameters, parse, ToolOutput, ToolSpec};
 use crate::{Caller, Engine, EngineError};
 
 /// `find_capability`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct FindCapabilityArgs {
+pub(crate) struct FindCapabilityArgs {
     /// What you need to do, in a few words, or a tool's name (e.g. "fetch a web page").
     pub query: String,
-}
-
-/// The JSON Schema of `T` as a tool's parameters (without the meta-schema, title and the type's
-/// own doc comment, which only cost tokens).
-pub(crate) fn parameters<T: JsonSchema>() -> Value {
-    let mut v = schemars::schema_for!(T).to_value();
-    if let Some(o) = v.as_object_mut() {
-        o.remove("$schema");
-        o.remove("title");
-        o.remove("description");
-    }
-    v
 }
 
 /// The tools of this module.
@@ -59,8 +47,7 @@ pub(crate) fn call<S: Store + ?Sized>(
         return None;
     }
     Some(
-        FindCapabilityArgs::deserialize(args)
-            .map_err(|e| EngineError::invalid(format!("{FIND_CAPABILITY}: {e}")))
+        parse::<FindCapabilityArgs>(FIND_CAPABILITY, args)
             .and_then(|a| engine.find_capability(caller, &a.query)),
     )
 }

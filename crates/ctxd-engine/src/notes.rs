@@ -7,7 +7,7 @@
 //! text or JSON); [`call`] runs the same methods for the model and renders their text.
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use ctxd_core::notes::address::{own_homes, Home, Who};
 use ctxd_core::notes::list::{self, Direction, ListOrder, OrderBy};
@@ -15,7 +15,7 @@ use ctxd_core::notes::render::{self, NoteInfo, SearchHit};
 use ctxd_core::notes::{resolve, resolve_prefix, text, NoteError, NoteRow, NotesSnapshot};
 use ctxd_store::{NoteMeta, Store};
 
-use crate::tools::{ToolOutput, ToolSpec};
+use crate::tools::{parameters, parse, ToolOutput, ToolSpec, Whole};
 use crate::{now_ms, Caller, Engine, EngineError};
 
 fn invalid(e: NoteError) -> EngineError {
@@ -454,181 +454,69 @@ const DELETE: &str = "notes_delete";
 const RENAME: &str = "notes_rename";
 const MARK_STALE: &str = "notes_mark_stale";
 
-const PATH_DOC: &str = "Note address: bare <vpath> is this session; @project/<vpath>, @human/<vpath>, @self/<vpath>, @agents/<name>/<vpath>, @model/<vpath>, @models/<name>/<vpath> are the other homes. No `..`, no `@` inside a vpath.";
-
-fn path_prop() -> Value {
-    json!({ "type": "string", "description": PATH_DOC })
-}
-
 /// The tools of this module.
 pub fn specs() -> Vec<ToolSpec> {
     vec![
         ToolSpec {
             name: WRITE,
             description: "Create or replace a note (a virtual file in your notes, not a workspace file). At most 1,000,000 UTF-8 bytes per note; the replaced text stays in the note's history.",
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "path": path_prop(),
-                    "text": { "type": "string", "description": "The whole new text of the note." }
-                },
-                "required": ["path", "text"],
-                "additionalProperties": false
-            }),
+            parameters: parameters::<args::Write>(),
         },
         ToolSpec {
             name: APPEND,
             description: "Append text to a note, creating it when absent. A newline is inserted first when the note does not end with one.",
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "path": path_prop(),
-                    "text": { "type": "string", "description": "The text to add at the end." }
-                },
-                "required": ["path", "text"],
-                "additionalProperties": false
-            }),
+            parameters: parameters::<args::Append>(),
         },
         ToolSpec {
             name: READ,
             description: "Read a note, whole or an inclusive line range. Lines start at 1; negative numbers count from the end (-1 is the last line). A stop past the end reads to the end.",
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "path": path_prop(),
-                    "start_line": { "type": "integer", "description": "First line (default 1)." },
-                    "stop_line": { "type": "integer", "description": "Last line, inclusive (default -1, the last)." }
-                },
-                "required": ["path"],
-                "additionalProperties": false
-            }),
+            parameters: parameters::<args::Read>(),
         },
         ToolSpec {
             name: LIST,
             description: "List notes with their size and update time. With a prefix (an address prefix such as `plans/`, `@project/` or `@agents/codex/`), one home; without, all your homes.",
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "prefix": { "type": "string", "description": "Address prefix; it may stop inside a name." },
-                    "max_results": { "type": "integer", "minimum": 1, "maximum": list::MAX_MAX_RESULTS, "description": "Default 100." },
-                    "file_order_by": { "type": "string", "enum": ["name", "created_at", "updated_at"], "description": "Default name." },
-                    "file_order": { "type": "string", "enum": ["ascending", "descending"], "description": "Default ascending." }
-                },
-                "additionalProperties": false
-            }),
+            parameters: parameters::<args::List>(),
         },
         ToolSpec {
             name: SEARCH,
             description: "Find the lines of your notes containing a literal, case-sensitive query; returns address:line: text.",
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "query": { "type": "string", "description": "Literal text, within one line." },
-                    "prefix": { "type": "string", "description": "Address prefix (one home); default all your homes." },
-                    "max_results": { "type": "integer", "minimum": 1, "maximum": list::MAX_MAX_RESULTS, "description": "Most matching lines (default 100)." }
-                },
-                "required": ["query"],
-                "additionalProperties": false
-            }),
+            parameters: parameters::<args::Search>(),
         },
         ToolSpec {
             name: DELETE,
             description: "Delete a note (its text stays in the note's history).",
-            parameters: json!({
-                "type": "object",
-                "properties": { "path": path_prop() },
-                "required": ["path"],
-                "additionalProperties": false
-            }),
+            parameters: parameters::<args::Delete>(),
         },
         ToolSpec {
             name: RENAME,
             description: "Rename or move a note, also to another home (e.g. `plan.md` to `@project/plan.md`). Refused when the new address exists.",
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "path": path_prop(),
-                    "new_path": { "type": "string", "description": "The new address." }
-                },
-                "required": ["path", "new_path"],
-                "additionalProperties": false
-            }),
+            parameters: parameters::<args::Rename>(),
         },
         ToolSpec {
             name: MARK_STALE,
             description: "Mark a note stale (e.g. an old checkpoint you replaced): it leaves the boot's notes index but stays readable. stale=false marks it fresh again; writing a note also does.",
-            parameters: json!({
-                "type": "object",
-                "properties": {
-                    "path": path_prop(),
-                    "stale": { "type": "boolean", "description": "Default true." }
-                },
-                "required": ["path"],
-                "additionalProperties": false
-            }),
+            parameters: parameters::<args::MarkStale>(),
         },
     ]
 }
 
-fn arg_str<'a>(tool: &str, args: &'a Value, name: &str) -> Result<Option<&'a str>, EngineError> {
-    match args.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(EngineError::invalid(format!(
-            "{tool}: `{name}` must be a string"
-        ))),
-    }
+fn order(by: Option<&str>, direction: Option<&str>) -> Result<ListOrder, EngineError> {
+    Ok(ListOrder {
+        by: by
+            .map(OrderBy::parse)
+            .transpose()
+            .map_err(invalid)?
+            .unwrap_or_default(),
+        direction: direction
+            .map(Direction::parse)
+            .transpose()
+            .map_err(invalid)?
+            .unwrap_or_default(),
+    })
 }
 
-fn need_str<'a>(tool: &str, args: &'a Value, name: &str) -> Result<&'a str, EngineError> {
-    arg_str(tool, args, name)?
-        .ok_or_else(|| EngineError::invalid(format!("{tool} needs `{name}` (a string)")))
-}
-
-fn arg_int(tool: &str, args: &Value, name: &str) -> Result<Option<i64>, EngineError> {
-    match args.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
-            .as_i64()
-            .or_else(|| {
-                n.as_f64()
-                    .filter(|f| f.fract() == 0.0 && f.abs() < 9e15)
-                    .map(|f| f as i64)
-            })
-            .map(Some)
-            .ok_or_else(|| EngineError::invalid(format!("{tool}: `{name}` must be an integer"))),
-        Some(_) => Err(EngineError::invalid(format!(
-            "{tool}: `{name}` must be an integer"
-        ))),
-    }
-}
-
-fn arg_bool(tool: &str, args: &Value, name: &str) -> Result<Option<bool>, EngineError> {
-    match args.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(EngineError::invalid(format!(
-            "{tool}: `{name}` must be true or false"
-        ))),
-    }
-}
-
-fn arg_order(tool: &str, args: &Value) -> Result<ListOrder, EngineError> {
-    let by = arg_str(tool, args, "file_order_by")?
-        .map(OrderBy::parse)
-        .transpose()
-        .map_err(invalid)?
-        .unwrap_or_default();
-    let direction = arg_str(tool, args, "file_order")?
-        .map(Direction::parse)
-        .transpose()
-        .map_err(invalid)?
-        .unwrap_or_default();
-    Ok(ListOrder { by, direction })
-}
-
-fn arg_max(tool: &str, args: &Value) -> Result<usize, EngineError> {
-    list::max_results(arg_int(tool, args, "max_results")?).map_err(invalid)
+fn max(requested: Option<Whole>) -> Result<usize, EngineError> {
+    list::max_results(requested.map(|w| w.0)).map_err(invalid)
 }
 
 /// Run `name` if it is one of this module's tools.
@@ -652,27 +540,24 @@ fn run<S: Store + ?Sized>(
     name: &str,
     args: &Value,
 ) -> Result<String, EngineError> {
-    if !args.is_object() && !args.is_null() {
-        return Err(EngineError::invalid(format!(
-            "{name}: arguments must be an object"
-        )));
-    }
-    let path = || need_str(name, args, "path");
     Ok(match name {
         WRITE => {
-            let r = engine.notes_write(caller, path()?, need_str(name, args, "text")?)?;
+            let a: args::Write = parse(name, args)?;
+            let r = engine.notes_write(caller, &a.path, &a.text)?;
             render::written(&r.note, r.replaced)
         }
         APPEND => {
-            let r = engine.notes_append(caller, path()?, need_str(name, args, "text")?)?;
+            let a: args::Append = parse(name, args)?;
+            let r = engine.notes_append(caller, &a.path, &a.text)?;
             render::appended(&r.note, r.added_bytes, r.created)
         }
         READ => {
+            let a: args::Read = parse(name, args)?;
             let r = engine.notes_read(
                 caller,
-                path()?,
-                arg_int(name, args, "start_line")?,
-                arg_int(name, args, "stop_line")?,
+                &a.path,
+                a.start_line.map(|w| w.0),
+                a.stop_line.map(|w| w.0),
             )?;
             let slice = text::LineSlice {
                 start: r.start_line,
@@ -682,34 +567,41 @@ fn run<S: Store + ?Sized>(
             };
             render::read(&r.note, &slice)
         }
-        LIST => engine
-            .notes_list(
-                caller,
-                arg_str(name, args, "prefix")?,
-                arg_order(name, args)?,
-                arg_max(name, args)?,
-            )?
-            .text(),
-        SEARCH => engine
-            .notes_search(
-                caller,
-                need_str(name, args, "query")?,
-                arg_str(name, args, "prefix")?,
-                arg_max(name, args)?,
-            )?
-            .text(),
-        DELETE => render::deleted(&engine.notes_delete(caller, path()?)?),
+        LIST => {
+            let a: args::List = parse(name, args)?;
+            engine
+                .notes_list(
+                    caller,
+                    a.prefix.as_deref(),
+                    order(a.file_order_by.as_deref(), a.file_order.as_deref())?,
+                    max(a.max_results)?,
+                )?
+                .text()
+        }
+        SEARCH => {
+            let a: args::Search = parse(name, args)?;
+            engine
+                .notes_search(caller, &a.query, a.prefix.as_deref(), max(a.max_results)?)?
+                .text()
+        }
+        DELETE => {
+            let a: args::Delete = parse(name, args)?;
+            render::deleted(&engine.notes_delete(caller, &a.path)?)
+        }
         RENAME => {
-            let r = engine.notes_rename(caller, path()?, need_str(name, args, "new_path")?)?;
+            let a: args::Rename = parse(name, args)?;
+            let r = engine.notes_rename(caller, &a.path, &a.new_path)?;
             render::renamed(&r.from, &r.note)
         }
         MARK_STALE => {
-            let stale = arg_bool(name, args, "stale")?.unwrap_or(true);
-            render::stale(&engine.notes_mark_stale(caller, path()?, stale)?)
+            let a: args::MarkStale = parse(name, args)?;
+            render::stale(&engine.notes_mark_stale(caller, &a.path, a.stale.unwrap_or(true))?)
         }
         other => return Err(EngineError::UnknownTool(other.to_owned())),
     })
 }
+
+pub(crate) mod args;
 
 #[cfg(test)]
 mod tests;

@@ -2,32 +2,43 @@
 //! range or by pattern; an omitted exchange as a transcript. The rules are the core's
 //! ([`ctxd_core::recall`]).
 
-use serde_json::{json, Value};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
 
 use ctxd_core::model::{Entry, EntryId};
 use ctxd_core::recall::{self as r, Selection};
 use ctxd_core::tree::active_branch;
 use ctxd_store::Store;
 
-use crate::tools::{ToolOutput, ToolSpec};
+use crate::tools::{parameters, parse, ToolOutput, ToolSpec};
 use crate::{Caller, Engine, EngineError};
+
+/// `recall`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RecallArgs {
+    /// The entry id.
+    #[serde(rename = "entryId")]
+    entry_id: String,
+    /// Only lines matching this regex (Rust syntax; each line is matched on its first 4,000
+    /// characters).
+    #[schemars(length(max = r::MAX_PATTERN_CHARS))]
+    pattern: Option<String>,
+    /// First line to show (1-based).
+    #[schemars(range(min = 1))]
+    offset: Option<i64>,
+    /// At most this many lines.
+    #[schemars(range(min = 1))]
+    limit: Option<i64>,
+}
 
 /// The tools of this module.
 pub fn specs() -> Vec<ToolSpec> {
     vec![ToolSpec {
         name: "recall",
         description: "Show the full original content of an entry whose output was shortened or omitted from context (the id in a recall({\"entryId\":…}) note). An omitted exchange comes back as a transcript. Optional pattern (regex; matching lines with line numbers) or offset/limit (lines). Output is capped at 2,000 lines / 50 KB with a note on how to continue.",
-        parameters: json!({
-            "type": "object",
-            "properties": {
-                "entryId": {"type": "string", "description": "The entry id."},
-                "pattern": {"type": "string", "maxLength": r::MAX_PATTERN_CHARS, "description": "Only lines matching this regex (Rust syntax; each line is matched on its first 4,000 characters)."},
-                "offset": {"type": "integer", "minimum": 1, "description": "First line to show (1-based)."},
-                "limit": {"type": "integer", "minimum": 1, "description": "At most this many lines."}
-            },
-            "required": ["entryId"],
-            "additionalProperties": false
-        }),
+        parameters: parameters::<RecallArgs>(),
     }]
 }
 
@@ -90,41 +101,19 @@ fn run<S: Store + ?Sized>(
     caller: &Caller,
     args: &Value,
 ) -> Result<ToolOutput, EngineError> {
-    let map = args.as_object().ok_or_else(|| {
-        EngineError::invalid("recall: arguments must be a JSON object with entryId")
-    })?;
-    const ALLOWED: &[&str] = &["entryId", "pattern", "offset", "limit"];
-    if let Some(bad) = map.keys().find(|k| !ALLOWED.contains(&k.as_str())) {
-        return Err(EngineError::invalid(format!(
-            "recall: unknown argument {bad:?}; the arguments are {}",
-            ALLOWED.join(", ")
-        )));
+    let a: RecallArgs = parse("recall", args)?;
+    if a.entry_id.is_empty() {
+        return Err(EngineError::invalid(
+            "recall: entryId is empty (the id in a recall({\"entryId\":…}) note)",
+        ));
     }
-    let entry_id = match map.get("entryId") {
-        Some(Value::String(s)) if !s.is_empty() => s.as_str(),
-        Some(Value::String(_)) | None | Some(Value::Null) => {
-            return Err(EngineError::invalid(
-                "recall: entryId is required (the id in a recall({\"entryId\":…}) note)",
-            ))
-        }
-        Some(_) => return Err(EngineError::invalid("recall: entryId must be a string")),
-    };
-    let pattern = match map.get("pattern") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.as_str()),
-        Some(_) => return Err(EngineError::invalid("recall: pattern must be a string")),
-    };
-    let int = |name: &str| -> Result<Option<i64>, EngineError> {
-        match map.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v.as_i64().map(Some).ok_or_else(|| {
-                EngineError::invalid(format!("recall: {name} must be a whole number; got {v}"))
-            }),
-        }
-    };
-    let selection = Selection::new(pattern, int("offset")?, int("limit")?)
+    let selection = Selection::new(a.pattern.as_deref(), a.offset, a.limit)
         .map_err(|e| EngineError::invalid(format!("recall: {e}")))?;
-    Ok(ToolOutput::ok(engine.recall(caller, entry_id, &selection)?))
+    Ok(ToolOutput::ok(engine.recall(
+        caller,
+        &a.entry_id,
+        &selection,
+    )?))
 }
 
 /// Run `name` if it is one of this module's tools.

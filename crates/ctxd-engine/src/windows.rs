@@ -14,17 +14,23 @@ use ctxd_core::tokens::{CharEstimate, TokenCounter};
 use ctxd_core::tree::active_branch;
 use ctxd_core::windows::{self, BootData, Repair, ResetCause};
 use ctxd_store::{NewEntry, SessionRecord, Store};
+use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::tools::{ToolOutput, ToolSpec};
+use crate::tools::{parameters, ToolOutput, ToolSpec};
 use crate::{Caller, Engine, EngineError};
+
+/// The arguments of the reset tools and `get_context_remaining`: none. The model is offered an
+/// empty object (with the empty `properties` these definitions have always had), but what it
+/// sends anyway is not refused (see [`call`]).
+#[derive(JsonSchema)]
+#[schemars(deny_unknown_fields, extend("properties" = {}))]
+pub(crate) struct NoArguments {}
 
 /// The tools of this module.
 pub fn specs() -> Vec<ToolSpec> {
-    // A literal, not derived: schemars would leave out the empty `properties` these definitions
-    // have always had (the bytes the providers accept today).
-    let empty = json!({"type": "object", "properties": {}, "additionalProperties": false});
+    let empty = parameters::<NoArguments>();
     let reset = "Start a new context window once your checkpoint note is written. The reset \
                  takes effect after every tool call of the current batch has finished; the new \
                  window starts with your notes index, a checkpoint of recent requests and the \

@@ -610,7 +610,7 @@ fn tools_run_through_the_registry_with_clear_errors() {
         (
             "history_list_items",
             json!({"limit": "ten"}),
-            "limit must be a whole number",
+            "history_list_items: limit: invalid type: string \"ten\", expected a whole number from 0",
         ),
         (
             "history_list_items",
@@ -620,14 +620,18 @@ fn tools_run_through_the_registry_with_clear_errors() {
         (
             "history_list_items",
             json!({"windw_id": "w_"}),
-            "unknown argument \"windw_id\"",
+            "history_list_items: unknown field `windw_id`, expected one of `agent_name`, `window_id`, `role`, `tool_name`, `recent_first`, `limit`, `all_branches`, `max_chars_per_item`",
         ),
         (
             "history_read_item",
             json!({"window_id": "w_0000000000000000"}),
-            "item_id is required",
+            "history_read_item: missing field `item_id`",
         ),
-        ("history_search_contents", json!({}), "query is required"),
+        (
+            "history_search_contents",
+            json!({}),
+            "history_search_contents: missing field `query`",
+        ),
         (
             "history_search_contents",
             json!({"query": ""}),
@@ -636,7 +640,7 @@ fn tools_run_through_the_registry_with_clear_errors() {
         (
             "history_search_contents",
             json!({"query": "x", "mode": "fuzzy"}),
-            "mode \"fuzzy\"",
+            "history_search_contents: mode: unknown variant `fuzzy`, expected `literal` or `ranked`",
         ),
         (
             "history_search_contents",
@@ -644,7 +648,13 @@ fn tools_run_through_the_registry_with_clear_errors() {
             "no word to rank by",
         ),
         ("history_list_windows", json!([1]), "must be a JSON object"),
-        ("recall", json!({}), "entryId is required"),
+        ("recall", json!({}), "recall: missing field `entryId`"),
+        ("recall", json!({"entryId": ""}), "entryId is empty"),
+        (
+            "recall",
+            json!({"entryId": "t1", "offset": "x"}),
+            "recall: offset: invalid type: string \"x\", expected a whole number",
+        ),
         (
             "recall",
             json!({"entryId": "t1", "pattern": "a".repeat(501)}),
@@ -668,7 +678,7 @@ fn tools_run_through_the_registry_with_clear_errors() {
         (
             "recall",
             json!({"entryId": "t1", "extra": 1}),
-            "unknown argument \"extra\"",
+            "recall: unknown field `extra`, expected one of `entryId`, `pattern`, `offset`, `limit`",
         ),
     ] {
         let out = engine.call_tool(&caller, name, &args).unwrap();

@@ -124,8 +124,57 @@ fn write_read_append_through_the_registry() {
         err(&e, "notes_read", json!({"path": "nope.md"})),
         "no note nope.md"
     );
-    assert!(err(&e, "notes_write", json!({"path": "a.md"})).contains("needs `text`"));
-    assert!(err(&e, "notes_read", json!({"path": 3})).contains("must be a string"));
+    assert_eq!(
+        err(&e, "notes_write", json!({"path": "a.md"})),
+        "notes_write: missing field `text`"
+    );
+    assert_eq!(
+        err(&e, "notes_read", json!({"path": 3})),
+        "notes_read: path: invalid type: integer `3`, expected a string"
+    );
+}
+
+#[test]
+fn arguments_are_checked_by_their_type() {
+    let e = engine();
+    ok(
+        &e,
+        "notes_write",
+        json!({"path": "a.md", "text": "one\ntwo\n"}),
+    );
+    assert_eq!(
+        err(
+            &e,
+            "notes_write",
+            json!({"path": "a.md", "text": "x", "mode": "w"})
+        ),
+        "notes_write: unknown field `mode`, expected `path` or `text`"
+    );
+    // A whole number written as a float reads as the number; a fraction is refused.
+    assert_eq!(
+        ok(&e, "notes_read", json!({"path": "a.md", "start_line": 2.0})),
+        "a.md (lines 2-2 of 2):\ntwo\n"
+    );
+    assert_eq!(
+        err(&e, "notes_read", json!({"path": "a.md", "stop_line": 1.5})),
+        "notes_read: stop_line: invalid value: floating point `1.5`, expected a whole number"
+    );
+    assert_eq!(
+        err(&e, "notes_list", json!({"max_results": "ten"})),
+        "notes_list: max_results: invalid type: string \"ten\", expected a whole number"
+    );
+    // The orders are the core's, aliases included; null is no argument.
+    assert!(ok(
+        &e,
+        "notes_list",
+        json!({"file_order": "desc", "prefix": null})
+    )
+    .contains("a.md"));
+    assert!(err(&e, "notes_list", json!({"file_order": "up"})).contains("file_order \"up\""));
+    assert_eq!(
+        err(&e, "notes_delete", json!(["a.md"])),
+        "notes_delete: arguments must be a JSON object"
+    );
 }
 
 #[test]
