@@ -8,7 +8,8 @@
 //!   `ctxd_core::report::build` with the counter `ctxd report` uses, so the numbers agree.
 //! - `html.rs` / `chart.rs`: server-rendered fragments and the SVG chart, maud templates that
 //!   escape every value they splice in.
-//! - `assets/`: the page shell, its script and style, embedded in the binary.
+//! - `shell.rs`: the page every path starts as, the same template kind.
+//! - `assets/`: the pages' script and style, embedded in the binary.
 //!
 //! Every query runs over a read connection of its own (never the gateway's writer, never a
 //! request worker); the polled ones (the listing, a session page) on the dashboard's own
@@ -25,6 +26,7 @@ pub mod html;
 mod low;
 pub mod page;
 pub mod query;
+mod shell;
 pub mod summary;
 pub mod usage;
 
@@ -203,14 +205,9 @@ async fn polled<T: Send + 'static>(
     .await
 }
 
-const SHELL: &str = include_str!("assets/shell.html");
-
 /// The page shell: the script fetches the fragments (with the key, when one is needed).
 fn shell(ui: &Ui, page: &str, title: &str) -> Response {
-    let html = SHELL
-        .replace("{{page}}", page)
-        .replace("{{title}}", title)
-        .replace("{{open}}", if ui.access.open { "true" } else { "false" });
+    let html = shell::shell(page, title, ui.access.open).into_string();
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
