@@ -3,9 +3,8 @@
 //! the provider's own count is in the report's headline and drift), the window as a dashed line, resets and
 //! client compactions as vertical marks. No script, so it renders before any JavaScript runs.
 
-use std::fmt::Write;
+use maud::{html, Markup};
 
-use super::html::esc;
 use super::page::Page;
 
 const W: f64 = 960.0;
@@ -44,8 +43,14 @@ pub fn short(n: f64) -> String {
     }
 }
 
-/// The chart of `page`, an `<svg>` element sized by its container.
-pub fn render(page: &Page) -> String {
+/// `v` with one decimal, as the chart's coordinates are written.
+fn f1(v: f64) -> String {
+    format!("{v:.1}")
+}
+
+/// The chart of `page`, an `<svg>` element sized by its container. Its shapes are closed by
+/// end tags: an SVG element left open in HTML would take the next ones as its children.
+pub fn render(page: &Page) -> Markup {
     let turns = &page.report.turns;
     let upstream: Vec<f64> = turns.iter().map(|t| t.estimate as f64).collect();
     let client: Vec<Option<f64>> = page
@@ -65,85 +70,48 @@ pub fn render(page: &Page) -> String {
     let n = turns.len().max(1);
     let x = |i: f64| LEFT + (W - LEFT - RIGHT) * if n > 1 { i / (n - 1) as f64 } else { 0.5 };
     let y = |v: f64| TOP + (H - TOP - BOTTOM) * (1.0 - v / max);
-
-    let mut s = String::with_capacity(64 + turns.len() * 40);
-    let _ = write!(
-        s,
-        r#"<svg id="context-chart" class="chart" viewBox="0 0 {W} {H}" preserveAspectRatio="none" role="img" aria-label="context size per turn">"#
-    );
-    for t in ticks(max / 1.05) {
-        let yy = y(t);
-        let _ = write!(
-            s,
-            r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{yy:.1}" y2="{yy:.1}"/><text class="tick" x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
-            W - RIGHT,
-            LEFT - 6.0,
-            yy + 4.0,
-            short(t)
-        );
-    }
-    for t in ticks((n as f64 - 1.0).max(0.0)) {
-        let _ = write!(
-            s,
-            r#"<text class="tick" x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
-            x(t),
-            H - BOTTOM + 16.0,
-            t as u64 + 1
-        );
-    }
-    let _ = write!(
-        s,
-        r#"<text class="tick" x="{}" y="{}" text-anchor="end">turn</text>"#,
-        W - RIGHT,
-        H - 4.0
-    );
-    if let Some(w) = show_window {
-        let _ = write!(
-            s,
-            r#"<line class="window" x1="{LEFT}" x2="{}" y1="{:.1}" y2="{:.1}"><title>window: {} tokens</title></line>"#,
-            W - RIGHT,
-            y(w),
-            y(w),
-            w as u64
-        );
-    }
-    for m in &page.marks {
-        // Between the last turn before it and the next one.
-        let xx = x((m.after_turn as f64 - 0.5).max(0.0));
-        let _ = write!(
-            s,
-            r#"<line class="mark {}" x1="{xx:.1}" x2="{xx:.1}" y1="{TOP}" y2="{}"><title>{}</title></line>"#,
-            m.kind,
-            H - BOTTOM,
-            esc(&m.label)
-        );
-    }
-    let line = |s: &mut String, class: &str, points: &mut dyn Iterator<Item = (usize, f64)>| {
-        let mut d = String::new();
-        for (i, v) in points {
-            let _ = write!(d, "{:.1},{:.1} ", x(i as f64), y(v));
-        }
-        let _ = write!(
-            s,
-            r#"<polyline class="{class}" points="{}"/>"#,
-            d.trim_end()
-        );
+    let points = |series: &mut dyn Iterator<Item = (usize, f64)>| {
+        series
+            .map(|(i, v)| format!("{},{}", f1(x(i as f64)), f1(y(v))))
+            .collect::<Vec<_>>()
+            .join(" ")
     };
-    line(
-        &mut s,
-        "series client",
+    let client_points = points(
         &mut client
             .iter()
             .enumerate()
             .filter_map(|(i, v)| v.map(|v| (i, v))),
     );
-    line(
-        &mut s,
-        "series upstream",
-        &mut upstream.iter().copied().enumerate(),
-    );
-    s.push_str("</svg>");
-    s
+    let upstream_points = points(&mut upstream.iter().copied().enumerate());
+    html! {
+        svg id="context-chart" class="chart" viewBox=(format!("0 0 {W} {H}"))
+            preserveAspectRatio="none" role="img" aria-label="context size per turn" {
+            @for t in ticks(max / 1.05) {
+                line class="grid" x1=(LEFT) x2=(W - RIGHT) y1=(f1(y(t))) y2=(f1(y(t))) {}
+                text class="tick" x=(LEFT - 6.0) y=(f1(y(t) + 4.0)) text-anchor="end" { (short(t)) }
+            }
+            @for t in ticks((n as f64 - 1.0).max(0.0)) {
+                text class="tick" x=(f1(x(t))) y=(H - BOTTOM + 16.0) text-anchor="middle" {
+                    (t as u64 + 1)
+                }
+            }
+            text class="tick" x=(W - RIGHT) y=(H - 4.0) text-anchor="end" { "turn" }
+            @if let Some(w) = show_window {
+                line class="window" x1=(LEFT) x2=(W - RIGHT) y1=(f1(y(w))) y2=(f1(y(w))) {
+                    title { "window: " (w as u64) " tokens" }
+                }
+            }
+            @for m in &page.marks {
+                // Between the last turn before it and the next one.
+                @let xx = f1(x((m.after_turn as f64 - 0.5).max(0.0)));
+                line class=(format!("mark {}", m.kind)) x1=(xx) x2=(xx) y1=(TOP) y2=(H - BOTTOM) {
+                    title { (m.label) }
+                }
+            }
+            polyline class="series client" points=(client_points) {}
+            polyline class="series upstream" points=(upstream_points) {}
+        }
+    }
 }
 
 #[cfg(test)]

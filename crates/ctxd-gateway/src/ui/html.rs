@@ -1,34 +1,21 @@
-//! The HTML fragments the pages' script places: every text from a session goes through
-//! [`esc`] (sessions are untrusted text: a tool output may hold any markup).
-
-use std::fmt::Write;
+//! The HTML fragments the pages' script places, as maud templates: every value spliced into
+//! one is escaped by construction (sessions are untrusted text: a tool output may hold any
+//! markup).
 
 use ctxd_core::report::Row as CompRow;
 use ctxd_engine::history::SearchPage;
+use maud::{html, Markup};
 
 use super::chart;
-use super::page::Page;
+use super::page::{Page, Pruned, Saving};
 use super::query::{Note, Sort, SORT_KEYS};
-use super::summary::Row;
+use super::summary::{Row, Summary};
 
-/// `text` safe inside an element and inside a quoted attribute.
-pub fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+/// What a page shows for a value it does not have.
+const NONE: &str = "–";
 
-fn opt(v: Option<&str>) -> String {
-    v.map_or_else(|| "–".to_owned(), esc)
+fn opt(v: Option<&str>) -> &str {
+    v.unwrap_or(NONE)
 }
 
 /// `1,234,567`.
@@ -50,19 +37,24 @@ fn money(usd: Option<f64>) -> String {
         Some(v) if v >= 0.01 => format!("${v:.2}"),
         Some(v) if v > 0.0 => format!("${v:.4}"),
         Some(_) => "$0".to_owned(),
-        None => "–".to_owned(),
+        None => NONE.to_owned(),
     }
 }
 
 /// [`when`] of a time that may be missing.
 fn opt_when(ts: Option<&str>) -> String {
-    ts.map_or_else(|| "–".to_owned(), when)
+    ts.map_or_else(|| NONE.to_owned(), when)
 }
 
 /// `2026-12-01T21:04:58.123Z` → `2026-12-01 21:04:58`.
 fn when(ts: &str) -> String {
     let t = ts.replace('T', " ");
-    esc(t.get(..19).unwrap_or(&t))
+    t.get(..19).unwrap_or(&t).to_owned()
+}
+
+/// `width:12%`, a bar's fill, with `decimals` places.
+fn width(percent: f64, decimals: usize) -> String {
+    format!("width:{:.*}%", decimals, percent.clamp(0.0, 100.0))
 }
 
 const COLUMNS: [&str; 11] = [
@@ -79,118 +71,109 @@ const COLUMNS: [&str; 11] = [
     "cost saved",
 ];
 
-/// The sessions table.
 /// The gateway's readiness above the sessions: a line saying it serves and stores requests, or
 /// why it does not (what `/readyz` says).
-pub(crate) fn readiness(r: &crate::server::Readiness) -> String {
-    if r.ready {
-        return r#"<p class="ready" id="readiness" data-ready="true">Ready: requests are served and stored.</p>"#.to_owned();
+pub(crate) fn readiness(r: &crate::server::Readiness) -> Markup {
+    html! {
+        @if r.ready {
+            p class="ready" id="readiness" data-ready="true" {
+                "Ready: requests are served and stored."
+            }
+        } @else {
+            p class="not-ready" id="readiness" data-ready="false" {
+                "Not ready: " (r.reasons.join("; ")) "."
+            }
+        }
     }
-    let reasons: Vec<String> = r.reasons.iter().map(|x| esc(x)).collect();
-    format!(
-        r#"<p class="not-ready" id="readiness" data-ready="false">Not ready: {}.</p>"#,
-        reasons.join("; ")
-    )
 }
 
-pub fn sessions(rows: &[Row], sort: Sort, total: usize) -> String {
-    let mut s = String::with_capacity(512 + rows.len() * 600);
-    let _ = write!(
-        s,
-        r#"<p class="count" id="session-count" data-shown="{}" data-total="{total}">{} of {} sessions</p>"#,
-        rows.len(),
-        num(rows.len() as u64),
-        num(total as u64)
-    );
-    s.push_str(r#"<table id="sessions" class="grid"><thead><tr>"#);
-    for (label, key) in COLUMNS.iter().zip(SORT_KEYS) {
-        let arrow = if sort.key == key {
-            if sort.desc {
-                " ▾"
-            } else {
-                " ▴"
-            }
-        } else {
-            ""
-        };
-        let _ = write!(
-            s,
-            r#"<th data-sort="{key}" tabindex="0" aria-sort="{}">{label}{arrow}</th>"#,
-            match (sort.key == key, sort.desc) {
-                (false, _) => "none",
-                (true, true) => "descending",
-                (true, false) => "ascending",
-            }
-        );
-    }
-    s.push_str("</tr></thead><tbody>");
-    for r in rows {
-        let name = r.title.as_deref().unwrap_or(&r.key);
-        let _ = write!(
-            s,
-            r#"<tr data-id="{}"><td class="name"><a href="/ui/session/{}">{}</a><span class="key">{}</span>"#,
-            r.id,
-            r.id,
-            esc(&chars(name, 60)),
-            esc(&chars(&r.key, 40)),
-        );
-        match r.tenant.as_deref() {
-            Some("") => s.push_str(r#"<span class="key">local (imported or keyless)</span>"#),
-            Some(t) => {
-                let _ = write!(
-                    s,
-                    r#"<span class="key">tenant {}</span>"#,
-                    esc(&chars(t, 12))
-                );
-            }
-            None => {}
+/// The sessions table.
+pub fn sessions(rows: &[Row], sort: Sort, total: usize) -> Markup {
+    html! {
+        p class="count" id="session-count" data-shown=(rows.len()) data-total=(total) {
+            (num(rows.len() as u64)) " of " (num(total as u64)) " sessions"
         }
-        let model = r
-            .summary
-            .as_ref()
-            .and_then(|m| m.model.as_deref())
-            .or(r.model.as_deref());
-        let _ = write!(
-            s,
-            r#"</td><td>{}</td><td class="path">{}</td><td>{}</td><td>{}</td><td>{}</td>"#,
-            opt(r.agent.as_deref()),
-            opt(r.project.as_deref()),
-            opt(model),
-            when(&r.started),
-            when(&r.last_active),
-        );
-        match &r.summary {
-            Some(m) => {
-                let ctx = m.context_tokens.map_or("pending".to_owned(), num);
-                let win = m.window.map_or("?".to_owned(), num);
-                let pct = m.percent.unwrap_or(0.0).clamp(0.0, 100.0);
-                let _ = write!(
-                    s,
-                    r#"<td class="n">{}</td><td class="n ctx"><span class="bar"><i style="width:{pct:.0}%"></i></span>{ctx} / {win}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td>"#,
-                    num(m.turns as u64),
-                    m.windows_opened,
-                    num(m.saved_tokens),
-                    money(m.saved_usd),
-                );
+        table id="sessions" class="grid" {
+            thead {
+                tr {
+                    @for (label, key) in COLUMNS.iter().zip(SORT_KEYS) {
+                        (column_head(label, key, sort))
+                    }
+                }
             }
-            None => s.push_str(r#"<td class="n pending" colspan="5">reading the log…</td>"#),
+            tbody {
+                @for r in rows {
+                    (session_row(r))
+                }
+                @if rows.is_empty() {
+                    tr {
+                        td colspan=(COLUMNS.len()) class="empty" {
+                            "No sessions" (if total > 0 { " match the filter" } else { " yet" }) "."
+                        }
+                    }
+                }
+            }
         }
-        s.push_str("</tr>");
     }
-    if rows.is_empty() {
-        let _ = write!(
-            s,
-            r#"<tr><td colspan="{}" class="empty">No sessions{}.</td></tr>"#,
-            COLUMNS.len(),
-            if total > 0 {
-                " match the filter"
-            } else {
-                " yet"
+}
+
+/// A column's head: its sort key, and an arrow when the table is sorted by it.
+fn column_head(label: &str, key: &str, sort: Sort) -> Markup {
+    let (aria, arrow) = match (sort.key == key, sort.desc) {
+        (false, _) => ("none", ""),
+        (true, true) => ("descending", " ▾"),
+        (true, false) => ("ascending", " ▴"),
+    };
+    html! {
+        th data-sort=(key) tabindex="0" aria-sort=(aria) { (label) (arrow) }
+    }
+}
+
+fn session_row(r: &Row) -> Markup {
+    let name = r.title.as_deref().unwrap_or(&r.key);
+    let model = r
+        .summary
+        .as_ref()
+        .and_then(|m| m.model.as_deref())
+        .or(r.model.as_deref());
+    html! {
+        tr data-id=(r.id) {
+            td class="name" {
+                a href=(format!("/ui/session/{}", r.id)) { (chars(name, 60)) }
+                span class="key" { (chars(&r.key, 40)) }
+                @match r.tenant.as_deref() {
+                    Some("") => span class="key" { "local (imported or keyless)" },
+                    Some(t) => span class="key" { "tenant " (chars(t, 12)) },
+                    None => {}
+                }
             }
-        );
+            td { (opt(r.agent.as_deref())) }
+            td class="path" { (opt(r.project.as_deref())) }
+            td { (opt(model)) }
+            td { (when(&r.started)) }
+            td { (when(&r.last_active)) }
+            @match &r.summary {
+                Some(m) => (summary_cells(m)),
+                None => td class="n pending" colspan="5" { "reading the log…" },
+            }
+        }
     }
-    s.push_str("</tbody></table>");
-    s
+}
+
+/// A row's figures, once its session has been summarised.
+fn summary_cells(m: &Summary) -> Markup {
+    let ctx = m.context_tokens.map_or("pending".to_owned(), num);
+    let win = m.window.map_or("?".to_owned(), num);
+    html! {
+        td class="n" { (num(m.turns as u64)) }
+        td class="n ctx" {
+            span class="bar" { i style=(width(m.percent.unwrap_or(0.0), 0)) {} }
+            (ctx) " / " (win)
+        }
+        td class="n" { (m.windows_opened) }
+        td class="n" { (num(m.saved_tokens)) }
+        td class="n" { (money(m.saved_usd)) }
+    }
 }
 
 /// At most `n` characters of `text`, with an ellipsis when cut.
@@ -204,182 +187,251 @@ fn chars(text: &str, n: usize) -> String {
     }
 }
 
-fn composition_rows(s: &mut String, rows: &[CompRow], depth: usize) {
-    for r in rows {
-        let _ = write!(
-            s,
-            r#"<tr class="depth{}"><td>{}</td><td class="n">{}</td><td class="n">{:.1}%</td><td><span class="bar"><i style="width:{:.1}%"></i></span></td></tr>"#,
-            depth.min(2),
-            esc(&r.label),
-            num(r.tokens),
-            r.percent,
-            r.percent.clamp(0.0, 100.0)
-        );
-        composition_rows(s, &r.children, depth + 1);
+fn composition_rows(rows: &[CompRow], depth: usize) -> Markup {
+    html! {
+        @for r in rows {
+            tr class=(format!("depth{}", depth.min(2))) {
+                td { (r.label) }
+                td class="n" { (num(r.tokens)) }
+                td class="n" { (format!("{:.1}%", r.percent)) }
+                td { span class="bar" { i style=(width(r.percent, 1)) {} } }
+            }
+            (composition_rows(&r.children, depth + 1))
+        }
     }
 }
 
 /// The session page below its title.
-pub fn session(page: &Page, notes: &[Note], built_ms: f64) -> String {
-    let r = &page.report;
-    let m = &page.summary;
-    let mut s = String::with_capacity(16_384 + r.turns.len() * 40);
-    let title = r.session.title.as_deref().unwrap_or(&page.key);
-    let _ = write!(
-        s,
-        r#"<h1 id="session-title">{}</h1><p class="key">{} · {} · {} · {} · started {} </p>"#,
-        esc(&chars(title, 120)),
-        esc(&page.key),
-        opt(r.session.agent.map(|a| a.as_str())),
-        opt(r.session.model.as_deref()),
-        opt(r.session.cwd.as_deref()),
-        opt_when(r.session.started_at.as_deref()),
-    );
-    let _ = write!(
-        s,
-        r#"<div class="cards" id="summary-cards"><div class="card"><b>{}</b><span>context now ({})</span></div><div class="card"><b>{}</b><span>window{}</span></div><div class="card"><b>{}</b><span>turns</span></div><div class="card"><b>{}</b><span>windows opened</span></div><div class="card"><b>{}</b><span>tokens saved · {}</span></div></div>"#,
-        m.context_tokens.map_or("pending".into(), num),
-        r.headline.source,
-        m.window.map_or("?".into(), num),
-        m.percent
-            .map(|p| format!(" · {p:.1}% used"))
-            .unwrap_or_default(),
-        num(m.turns as u64),
-        m.windows_opened,
-        num(m.saved_tokens),
-        money(m.saved_usd),
-    );
-    s.push_str(r#"<section id="chart-section"><h2>Context size per turn</h2><div class="legend"><span class="sw client"></span>the client's conversation <span class="sw upstream"></span>sent upstream (both: ctxd's estimate) <span class="sw window"></span>window <span class="sw reset"></span>reset <span class="sw compaction"></span>client compaction</div>"#);
-    if r.turns.is_empty() {
-        s.push_str(r#"<p class="empty">No turns yet.</p>"#);
-    }
-    s.push_str(&chart::render(page));
-    s.push_str("</section>");
-
-    s.push_str(r#"<div class="two"><section id="composition-section"><h2>The window now</h2><table id="composition" class="grid"><thead><tr><th>part</th><th>tokens</th><th>share</th><th></th></tr></thead><tbody>"#);
-    composition_rows(&mut s, &r.composition.rows, 0);
-    let _ = write!(
-        s,
-        r#"<tr class="total"><td>total (ctxd's estimate)</td><td class="n">{}</td><td></td><td></td></tr></tbody></table>"#,
-        num(r.composition.total)
-    );
-    if let Some(d) = &r.drift {
-        let _ = write!(
-            s,
-            r#"<p class="note">provider's count {}: {}</p>"#,
-            num(d.provider_tokens),
-            esc(&d.note)
-        );
-    }
-    s.push_str("</section>");
-
-    s.push_str(r#"<section id="savings-section"><h2>Savings</h2><table id="savings" class="grid"><thead><tr><th>mechanism</th><th>items</th><th>tokens</th><th>cost</th></tr></thead><tbody>"#);
-    for sv in &page.savings {
-        let _ = write!(
-            s,
-            r#"<tr title="{}"><td>{}</td><td class="n">{}</td><td class="n">{}</td><td class="n">{}</td></tr>"#,
-            esc(sv.basis),
-            esc(&sv.mechanism),
-            sv.items,
-            signed_num(sv.tokens),
-            money(sv.usd)
-        );
-    }
-    if page.savings.is_empty() {
-        s.push_str(r#"<tr><td colspan="4" class="empty">The log records no savings: no distillation pass and no reset on this branch.</td></tr>"#);
-    }
-    s.push_str(r#"</tbody></table><p class="note">Cost: tokens at the model's list price of uncached input.</p></section></div>"#);
-
-    let _ = write!(
-        s,
-        r#"<section id="pruned-section"><h2>Pruned items <small>({})</small></h2>"#,
-        page.pruned.len()
-    );
-    if page.pruned.is_empty() {
-        s.push_str(r#"<p class="empty">Nothing pruned on this branch.</p>"#);
-    } else {
-        s.push_str(r#"<table id="pruned" class="grid"><thead><tr><th>item</th><th>what</th><th>outcome</th><th>chars before → after</th><th>why</th><th></th></tr></thead><tbody>"#);
-        for p in &page.pruned {
-            let _ = write!(
-                s,
-                r#"<tr><td>{}<span class="key">{}</span></td><td>{}</td><td>{}</td><td class="n">{} → {}</td><td>{}</td><td><button class="raw" data-entry="{}">raw</button></td></tr>"#,
-                esc(&chars(&p.label, 80)),
-                esc(&p.entry_id),
-                esc(p.kind),
-                p.outcome,
-                num(p.before_chars as u64),
-                num(p.after_chars as u64),
-                esc(&chars(&p.reason, 60)),
-                esc(&p.entry_id),
-            );
+pub fn session(page: &Page, notes: &[Note], built_ms: f64) -> Markup {
+    html! {
+        (session_head(page))
+        (cards(page))
+        section id="chart-section" {
+            h2 { "Context size per turn" }
+            (legend())
+            @if page.report.turns.is_empty() {
+                p class="empty" { "No turns yet." }
+            }
+            (chart::render(page))
         }
-        s.push_str("</tbody></table>");
+        div class="two" {
+            (composition(page))
+            (savings(&page.savings))
+        }
+        (pruned(&page.pruned))
+        section {
+            h2 { "History" }
+            form id="search" {
+                input name="q" type="search"
+                    placeholder="search this session's history (words, any case)"
+                    maxlength="500" required;
+                " "
+                button { "search" }
+            }
+            div id="hits" {}
+        }
+        (notes_section(notes))
+        p class="note" id="built" {
+            "Built by the server in " (format!("{built_ms:.1}"))
+            " ms from the store; the numbers are "
+            code { "ctxd report --json " (page.key) }
+            "'s."
+        }
     }
-    s.push_str("</section>");
+}
 
-    s.push_str(r#"<section><h2>History</h2><form id="search"><input name="q" type="search" placeholder="search this session's history (words, any case)" maxlength="500" required> <button>search</button></form><div id="hits"></div></section>"#);
+/// The title and the line of names under it.
+fn session_head(page: &Page) -> Markup {
+    let s = &page.report.session;
+    let title = s.title.as_deref().unwrap_or(&page.key);
+    html! {
+        h1 id="session-title" { (chars(title, 120)) }
+        p class="key" {
+            (page.key) " · " (opt(s.agent.map(|a| a.as_str()))) " · " (opt(s.model.as_deref()))
+            " · " (opt(s.cwd.as_deref())) " · started " (opt_when(s.started_at.as_deref()))
+        }
+    }
+}
 
-    let _ = write!(
-        s,
-        r#"<section><h2>Notes <small>({})</small></h2>"#,
-        notes.len()
-    );
-    if notes.is_empty() {
-        s.push_str(r#"<p class="empty">No notes in this session's homes.</p>"#);
+fn cards(page: &Page) -> Markup {
+    let m = &page.summary;
+    let used = m
+        .percent
+        .map(|p| format!(" · {p:.1}% used"))
+        .unwrap_or_default();
+    html! {
+        div class="cards" id="summary-cards" {
+            div class="card" {
+                b { (m.context_tokens.map_or("pending".into(), num)) }
+                span { "context now (" (page.report.headline.source) ")" }
+            }
+            div class="card" {
+                b { (m.window.map_or("?".into(), num)) }
+                span { "window" (used) }
+            }
+            div class="card" { b { (num(m.turns as u64)) } span { "turns" } }
+            div class="card" { b { (m.windows_opened) } span { "windows opened" } }
+            div class="card" {
+                b { (num(m.saved_tokens)) }
+                span { "tokens saved · " (money(m.saved_usd)) }
+            }
+        }
     }
-    for n in notes {
-        let _ = write!(
-            s,
-            r#"<details class="note"><summary>{} <span class="key">{} lines · {} bytes</span></summary><pre>{}</pre></details>"#,
-            esc(&n.address),
-            n.lines,
-            num(n.bytes as u64),
-            esc(&n.text)
-        );
+}
+
+fn legend() -> Markup {
+    html! {
+        div class="legend" {
+            span class="sw client" {} "the client's conversation "
+            span class="sw upstream" {} "sent upstream (both: ctxd's estimate) "
+            span class="sw window" {} "window "
+            span class="sw reset" {} "reset "
+            span class="sw compaction" {} "client compaction"
+        }
     }
-    let _ = write!(
-        s,
-        r#"</section><p class="note" id="built">Built by the server in {built_ms:.1} ms from the store; the numbers are <code>ctxd report --json {}</code>'s.</p>"#,
-        esc(&page.key)
-    );
-    s
+}
+
+fn composition(page: &Page) -> Markup {
+    let r = &page.report;
+    html! {
+        section id="composition-section" {
+            h2 { "The window now" }
+            table id="composition" class="grid" {
+                thead { tr { th { "part" } th { "tokens" } th { "share" } th {} } }
+                tbody {
+                    (composition_rows(&r.composition.rows, 0))
+                    tr class="total" {
+                        td { "total (ctxd's estimate)" }
+                        td class="n" { (num(r.composition.total)) }
+                        td {}
+                        td {}
+                    }
+                }
+            }
+            @if let Some(d) = &r.drift {
+                p class="note" { "provider's count " (num(d.provider_tokens)) ": " (d.note) }
+            }
+        }
+    }
+}
+
+fn savings(savings: &[Saving]) -> Markup {
+    html! {
+        section id="savings-section" {
+            h2 { "Savings" }
+            table id="savings" class="grid" {
+                thead { tr { th { "mechanism" } th { "items" } th { "tokens" } th { "cost" } } }
+                tbody {
+                    @for sv in savings {
+                        tr title=(sv.basis) {
+                            td { (sv.mechanism) }
+                            td class="n" { (sv.items) }
+                            td class="n" { (signed_num(sv.tokens)) }
+                            td class="n" { (money(sv.usd)) }
+                        }
+                    }
+                    @if savings.is_empty() {
+                        tr {
+                            td colspan="4" class="empty" {
+                                "The log records no savings: no distillation pass and no reset "
+                                "on this branch."
+                            }
+                        }
+                    }
+                }
+            }
+            p class="note" { "Cost: tokens at the model's list price of uncached input." }
+        }
+    }
+}
+
+fn pruned(pruned: &[Pruned]) -> Markup {
+    html! {
+        section id="pruned-section" {
+            h2 { "Pruned items " small { "(" (pruned.len()) ")" } }
+            @if pruned.is_empty() {
+                p class="empty" { "Nothing pruned on this branch." }
+            } @else {
+                table id="pruned" class="grid" {
+                    thead {
+                        tr {
+                            th { "item" } th { "what" } th { "outcome" }
+                            th { "chars before → after" } th { "why" } th {}
+                        }
+                    }
+                    tbody {
+                        @for p in pruned {
+                            tr {
+                                td { (chars(&p.label, 80)) span class="key" { (p.entry_id) } }
+                                td { (p.kind) }
+                                td { (p.outcome) }
+                                td class="n" {
+                                    (num(p.before_chars as u64)) " → " (num(p.after_chars as u64))
+                                }
+                                td { (chars(&p.reason, 60)) }
+                                td { button class="raw" data-entry=(p.entry_id) { "raw" } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn notes_section(notes: &[Note]) -> Markup {
+    html! {
+        section {
+            h2 { "Notes " small { "(" (notes.len()) ")" } }
+            @if notes.is_empty() {
+                p class="empty" { "No notes in this session's homes." }
+            }
+            @for n in notes {
+                details class="note" {
+                    summary {
+                        (n.address) " "
+                        span class="key" { (n.lines) " lines · " (num(n.bytes as u64)) " bytes" }
+                    }
+                    pre { (n.text) }
+                }
+            }
+        }
+    }
 }
 
 /// How old the copy of a session page is: a growing session's page is rebuilt at most once
 /// per refresh interval, its copy served in between.
-pub fn age(age: std::time::Duration) -> String {
-    if age.is_zero() {
-        return String::new();
+pub fn age(age: std::time::Duration) -> Markup {
+    html! {
+        @if !age.is_zero() {
+            p class="note" id="age" { "Built " (format!("{:.1}", age.as_secs_f64())) " s ago." }
+        }
     }
-    format!(
-        r#"<p class="note" id="age">Built {:.1} s ago.</p>"#,
-        age.as_secs_f64()
-    )
 }
 
 /// History search hits.
-pub fn hits(page: &SearchPage) -> String {
-    let mut s = String::new();
-    if page.hits.is_empty() {
-        return r#"<p class="empty">No matches.</p>"#.to_owned();
+pub fn hits(page: &SearchPage) -> Markup {
+    html! {
+        @if page.hits.is_empty() {
+            p class="empty" { "No matches." }
+        } @else {
+            ol class="hits" {
+                @for h in &page.hits {
+                    li {
+                        span class="key" {
+                            (h.role) " · " (h.kind) " · " (opt_when(h.timestamp.as_deref()))
+                        }
+                        " "
+                        button class="raw" data-entry=(h.entry_id) { "raw" }
+                        pre { (h.excerpt) }
+                    }
+                }
+            }
+            @if page.more {
+                p class="note" { "More matches: refine the words." }
+            }
+        }
     }
-    s.push_str(r#"<ol class="hits">"#);
-    for h in &page.hits {
-        let _ = write!(
-            s,
-            r#"<li><span class="key">{} · {} · {}</span> <button class="raw" data-entry="{}">raw</button><pre>{}</pre></li>"#,
-            esc(&h.role),
-            esc(&h.kind),
-            opt_when(h.timestamp.as_deref()),
-            esc(&h.entry_id),
-            esc(&h.excerpt)
-        );
-    }
-    s.push_str("</ol>");
-    if page.more {
-        s.push_str(r#"<p class="note">More matches: refine the words.</p>"#);
-    }
-    s
 }
 
 #[cfg(test)]
@@ -387,14 +439,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn escapes_markup_and_quotes() {
-        assert_eq!(
-            esc(r#"<script>alert("x")</script> & 'y'"#),
-            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
-        );
+    fn formats_numbers_names_and_times() {
         assert_eq!(num(1_234_567), "1,234,567");
         assert_eq!(num(12), "12");
         assert_eq!(chars("abcdef", 3), "abc…");
         assert_eq!(when("2026-12-01T21:04:58.123Z"), "2026-12-01 21:04:58");
+    }
+
+    #[test]
+    fn a_spliced_value_is_escaped() {
+        let page = SearchPage {
+            query: String::new(),
+            mode: Default::default(),
+            hits: vec![ctxd_engine::history::SearchHit {
+                item_id: String::new(),
+                window_id: String::new(),
+                entry_id: r#"e" onclick="x"#.into(),
+                kind: "<b>".into(),
+                role: "user".into(),
+                timestamp: None,
+                excerpt: r#"<script>alert("x")</script> & 'y'"#.into(),
+                score: None,
+            }],
+            more: false,
+        };
+        let out = hits(&page).into_string();
+        assert!(
+            out.contains(r#"data-entry="e&quot; onclick=&quot;x""#),
+            "{out}"
+        );
+        assert!(out.contains("&lt;b&gt;"), "{out}");
+        assert!(
+            out.contains("<pre>&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; 'y'</pre>"),
+            "{out}"
+        );
     }
 }

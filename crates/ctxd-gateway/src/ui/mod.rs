@@ -6,8 +6,10 @@
 //! - `query.rs`: the reads, over the engine on the dashboard's own store connection.
 //! - `summary.rs` / `page.rs`: the figures, pure over a loaded session; the report is
 //!   `ctxd_core::report::build` with the counter `ctxd report` uses, so the numbers agree.
-//! - `html.rs` / `chart.rs`: server-rendered fragments and the SVG chart, everything escaped.
-//! - `assets/`: the page shell, its script and style, embedded in the binary.
+//! - `html.rs` / `chart.rs`: server-rendered fragments and the SVG chart, maud templates that
+//!   escape every value they splice in.
+//! - `shell.rs`: the page every path starts as, the same template kind.
+//! - `assets/`: the pages' script and style, embedded in the binary.
 //!
 //! Every query runs over a read connection of its own (never the gateway's writer, never a
 //! request worker); the polled ones (the listing, a session page) on the dashboard's own
@@ -24,6 +26,7 @@ pub mod html;
 mod low;
 pub mod page;
 pub mod query;
+mod shell;
 pub mod summary;
 pub mod usage;
 
@@ -38,6 +41,7 @@ use axum::routing::get;
 use axum::Router;
 use ctxd_engine::Engine;
 use ctxd_store::{Backend, SessionId};
+use maud::Markup;
 use serde::Deserialize;
 
 use crate::server::Gateway;
@@ -108,7 +112,7 @@ const CACHED_PAGES: usize = 16;
 /// A session page's data and its HTML.
 struct Rendered {
     page: page::Page,
-    html: String,
+    html: Markup,
     built: BuildTime,
 }
 
@@ -201,14 +205,9 @@ async fn polled<T: Send + 'static>(
     .await
 }
 
-const SHELL: &str = include_str!("assets/shell.html");
-
 /// The page shell: the script fetches the fragments (with the key, when one is needed).
 fn shell(ui: &Ui, page: &str, title: &str) -> Response {
-    let html = SHELL
-        .replace("{{page}}", page)
-        .replace("{{title}}", title)
-        .replace("{{open}}", if ui.access.open { "true" } else { "false" });
+    let html = shell::shell(page, title, ui.access.open).into_string();
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
@@ -363,8 +362,10 @@ async fn frag_sessions(
 ) -> Response {
     match list(&ui, &headers, params).await {
         Ok((rows, total, sort)) => {
-            let mut page = html::readiness(&ui.readiness());
-            page.push_str(&html::sessions(&rows, sort, total));
+            let page = maud::html! {
+                (html::readiness(&ui.readiness()))
+                (html::sessions(&rows, sort, total))
+            };
             fragment(page, None)
         }
         Err(e) => e.into_response(),
@@ -423,8 +424,7 @@ async fn frag_session(
 ) -> Response {
     match rendered(&ui, &headers, id).await {
         Ok(r) => {
-            let mut html = r.value.html.clone();
-            html.push_str(&html::age(r.age));
+            let html = maud::html! { (r.value.html) (html::age(r.age)) };
             aged(fragment(html, Some(r.value.built)), r.age)
         }
         Err(e) => e.into_response(),
@@ -510,14 +510,14 @@ fn json<T: serde::Serialize>(value: &T) -> Response {
 
 /// An HTML fragment; `built`, the server's time building it, as `Server-Timing` (`build`,
 /// wall time; `build-cpu`, its thread's CPU time).
-fn fragment(html: String, built: Option<BuildTime>) -> Response {
+fn fragment(html: Markup, built: Option<BuildTime>) -> Response {
     let mut r = (
         StatusCode::OK,
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
             (header::CACHE_CONTROL, "no-store"),
         ],
-        html,
+        html.into_string(),
     )
         .into_response();
     if let Some(v) = built.and_then(|b| {

@@ -3,14 +3,13 @@
 //! conversation; and where the budgets stand. The figures are `stats::daily`'s (the same
 //! records `ctxd stats --by day` sums) and `Spending::states`.
 
-use std::fmt::Write;
-
 use ctxd_engine::Engine;
 use ctxd_store::Backend;
+use maud::{html, Markup};
 use serde::Serialize;
 
 use super::access::Viewer;
-use super::html::{esc, num};
+use super::html::num;
 use super::UiError;
 use crate::spending::{BudgetState, Spending};
 use crate::stats::Day;
@@ -90,106 +89,102 @@ pub fn usage(
 }
 
 /// The page's HTML fragment.
-pub fn html(u: &Usage) -> String {
-    let mut s = String::with_capacity(4096 + u.days.len() * 300);
-    s.push_str(r#"<form id="usage-filter" class="toolbar">"#);
-    select(
-        &mut s,
-        "project",
-        "every project",
-        &u.projects,
-        u.project.as_deref(),
-    );
-    select(
-        &mut s,
-        "agent",
-        "every agent",
-        &u.agents,
-        u.agent.as_deref(),
-    );
-    let _ = write!(
-        s,
-        r#"<span class="count" id="usage-sessions">{} sessions</span></form>"#,
-        num(u.sessions as u64)
-    );
-    budgets(&mut s, &u.budgets);
-    s.push_str("<h2>Per day (UTC)</h2>");
-    if u.days.is_empty() {
-        s.push_str(r#"<p class="empty" id="usage-empty">No request recorded yet.</p>"#);
-        return s;
+pub fn html(u: &Usage) -> Markup {
+    html! {
+        form id="usage-filter" class="toolbar" {
+            (select("project", "every project", &u.projects, u.project.as_deref()))
+            (select("agent", "every agent", &u.agents, u.agent.as_deref()))
+            span class="count" id="usage-sessions" { (num(u.sessions as u64)) " sessions" }
+        }
+        (budgets(&u.budgets))
+        h2 { "Per day (UTC)" }
+        @if u.days.is_empty() {
+            p class="empty" id="usage-empty" { "No request recorded yet." }
+        } @else {
+            (chart(&u.days))
+            (days(&u.days))
+        }
     }
-    s.push_str(&chart(&u.days));
-    s.push_str(
-        r#"<table id="usage-days" class="grid"><thead><tr><th>day</th><th>requests</th><th>tokens sent</th><th>whole conversation</th><th>saved</th><th>saved at list price</th><th>billed tokens</th><th>billed cost</th></tr></thead><tbody>"#,
-    );
-    for d in u.days.iter().rev() {
-        let t = &d.totals;
-        let _ = write!(
-            s,
-            r#"<tr data-day="{day}"><td>{day}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>${:.2}</td><td>{}</td><td>${:.2}{}</td></tr>"#,
-            num(t.requests),
-            num(t.sent),
-            num(t.whole),
-            esc(&t.saved.to_string()),
-            t.cost_saved_usd,
-            num(d.billed_tokens),
-            d.billed_usd,
-            if d.unpriced_responses > 0 {
-                format!(" (+{} unpriced)", d.unpriced_responses)
-            } else {
-                String::new()
-            },
-            day = esc(&d.day),
-        );
-    }
-    s.push_str("</tbody></table>");
-    s
 }
 
-fn select(s: &mut String, name: &str, any: &str, options: &[String], chosen: Option<&str>) {
-    let _ = write!(
-        s,
-        r#"<label>{name} <select name="{name}" id="usage-{name}"><option value="">{any}</option>"#
-    );
-    for o in options {
-        let selected = if Some(o.as_str()) == chosen {
-            " selected"
-        } else {
-            ""
-        };
-        let _ = write!(
-            s,
-            r#"<option value="{v}"{selected}>{v}</option>"#,
-            v = esc(o)
-        );
+/// The days' table, the latest first.
+fn days(days: &[Day]) -> Markup {
+    html! {
+        table id="usage-days" class="grid" {
+            thead {
+                tr {
+                    th { "day" } th { "requests" } th { "tokens sent" } th { "whole conversation" }
+                    th { "saved" } th { "saved at list price" } th { "billed tokens" }
+                    th { "billed cost" }
+                }
+            }
+            tbody {
+                @for d in days.iter().rev() {
+                    tr data-day=(d.day) {
+                        td { (d.day) }
+                        td { (num(d.totals.requests)) }
+                        td { (num(d.totals.sent)) }
+                        td { (num(d.totals.whole)) }
+                        td { (d.totals.saved) }
+                        td { (format!("${:.2}", d.totals.cost_saved_usd)) }
+                        td { (num(d.billed_tokens)) }
+                        td {
+                            (format!("${:.2}", d.billed_usd))
+                            @if d.unpriced_responses > 0 {
+                                " (+" (d.unpriced_responses) " unpriced)"
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
-    s.push_str("</select></label>");
 }
 
-fn budgets(s: &mut String, states: &[BudgetState]) {
-    if states.is_empty() {
-        return;
+fn select(name: &str, any: &str, options: &[String], chosen: Option<&str>) -> Markup {
+    html! {
+        label {
+            (name) " "
+            select name=(name) id=(format!("usage-{name}")) {
+                option value="" { (any) }
+                @for o in options {
+                    option value=(o) selected[Some(o.as_str()) == chosen] { (o) }
+                }
+            }
+        }
     }
-    s.push_str(
-        r#"<h2>Budgets</h2><table id="usage-budgets" class="grid"><thead><tr><th>budget</th><th>of</th><th>used</th><th>limit</th><th>share</th><th>state</th></tr></thead><tbody>"#,
-    );
-    for b in states {
-        let _ = write!(
-            s,
-            r#"<tr class="budget-{state}"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0}%</td><td>{state}</td></tr>"#,
-            esc(&b.budget),
-            esc(&b.whose),
-            esc(&b.used),
-            esc(&b.limit),
-            (b.share * 100.0).min(999.0),
-            state = b.state,
-        );
+}
+
+fn budgets(states: &[BudgetState]) -> Markup {
+    html! {
+        @if !states.is_empty() {
+            h2 { "Budgets" }
+            table id="usage-budgets" class="grid" {
+                thead {
+                    tr {
+                        th { "budget" } th { "of" } th { "used" } th { "limit" } th { "share" }
+                        th { "state" }
+                    }
+                }
+                tbody {
+                    @for b in states {
+                        tr class=(format!("budget-{}", b.state)) {
+                            td { (b.budget) }
+                            td { (b.whose) }
+                            td { (b.used) }
+                            td { (b.limit) }
+                            td { (format!("{:.0}%", (b.share * 100.0).min(999.0))) }
+                            td { (b.state) }
+                        }
+                    }
+                }
+            }
+        }
     }
-    s.push_str("</tbody></table>");
 }
 
 /// Bars per day: tokens sent (filled) inside the whole conversation (outlined).
-fn chart(days: &[Day]) -> String {
+fn chart(days: &[Day]) -> Markup {
     const W: f64 = 960.0;
     const H: f64 = 220.0;
     const LEFT: f64 = 64.0;
@@ -201,43 +196,31 @@ fn chart(days: &[Day]) -> String {
         .unwrap_or(0)
         .max(1) as f64;
     let slot = (W - LEFT) / days.len() as f64;
-    let bar = (slot * 0.7).max(1.0);
+    let bar_width = (slot * 0.7).max(1.0);
+    let f1 = |v: f64| format!("{v:.1}");
+    let bar = f1(bar_width);
+    let x = |i: usize| LEFT + i as f64 * slot + (slot - bar_width) / 2.0;
     let y = |v: u64| (H - BOTTOM) - (v as f64 / top) * (H - BOTTOM - 8.0);
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r#"<svg id="usage-chart" class="chart" viewBox="0 0 {W} {H}" role="img" aria-label="tokens sent and whole conversation per day">"#
-    );
-    let _ = write!(
-        s,
-        r#"<text x="4" y="14" class="axis">{}</text><text x="4" y="{}" class="axis">0</text>"#,
-        super::chart::short(top),
-        H - BOTTOM
-    );
-    for (i, d) in days.iter().enumerate() {
-        let x = LEFT + i as f64 * slot + (slot - bar) / 2.0;
-        let (whole, sent) = (d.totals.whole, d.totals.sent);
-        let _ = write!(
-            s,
-            r#"<g><title>{day}: sent {sent} of {whole} tokens</title><rect class="whole" x="{x:.1}" y="{:.1}" width="{bar:.1}" height="{:.1}"/><rect class="sent" x="{x:.1}" y="{:.1}" width="{bar:.1}" height="{:.1}"/></g>"#,
-            y(whole),
-            (H - BOTTOM) - y(whole),
-            y(sent),
-            (H - BOTTOM) - y(sent),
-            day = esc(&d.day),
-            sent = num(sent),
-            whole = num(whole),
-        );
-        if days.len() <= 31 {
-            let _ = write!(
-                s,
-                r#"<text x="{:.1}" y="{}" class="axis">{}</text>"#,
-                x,
-                H - 8.0,
-                esc(d.day.get(5..).unwrap_or(&d.day))
-            );
+    html! {
+        svg id="usage-chart" class="chart" viewBox=(format!("0 0 {W} {H}")) role="img"
+            aria-label="tokens sent and whole conversation per day" {
+            text x="4" y="14" class="axis" { (super::chart::short(top)) }
+            text x="4" y=(H - BOTTOM) class="axis" { "0" }
+            @for (i, d) in days.iter().enumerate() {
+                @let (whole, sent) = (d.totals.whole, d.totals.sent);
+                g {
+                    title { (d.day) ": sent " (num(sent)) " of " (num(whole)) " tokens" }
+                    rect class="whole" x=(f1(x(i))) y=(f1(y(whole))) width=(bar)
+                        height=(f1((H - BOTTOM) - y(whole))) {}
+                    rect class="sent" x=(f1(x(i))) y=(f1(y(sent))) width=(bar)
+                        height=(f1((H - BOTTOM) - y(sent))) {}
+                }
+                @if days.len() <= 31 {
+                    text x=(f1(x(i))) y=(H - 8.0) class="axis" {
+                        (d.day.get(5..).unwrap_or(&d.day))
+                    }
+                }
+            }
         }
     }
-    s.push_str("</svg>");
-    s
 }

@@ -12,6 +12,9 @@ use ctxd_store::{Durability, NewEntry, SqliteStore, Store};
 use serde_json::{json, Value};
 
 use crate::support::{assert_json_error, chat, get, Conversation, Rig};
+use ctxd_core::spend::parse_budget;
+use ctxd_gateway::config::ToolsSetting;
+use ctxd_mock::{Part, Reply};
 
 const ADMIN_ENV: &str = "CTXD_TEST_UI_ADMIN_TOKEN";
 const ADMIN: &str = "op-token-7f3a";
@@ -169,6 +172,80 @@ async fn ui_on_loopback_shows_everything_escaped_and_refuses_bad_input_in_json()
     let counter = ctxd_tokens::for_session(&session);
     let report = ctxd_core::report::build(&session, &counter, &Default::default());
     assert_eq!(page["report"], serde_json::to_value(&report).unwrap());
+}
+
+/// Markup, quotes and ampersands: what a session's key, project, messages and notes may hold.
+const NASTY: &str = r#"<script>alert(1)</script> "quoted" & 'a'"#;
+/// [`NASTY`] as a page shows it (its apostrophes are harmless in text and double-quoted
+/// attributes, so they are left as they are or escaped alike).
+const NASTY_SHOWN: &str = "&lt;script&gt;alert(1)&lt;/script&gt; &quot;quoted&quot; &amp; ";
+
+/// A gateway on loopback with one session whose key, project, first message and note are
+/// [`NASTY`], and a budget (so the usage page has its table): the rig and the session's id.
+async fn nasty_rig() -> (Rig, i64) {
+    let rig = Rig::with(ctxd_mock::Config::default(), |s| {
+        s.management.tools = ToolsSetting::All;
+        s.budgets
+            .push(parse_budget("tenant/total=1000000,warn=0.00001,soft").unwrap());
+    })
+    .await;
+    let script = rig.mock.script();
+    script.push(Reply::parts(vec![Part::ToolCall {
+        name: "notes_write".into(),
+        args: json!({"path": "plan.md", "text": NASTY}),
+    }]));
+    script.push(Reply::text("noted"));
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 200,
+        "messages": [{"role": "user", "content": NASTY}],
+        "tools": [{"name": "bash", "description": "run a command",
+                   "input_schema": {"type": "object", "properties": {}}}]});
+    let h = [
+        ("x-api-key", "sk-one"),
+        ("x-ctxd-session", NASTY),
+        ("x-ctxd-project", NASTY),
+        ("user-agent", "claude-cli/2.1.197 (external, cli)"),
+    ];
+    let resp = rig
+        .post("/v1/messages", &h, serde_json::to_vec(&body).unwrap())
+        .await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let (_, list) = get(&rig, "/ui/api/sessions", &[]).await;
+    let id = session_ids(&list)[0].0;
+    (rig, id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ui_markup_in_names_and_notes_is_escaped_on_every_page() {
+    let (rig, id) = nasty_rig().await;
+    let (_, api) = get(&rig, "/ui/api/usage", &[]).await;
+    assert!(api.contains("alert(1)"), "the project is listed: {api}");
+    for path in [
+        "/ui/frag/sessions".to_owned(),
+        format!("/ui/frag/session/{id}"),
+        "/ui/frag/usage".to_owned(),
+        format!("/ui/frag/session/{id}/search?q=alert"),
+    ] {
+        let (status, html) = get(&rig, &path, &[]).await;
+        assert_eq!(status, 200, "{path}: {html}");
+        assert!(
+            html.contains(NASTY_SHOWN),
+            "{path} shows it escaped: {html}"
+        );
+        assert!(
+            !html.contains("<script") && !html.contains(r#""quoted""#),
+            "{path}: {html}"
+        );
+    }
+    // The note's text, the session's key and its project on the session page; the project
+    // among the usage filter's options.
+    let (_, page) = get(&rig, &format!("/ui/frag/session/{id}"), &[]).await;
+    assert!(page.matches(NASTY_SHOWN).count() >= 4, "{page}");
+    assert!(page.contains(&format!("<pre>{NASTY_SHOWN}")), "{page}");
+    let (_, usage) = get(&rig, "/ui/frag/usage", &[]).await;
+    assert!(
+        usage.contains(&format!(r#"<option value="{NASTY_SHOWN}"#)),
+        "{usage}"
+    );
 }
 
 /// A session page's turns and its copy's age (`x-ctxd-age-ms`).
