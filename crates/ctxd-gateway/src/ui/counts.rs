@@ -21,7 +21,7 @@ const SESSIONS: usize = 64;
 const TEXTS: usize = 400_000;
 
 /// One session's counts.
-pub struct Memo {
+pub struct SessionCounts {
     tokenizer: Tokenizer,
     by_text: RefCell<HashMap<u128, u64>>,
 }
@@ -29,7 +29,7 @@ pub struct Memo {
 /// The session's counter over its memo.
 pub struct Counter<'a> {
     inner: CachingCounter,
-    memo: &'a Memo,
+    memo: &'a SessionCounts,
 }
 
 impl TokenCounter for Counter<'_> {
@@ -55,7 +55,7 @@ impl TokenCounter for Counter<'_> {
     }
 }
 
-impl Memo {
+impl SessionCounts {
     pub fn counter(&self) -> Counter<'_> {
         Counter {
             inner: CachingCounter::new(self.tokenizer),
@@ -66,19 +66,24 @@ impl Memo {
 
 /// The memos of recently built sessions.
 #[derive(Default)]
-pub struct Memos {
-    by_session: Mutex<HashMap<SessionId, Memo>>,
+pub struct CountsBySession {
+    by_session: Mutex<HashMap<SessionId, SessionCounts>>,
 }
 
-impl Memos {
+impl CountsBySession {
     /// Run `f` with `session`'s memo (taken out meanwhile, so builds of two sessions do not
     /// wait on each other), then keep it.
-    pub fn with<T>(&self, id: SessionId, session: &Session, f: impl FnOnce(&Memo) -> T) -> T {
+    pub fn with<T>(
+        &self,
+        id: SessionId,
+        session: &Session,
+        f: impl FnOnce(&SessionCounts) -> T,
+    ) -> T {
         let tokenizer = ctxd_tokens::for_session(session).tokenizer();
         let taken = self.lock().remove(&id);
         let memo = taken
             .filter(|m| m.tokenizer == tokenizer)
-            .unwrap_or_else(|| Memo {
+            .unwrap_or_else(|| SessionCounts {
                 tokenizer,
                 by_text: RefCell::new(HashMap::new()),
             });
@@ -94,7 +99,7 @@ impl Memos {
         out
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Memo>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, SessionCounts>> {
         self.by_session.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -106,7 +111,7 @@ mod tests {
 
     #[test]
     fn counts_are_the_tokenizers_and_remembered() {
-        let memos = Memos::default();
+        let memos = CountsBySession::default();
         let session = Session::default();
         let text = "fn main() { println!(\"hello\"); } // a line long enough to be remembered";
         let want = ctxd_tokens::for_session(&session).count(text);

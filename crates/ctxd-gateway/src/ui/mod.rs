@@ -13,19 +13,19 @@
 //!
 //! Every query runs over a read connection of its own (never the gateway's writer, never a
 //! request worker); the polled ones (the listing, a session page) on the dashboard's own
-//! thread at the lowest priority (`low.rs`). A listing computes uncached rows within
+//! thread at the lowest priority (`reader_thread.rs`). A listing computes uncached rows within
 //! [`query::LIST_BUDGET`]; a session that grows is summarised and its page rebuilt at most
-//! once per refresh interval (`--ui-refresh-ms`), its copy served in between (`fresh.rs`).
+//! once per refresh interval (`--ui-refresh-ms`), its copy served in between (`page_cache.rs`).
 
 pub mod access;
 pub mod chart;
 mod counts;
 mod error;
-mod fresh;
 pub mod html;
-mod low;
 pub mod page;
+mod page_cache;
 pub mod query;
+mod reader_thread;
 mod shell;
 pub mod summary;
 pub mod usage;
@@ -66,8 +66,8 @@ struct Ui {
     writer: crate::writer::WriterHandle,
     store: ctxd_store::Location,
     rows: summary::Cache,
-    pages: fresh::Fresh<SessionId, Rendered>,
-    memos: counts::Memos,
+    pages: page_cache::PageCache<SessionId, Rendered>,
+    memos: counts::CountsBySession,
     /// How stale a growing session's page and row may be (`Settings::ui_refresh`).
     refresh: Duration,
     /// The budgets and prices (the usage page).
@@ -149,8 +149,8 @@ pub(crate) fn service(app: &Gateway) -> Router {
         writer: app.writer.clone(),
         store: app.settings.store.clone(),
         rows: summary::Cache::new(refresh),
-        pages: fresh::Fresh::new(CACHED_PAGES),
-        memos: counts::Memos::default(),
+        pages: page_cache::PageCache::new(CACHED_PAGES),
+        memos: counts::CountsBySession::default(),
         refresh,
         spending: app.spending.clone(),
     });
@@ -192,13 +192,13 @@ async fn blocking<T: Send + 'static>(
     .map_err(|e| UiError::Unavailable(format!("dashboard query: {e}")))?
 }
 
-/// Run the read `f` on the dashboard's low-priority thread with its engine (see `low.rs`).
+/// Run the read `f` on the dashboard's low-priority thread with its engine (see `reader_thread.rs`).
 async fn polled<T: Send + 'static>(
     ui: &Arc<Ui>,
     f: impl FnOnce(&Ui, &Engine<dyn Backend>) -> Result<T, UiError> + Send + 'static,
 ) -> Result<T, UiError> {
     let ui = ui.clone();
-    low::run(move || {
+    reader_thread::run(move || {
         let engine = ui.reader.engine()?;
         f(&ui, &engine)
     })
@@ -378,7 +378,7 @@ async fn rendered(
     ui: &Arc<Ui>,
     headers: &HeaderMap,
     id: Result<Path<String>, PathRejection>,
-) -> Result<fresh::Served<Rendered>, UiError> {
+) -> Result<page_cache::Served<Rendered>, UiError> {
     let viewer = ui.access.viewer(headers)?;
     let Path(id) = id.map_err(bad_path)?;
     let id = session_id(&id)?;

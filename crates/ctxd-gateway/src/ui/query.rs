@@ -12,7 +12,7 @@ use ctxd_store::{Backend, SessionId, SessionRecord};
 use serde::Serialize;
 
 use super::access::Viewer;
-use super::counts::Memos;
+use super::counts::CountsBySession;
 use super::error::UiError;
 use super::page::{self, Page};
 use super::summary::{report_of, summarize, Cache, Row, Summary};
@@ -70,7 +70,7 @@ const MAX_FILTER: usize = 200;
 pub fn sessions(
     engine: &Engine<dyn Backend>,
     cache: &Cache,
-    memos: &Memos,
+    memos: &CountsBySession,
     viewer: &Viewer,
     sort: Sort,
     filter: &str,
@@ -109,7 +109,7 @@ fn matches(r: &Row, needle: &str) -> bool {
 
 fn summary_of(
     engine: &Engine<dyn Backend>,
-    memos: &Memos,
+    memos: &CountsBySession,
     id: SessionId,
 ) -> Result<Summary, UiError> {
     let session = engine.store().load(id)?;
@@ -250,7 +250,7 @@ pub fn notes(engine: &Engine<dyn Backend>, record: &SessionRecord) -> Result<Vec
 /// The page of a session the viewer may read.
 pub fn session_page(
     engine: &Engine<dyn Backend>,
-    memos: &Memos,
+    memos: &CountsBySession,
     record: &SessionRecord,
 ) -> Result<Page, UiError> {
     let session = engine.store().load(record.id)?;

@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Pages by key, each the version (entry count) it was built at.
-pub struct Fresh<K, V> {
+pub struct PageCache<K, V> {
     slots: Mutex<HashMap<K, Slot<V>>>,
     built: Condvar,
     cap: usize,
@@ -33,10 +33,10 @@ pub struct Served<V> {
     pub age: Duration,
 }
 
-impl<K: Copy + Eq + Hash, V> Fresh<K, V> {
+impl<K: Copy + Eq + Hash, V> PageCache<K, V> {
     /// At most `cap` pages kept (the least recently built dropped first).
     pub fn new(cap: usize) -> Self {
-        Fresh {
+        PageCache {
             slots: Mutex::new(HashMap::new()),
             built: Condvar::new(),
             cap: cap.max(1),
@@ -122,7 +122,7 @@ impl<K: Copy + Eq + Hash, V> Fresh<K, V> {
 /// A build under way: if it ends without a page (an error, a panic), the slot is free again
 /// and the calls waiting on it wake.
 struct Building<'a, K: Copy + Eq + Hash, V> {
-    fresh: &'a Fresh<K, V>,
+    fresh: &'a PageCache<K, V>,
     key: K,
     done: bool,
 }
@@ -149,7 +149,7 @@ mod tests {
 
     #[test]
     fn a_changed_page_is_rebuilt_only_once_its_copy_is_old() {
-        let f = Fresh::<i64, u64>::new(4);
+        let f = PageCache::<i64, u64>::new(4);
         let built = |v: u64| move || Ok::<_, ()>(v);
         assert_eq!(*f.get(1, 1, LONG, built(1)).unwrap().value, 1);
         // Changed, but the copy is younger than the interval: served as it is, with its age.
@@ -165,14 +165,14 @@ mod tests {
 
     #[test]
     fn a_failed_build_leaves_the_slot_free() {
-        let f = Fresh::<i64, u64>::new(4);
+        let f = PageCache::<i64, u64>::new(4);
         assert!(f.get(1, 1, LONG, || Err::<u64, _>("no")).is_err());
         assert_eq!(*f.get(1, 1, LONG, || Ok::<_, ()>(7)).unwrap().value, 7);
     }
 
     #[test]
     fn concurrent_polls_share_one_build() {
-        let f = Arc::new(Fresh::<i64, u64>::new(4));
+        let f = Arc::new(PageCache::<i64, u64>::new(4));
         let builds = Arc::new(AtomicUsize::new(0));
         let polls: Vec<_> = (0..8)
             .map(|_| {
@@ -216,7 +216,7 @@ mod tests {
 
     #[test]
     fn keeps_at_most_cap_pages() {
-        let f = Fresh::<i64, u64>::new(2);
+        let f = PageCache::<i64, u64>::new(2);
         for k in 0..5 {
             f.get(k, 1, LONG, || Ok::<_, ()>(k as u64)).unwrap();
         }
