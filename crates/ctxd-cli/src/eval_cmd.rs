@@ -532,7 +532,30 @@ fn write_text(
     rows: &[SessionRow],
     total: &Total,
 ) -> std::io::Result<()> {
-    let n = args.baseline_last;
+    write_table(out, classifier, args.baseline_last, rows, total)?;
+    write_totals(out, total)?;
+    write_mechanisms(out, args)?;
+    if total.classifier.input_tokens > 0 {
+        writeln!(
+            out,
+            "classifier {}: {} requests, {} input tokens, ${:.4}",
+            classifier,
+            total.classifier.requests,
+            total.classifier.input_tokens,
+            total.classifier.cost_usd
+        )?;
+    }
+    write_misses(out, rows)
+}
+
+/// The heading, a row per session, and the total's row.
+fn write_table(
+    out: &mut impl Write,
+    classifier: &str,
+    n: usize,
+    rows: &[SessionRow],
+    total: &Total,
+) -> std::io::Result<()> {
     writeln!(
         out,
         "ctxd eval: classifier {classifier}, baseline last-{n} masking; tokens and cache-adjusted cost as a share of sending everything"
@@ -551,58 +574,54 @@ fn write_text(
         format!("last-{n}"),
         "clf ms"
     )?;
-    let line = |out: &mut dyn Write,
-                name: &str,
-                reqs: usize,
-                all: &Sent,
-                ctxd: &Sent,
-                last: &Sent,
-                rc: &Retention,
-                rl: &Retention,
-                ms: f64|
-     -> std::io::Result<()> {
-        writeln!(
-            out,
-            "{:<28} {:>5} {:>11} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>6.1}% {:>7} {:>6.1}% {:>7} {:>7.1}",
-            name,
-            reqs,
-            all.input_tokens,
-            ratio(ctxd.input_tokens as f64, all.input_tokens as f64),
-            ratio(last.input_tokens as f64, all.input_tokens as f64),
-            ratio(ctxd.cost, all.cost),
-            ratio(last.cost, all.cost),
-            rc.share() * 100.0,
-            format!("({}/{})", rc.retained, rc.used_lines),
-            rl.share() * 100.0,
-            format!("({}/{})", rl.retained, rl.used_lines),
-            ms
-        )
-    };
     for r in rows {
         let o = &r.outcome;
-        line(
+        write_row(
             out,
-            &name_of(&r.file),
-            o.requests,
-            &o.all,
-            &o.ctxd,
-            &o.last_n,
-            &o.retention_ctxd,
-            &o.retention_last_n,
+            (&name_of(&r.file), o.requests),
+            (&o.all, &o.ctxd, &o.last_n),
+            (&o.retention_ctxd, &o.retention_last_n),
             o.classifier_us as f64 / 1_000.0,
         )?;
     }
-    line(
+    write_row(
         out,
-        "total",
-        total.requests,
-        &total.all,
-        &total.ctxd,
-        &total.last_n,
-        &total.retention_ctxd,
-        &total.retention_last_n,
+        ("total", total.requests),
+        (&total.all, &total.ctxd, &total.last_n),
+        (&total.retention_ctxd, &total.retention_last_n),
         total.classifier_ms,
-    )?;
+    )
+}
+
+/// One row: sending everything's tokens, ctxd's and last-N's shares of its tokens and cost,
+/// their retention, the classifier's milliseconds.
+fn write_row(
+    out: &mut impl Write,
+    (name, reqs): (&str, usize),
+    (all, ctxd, last): (&Sent, &Sent, &Sent),
+    (rc, rl): (&Retention, &Retention),
+    ms: f64,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:<28} {:>5} {:>11} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>6.1}% {:>7} {:>6.1}% {:>7} {:>7.1}",
+        name,
+        reqs,
+        all.input_tokens,
+        ratio(ctxd.input_tokens as f64, all.input_tokens as f64),
+        ratio(last.input_tokens as f64, all.input_tokens as f64),
+        ratio(ctxd.cost, all.cost),
+        ratio(last.cost, all.cost),
+        rc.share() * 100.0,
+        format!("({}/{})", rc.retained, rc.used_lines),
+        rl.share() * 100.0,
+        format!("({}/{})", rl.retained, rl.used_lines),
+        ms
+    )
+}
+
+/// The totals' lines: throughput, retention, the bounds, savings, edits and misses.
+fn write_totals(out: &mut impl Write, total: &Total) -> std::io::Result<()> {
     writeln!(
         out,
         "{} sessions, {:.2} MB in {:.2} s: {:.1} MB/s; {} passes, {} edits; policy {:.1} ms, classifier {:.1} ms",
@@ -645,7 +664,11 @@ fn write_text(
         join(&mut total.edited.iter().map(|(k, v)| format!("{k} {v}"))),
         total.windows,
         join(&mut total.misses_by.iter().map(|(k, v)| format!("{k} {v}")))
-    )?;
+    )
+}
+
+/// The mechanisms and thresholds the replay ran with.
+fn write_mechanisms(out: &mut impl Write, args: &EvalArgs) -> std::io::Result<()> {
     writeln!(
         out,
         "mechanisms: write facts {}, digests {}, amnesia {}; old exchanges omitted below P(relevant) {}{}; tools never distilled: {}; passes land {}",
@@ -664,17 +687,11 @@ fn write_text(
         } else {
             "before the next request (think time)"
         }
-    )?;
-    if total.classifier.input_tokens > 0 {
-        writeln!(
-            out,
-            "classifier {}: {} requests, {} input tokens, ${:.4}",
-            classifier,
-            total.classifier.requests,
-            total.classifier.input_tokens,
-            total.classifier.cost_usd
-        )?;
-    }
+    )
+}
+
+/// The first few misses of each session (all of them are in the JSON).
+fn write_misses(out: &mut impl Write, rows: &[SessionRow]) -> std::io::Result<()> {
     let misses: Vec<(&str, &Miss)> = rows
         .iter()
         .flat_map(|r| {

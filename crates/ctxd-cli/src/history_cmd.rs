@@ -161,137 +161,163 @@ pub fn run(cmd: &HistoryCommand, store: &StoreChoice) -> anyhow::Result<()> {
     let engine = store.open_existing()?;
     let mut out = std::io::stdout().lock();
     match cmd {
-        HistoryCommand::Windows(a) => {
-            let caller = caller(&engine, &a.common.session)?;
-            let page = engine.history_list_windows(
-                &caller,
-                &WindowsQuery {
-                    scope: scope(&a.scope),
-                    recent_first: a.recent_first,
-                    limit: a.limit,
-                },
-            )?;
-            if a.common.json {
-                serde_json::to_writer(&mut out, &page)?;
-                writeln!(out)?;
-            } else {
-                for w in &page.windows {
-                    let reason = w
-                        .reason
-                        .as_deref()
-                        .map_or(String::new(), |r| format!(" ({r})"));
-                    writeln!(
-                        out,
-                        "{}  #{}  {}{}  {} items  {}",
-                        w.window_id,
-                        w.number,
-                        w.opened_by,
-                        reason,
-                        w.items,
-                        w.started_at.as_deref().unwrap_or("-")
-                    )?;
-                }
-                writeln!(out, "{} windows", page.total)?;
-            }
-        }
-        HistoryCommand::Items(a) => {
-            let caller = caller(&engine, &a.common.session)?;
-            let query = ItemsQuery {
-                offset: a.offset,
-                ..items_query(&a.filters, a.max_chars)
-            };
-            let page = engine.history_list_items(&caller, &query)?;
-            if a.common.json {
-                serde_json::to_writer(&mut out, &page)?;
-                writeln!(out)?;
-            } else {
-                for i in &page.items {
-                    let tools = if i.tools.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" [{}]", i.tools.join(", "))
-                    };
-                    writeln!(
-                        out,
-                        "{} {} {} {}{} ({} chars): {}{}",
-                        i.window_id,
-                        i.item_id,
-                        i.entry_id,
-                        i.role,
-                        tools,
-                        i.chars,
-                        one_line(&i.text),
-                        if i.truncated { "…" } else { "" }
-                    )?;
-                }
-                if let Some(next) = page.next_offset {
-                    writeln!(out, "(more items: continue with --offset {next})")?;
-                }
-            }
-        }
-        HistoryCommand::Read(a) => {
-            let caller = caller(&engine, &a.common.session)?;
-            let item = engine.history_read_item(
-                &caller,
-                &ReadQuery {
-                    window_id: Some(a.window_id.clone()),
-                    item_id: a.item_id.clone(),
-                    offset_chars: a.offset,
-                    limit_chars: a.limit,
-                },
-            )?;
-            if a.common.json {
-                serde_json::to_writer(&mut out, &item)?;
-                writeln!(out)?;
-            } else {
-                writeln!(out, "{}", item.text)?;
-                if let Some(next) = item.next_offset {
-                    writeln!(
-                        out,
-                        "[{} of {} characters; continue with --offset {next}]",
-                        next, item.total_chars
-                    )?;
-                }
-            }
-        }
-        HistoryCommand::Search(a) => {
-            let caller = caller(&engine, &a.common.session)?;
-            let page = engine.history_search_contents(
-                &caller,
-                &SearchQuery {
-                    query: a.query.clone(),
-                    mode: if a.ranked {
-                        SearchMode::Ranked
-                    } else {
-                        SearchMode::Literal
-                    },
-                    filters: items_query(&a.filters, None),
-                },
-            )?;
-            if a.common.json {
-                serde_json::to_writer(&mut out, &page)?;
-                writeln!(out)?;
-            } else {
-                for h in &page.hits {
-                    let score = h.score.map_or(String::new(), |s| format!(" {s:.2}"));
-                    writeln!(
-                        out,
-                        "{} {} {} {}{}: {}",
-                        h.window_id, h.item_id, h.entry_id, h.role, score, h.excerpt
-                    )?;
-                }
-                writeln!(
-                    out,
-                    "{} hits{}",
-                    page.hits.len(),
-                    if page.more {
-                        " (more: raise --limit)"
-                    } else {
-                        ""
-                    }
-                )?;
-            }
-        }
+        HistoryCommand::Windows(a) => windows(&engine, a, &mut out),
+        HistoryCommand::Items(a) => items(&engine, a, &mut out),
+        HistoryCommand::Read(a) => read(&engine, a, &mut out),
+        HistoryCommand::Search(a) => search(&engine, a, &mut out),
     }
+}
+
+/// `value` as one line of JSON.
+fn write_json(out: &mut impl Write, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    serde_json::to_writer(&mut *out, value)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn windows(
+    engine: &crate::store::StoreEngine,
+    a: &WindowsArgs,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let caller = caller(engine, &a.common.session)?;
+    let page = engine.history_list_windows(
+        &caller,
+        &WindowsQuery {
+            scope: scope(&a.scope),
+            recent_first: a.recent_first,
+            limit: a.limit,
+        },
+    )?;
+    if a.common.json {
+        return write_json(out, &page);
+    }
+    for w in &page.windows {
+        let reason = w
+            .reason
+            .as_deref()
+            .map_or(String::new(), |r| format!(" ({r})"));
+        writeln!(
+            out,
+            "{}  #{}  {}{}  {} items  {}",
+            w.window_id,
+            w.number,
+            w.opened_by,
+            reason,
+            w.items,
+            w.started_at.as_deref().unwrap_or("-")
+        )?;
+    }
+    writeln!(out, "{} windows", page.total)?;
+    Ok(())
+}
+
+fn items(
+    engine: &crate::store::StoreEngine,
+    a: &ItemsArgs,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let caller = caller(engine, &a.common.session)?;
+    let query = ItemsQuery {
+        offset: a.offset,
+        ..items_query(&a.filters, a.max_chars)
+    };
+    let page = engine.history_list_items(&caller, &query)?;
+    if a.common.json {
+        return write_json(out, &page);
+    }
+    for i in &page.items {
+        let tools = if i.tools.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", i.tools.join(", "))
+        };
+        writeln!(
+            out,
+            "{} {} {} {}{} ({} chars): {}{}",
+            i.window_id,
+            i.item_id,
+            i.entry_id,
+            i.role,
+            tools,
+            i.chars,
+            one_line(&i.text),
+            if i.truncated { "…" } else { "" }
+        )?;
+    }
+    if let Some(next) = page.next_offset {
+        writeln!(out, "(more items: continue with --offset {next})")?;
+    }
+    Ok(())
+}
+
+fn read(
+    engine: &crate::store::StoreEngine,
+    a: &ReadArgs,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let caller = caller(engine, &a.common.session)?;
+    let item = engine.history_read_item(
+        &caller,
+        &ReadQuery {
+            window_id: Some(a.window_id.clone()),
+            item_id: a.item_id.clone(),
+            offset_chars: a.offset,
+            limit_chars: a.limit,
+        },
+    )?;
+    if a.common.json {
+        return write_json(out, &item);
+    }
+    writeln!(out, "{}", item.text)?;
+    if let Some(next) = item.next_offset {
+        writeln!(
+            out,
+            "[{} of {} characters; continue with --offset {next}]",
+            next, item.total_chars
+        )?;
+    }
+    Ok(())
+}
+
+fn search(
+    engine: &crate::store::StoreEngine,
+    a: &SearchArgs,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let caller = caller(engine, &a.common.session)?;
+    let page = engine.history_search_contents(
+        &caller,
+        &SearchQuery {
+            query: a.query.clone(),
+            mode: if a.ranked {
+                SearchMode::Ranked
+            } else {
+                SearchMode::Literal
+            },
+            filters: items_query(&a.filters, None),
+        },
+    )?;
+    if a.common.json {
+        return write_json(out, &page);
+    }
+    for h in &page.hits {
+        let score = h.score.map_or(String::new(), |s| format!(" {s:.2}"));
+        writeln!(
+            out,
+            "{} {} {} {}{}: {}",
+            h.window_id, h.item_id, h.entry_id, h.role, score, h.excerpt
+        )?;
+    }
+    writeln!(
+        out,
+        "{} hits{}",
+        page.hits.len(),
+        if page.more {
+            " (more: raise --limit)"
+        } else {
+            ""
+        }
+    )?;
     Ok(())
 }

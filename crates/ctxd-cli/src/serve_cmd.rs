@@ -346,6 +346,20 @@ pub(crate) fn settings(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<
             settings.store = store.location()?;
         }
     }
+    server_flags(args, &mut settings);
+    distill_flags(args, &mut settings);
+    settings.classifier = args.classifier.over(&settings.classifier)?;
+    crate::classifier_args::configured(&settings.classifier)?;
+    management_flags(args, &mut settings.management);
+    if args.no_cache_plan {
+        settings.cache_plan = false;
+    }
+    settings.validate().map_err(anyhow::Error::msg)?;
+    Ok(settings)
+}
+
+/// The flags of the server itself: listening, upstreams, limits, timeouts, tenancy, telemetry.
+fn server_flags(args: &ServeArgs, settings: &mut Settings) {
     if let Some(listen) = args.listen {
         settings.listen = listen;
     }
@@ -411,6 +425,10 @@ pub(crate) fn settings(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<
     if let Some(n) = args.cached_sessions {
         settings.cached_sessions = n as usize;
     }
+}
+
+/// The flags of distillation, digests and meta-amnesia's thresholds.
+fn distill_flags(args: &ServeArgs, settings: &mut Settings) {
     if let Some(p) = args.distill_cpu_percent {
         settings.distill_cpu_percent = p;
     }
@@ -433,9 +451,10 @@ pub(crate) fn settings(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<
     if let Some(n) = args.amnesia_min_tokens {
         settings.amnesia.min_tokens = n;
     }
-    settings.classifier = args.classifier.over(&settings.classifier)?;
-    crate::classifier_args::configured(&settings.classifier)?;
-    let m = &mut settings.management;
+}
+
+/// The flags of context management: thresholds, mechanisms on or off, ctxd's tools.
+fn management_flags(args: &ServeArgs, m: &mut ctxd_gateway::config::Management) {
     m.record_only |= args.record_only;
     if let Some(n) = args.reserve {
         m.thresholds.reserve = n;
@@ -480,11 +499,6 @@ pub(crate) fn settings(args: &ServeArgs, store: &StoreChoice) -> anyhow::Result<
         m.tools = t.clone();
     }
     m.model_windows.extend(args.model_windows.iter().cloned());
-    if args.no_cache_plan {
-        settings.cache_plan = false;
-    }
-    settings.validate().map_err(anyhow::Error::msg)?;
-    Ok(settings)
 }
 
 /// Logs to stderr; `CTXD_LOG` (or `RUST_LOG`) sets the filter, `info` by default.

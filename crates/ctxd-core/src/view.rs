@@ -263,67 +263,12 @@ impl<'a> Projector<'a> {
             EntryKind::ContextEdit {
                 target,
                 replacement,
-            } => {
-                let Some(index) = self.find(target) else {
-                    return Change::None;
-                };
-                match replacement {
-                    None => {
-                        if self.tombstones {
-                            self.items[index].entry = DEAD;
-                        } else {
-                            self.items.remove(index);
-                        }
-                        Change::Omitted { index }
-                    }
-                    Some(content) => {
-                        if let ItemKind::Message {
-                            message,
-                            content: shown,
-                            edited,
-                        } = &mut self.items[index].kind
-                        {
-                            // Assistant content is shown as written or not at all, and an edit
-                            // never changes which calls and results a message carries.
-                            if message.role == Role::Assistant
-                                || tool_ids(shown) != tool_ids(content)
-                            {
-                                return Change::None;
-                            }
-                            *shown = content;
-                            *edited = true;
-                            Change::Edited { index }
-                        } else {
-                            Change::None
-                        }
-                    }
-                }
-            }
+            } => self.context_edit(target, replacement.as_deref()),
             EntryKind::ArgsEdit {
                 target,
                 replacement,
                 args,
-            } => {
-                let Some(index) = self.find(target) else {
-                    return Change::None;
-                };
-                if let ItemKind::Message {
-                    message,
-                    content: shown,
-                    edited,
-                } = &mut self.items[index].kind
-                {
-                    if message.role != Role::Assistant || !args_edit_fits(shown, replacement, args)
-                    {
-                        return Change::None;
-                    }
-                    *shown = replacement;
-                    *edited = true;
-                    Change::Edited { index }
-                } else {
-                    Change::None
-                }
-            }
+            } => self.args_edit(target, replacement, args),
             EntryKind::Compaction(compaction) => {
                 self.compact(pos, compaction);
                 self.compactions.push(pos);
@@ -341,31 +286,106 @@ impl<'a> Projector<'a> {
                 Change::None
             }
             EntryKind::WindowBoot { window_id, message } => {
-                let item = Item::as_written(pos, message);
-                if let Some(w) = self
-                    .window
-                    .as_mut()
-                    .filter(|w| w.boot.is_none() && w.window_id == window_id)
-                {
-                    // Everything before the boot folds away; the system prompt, the tools and
-                    // the client's instructions that open the conversation (Chat's system
-                    // message, Responses' developer message) stay.
-                    w.boot = Some(pos);
-                    let lead = self
-                        .items
-                        .iter()
-                        .take_while(|it| it.entry == DEAD || it.is_client_instructions())
-                        .count();
-                    self.items.truncate(lead);
-                    self.items.push(item);
-                    return Change::Window;
-                }
-                // A boot no pending marker asks for (the root window's, or a copy): shown in
-                // place, as written.
-                self.items.push(Item::as_written(pos, message));
-                Change::Added
+                self.window_boot(pos, window_id, message)
             }
         }
+    }
+
+    /// A context edit of the entry `target`: its item omitted (`None`), or its content
+    /// replaced.
+    fn context_edit(
+        &mut self,
+        target: &crate::model::EntryId,
+        replacement: Option<&'a [ContentBlock]>,
+    ) -> Change {
+        let Some(index) = self.find(target) else {
+            return Change::None;
+        };
+        match replacement {
+            None => {
+                if self.tombstones {
+                    self.items[index].entry = DEAD;
+                } else {
+                    self.items.remove(index);
+                }
+                Change::Omitted { index }
+            }
+            Some(content) => {
+                if let ItemKind::Message {
+                    message,
+                    content: shown,
+                    edited,
+                } = &mut self.items[index].kind
+                {
+                    // Assistant content is shown as written or not at all, and an edit
+                    // never changes which calls and results a message carries.
+                    if message.role == Role::Assistant || tool_ids(shown) != tool_ids(content) {
+                        return Change::None;
+                    }
+                    *shown = content;
+                    *edited = true;
+                    Change::Edited { index }
+                } else {
+                    Change::None
+                }
+            }
+        }
+    }
+
+    /// An edit of the arguments of the assistant message `target`'s calls, applied when it
+    /// fits what is shown.
+    fn args_edit(
+        &mut self,
+        target: &crate::model::EntryId,
+        replacement: &'a [ContentBlock],
+        args: &[EditedArg],
+    ) -> Change {
+        let Some(index) = self.find(target) else {
+            return Change::None;
+        };
+        if let ItemKind::Message {
+            message,
+            content: shown,
+            edited,
+        } = &mut self.items[index].kind
+        {
+            if message.role != Role::Assistant || !args_edit_fits(shown, replacement, args) {
+                return Change::None;
+            }
+            *shown = replacement;
+            *edited = true;
+            Change::Edited { index }
+        } else {
+            Change::None
+        }
+    }
+
+    /// A window's boot message: the new window's first item when its marker is pending, else
+    /// an item as written.
+    fn window_boot(&mut self, pos: usize, window_id: &str, message: &'a Message) -> Change {
+        let item = Item::as_written(pos, message);
+        if let Some(w) = self
+            .window
+            .as_mut()
+            .filter(|w| w.boot.is_none() && w.window_id == window_id)
+        {
+            // Everything before the boot folds away; the system prompt, the tools and
+            // the client's instructions that open the conversation (Chat's system
+            // message, Responses' developer message) stay.
+            w.boot = Some(pos);
+            let lead = self
+                .items
+                .iter()
+                .take_while(|it| it.entry == DEAD || it.is_client_instructions())
+                .count();
+            self.items.truncate(lead);
+            self.items.push(item);
+            return Change::Window;
+        }
+        // A boot no pending marker asks for (the root window's, or a copy): shown in
+        // place, as written.
+        self.items.push(Item::as_written(pos, message));
+        Change::Added
     }
 
     fn compact(&mut self, pos: usize, compaction: &'a Compaction) {

@@ -152,82 +152,7 @@ impl LineImporter for Importer {
         let sidechain = line.is_sidechain;
         let timestamp = line.timestamp.take();
         let mut parent_uuid = line.parent_uuid.take();
-        let mut response: Option<String> = None;
-        let mut fills_compaction: Option<String> = None;
-        let kind = match ty.as_str() {
-            "user" | "assistant" => {
-                let message = match line.message.take() {
-                    Some(m @ Value::Object(_)) => m,
-                    _ => return Err(format!("`{ty}` line without a message object")),
-                };
-                if ty == "user" {
-                    let mut msg = wire::anthropic::message_owned(message);
-                    msg.role = Role::User;
-                    if line.is_compact_summary {
-                        let text = joined_text(&msg.content);
-                        if self.pending_compaction.is_some() {
-                            fills_compaction = Some(text);
-                            EntryKind::Event {
-                                name: "compact_summary".into(),
-                                detail: None,
-                            }
-                        } else {
-                            EntryKind::Compaction(Compaction {
-                                summary: text,
-                                first_kept: None,
-                                tokens_before: None,
-                                replacement: None,
-                            })
-                        }
-                    } else {
-                        msg.injected = user_injected(line.is_meta, &msg.content).map(str::to_owned);
-                        EntryKind::Message(msg)
-                    }
-                } else {
-                    let msg = assistant(message);
-                    response.clone_from(&msg.response_id);
-                    EntryKind::Message(msg)
-                }
-            }
-            "system" if line.subtype.as_deref() == Some("compact_boundary") => {
-                if line.logical_parent_uuid.is_some() {
-                    parent_uuid = line.logical_parent_uuid.take();
-                }
-                let metadata = line.compact_metadata.as_ref();
-                let tokens_before = metadata.and_then(|m| crate::util::u64_field(m, "preTokens"));
-                let segment = metadata.and_then(|m| m.get("preservedSegment"));
-                let head = segment
-                    .and_then(|s| s.get("headUuid"))
-                    .and_then(Value::as_str);
-                let tail = segment
-                    .and_then(|s| s.get("tailUuid"))
-                    .and_then(Value::as_str);
-                let first_kept = match (head, tail) {
-                    (Some(head), Some(tail))
-                        if self.ids.contains(head) && Some(tail) == parent_uuid.as_deref() =>
-                    {
-                        Some(EntryId::new(head))
-                    }
-                    _ => None,
-                };
-                EntryKind::Compaction(Compaction {
-                    summary: String::new(),
-                    first_kept,
-                    tokens_before,
-                    replacement: None,
-                })
-            }
-            _ => {
-                let name = match (ty.as_str(), &line.subtype) {
-                    ("system", Some(_)) => line.subtype.take().unwrap_or_default(),
-                    _ => ty.clone(),
-                };
-                EntryKind::Event {
-                    name,
-                    detail: Some(line.detail()),
-                }
-            }
-        };
+        let read = self.read_kind(&ty, &mut line, &mut parent_uuid)?;
         let facts = Facts {
             session_id: line.session_id,
             cwd: line.cwd,
@@ -237,8 +162,12 @@ impl LineImporter for Importer {
 
         // The line is valid: from here on, update the state.
         if !sidechain {
-            parent_uuid =
-                self.chained_result_parent(&kind, response.as_deref(), &uuid, parent_uuid);
+            parent_uuid = self.chained_result_parent(
+                &read.kind,
+                read.response.as_deref(),
+                &uuid,
+                parent_uuid,
+            );
         }
         let parent = match parent_uuid {
             Some(p) if self.ids.contains(&p) => Some(EntryId(p)),
@@ -249,33 +178,7 @@ impl LineImporter for Importer {
             None => None,
         };
         self.note_meta(facts, timestamp.as_deref());
-        let index = self.builder.session.entries.len();
-        let mut kind = kind;
-        if let EntryKind::Message(msg) = &mut kind {
-            if let Some(id) = &response {
-                self.carry_usage(id, index, msg);
-            }
-            if msg.role == Role::Assistant && self.builder.session.meta.model.is_none() {
-                if let Some(model) = msg.model.as_deref().filter(|m| *m != SYNTHETIC) {
-                    self.builder.session.meta.model = Some(model.to_owned());
-                }
-            }
-        }
-        if let Some(text) = fills_compaction {
-            if let Some(EntryKind::Compaction(c)) = self
-                .pending_compaction
-                .take()
-                .and_then(|i| self.builder.session.entries.get_mut(i))
-                .map(|e| &mut e.kind)
-            {
-                c.summary = text;
-            }
-        }
-        if let EntryKind::Compaction(c) = &kind {
-            if c.summary.is_empty() {
-                self.pending_compaction = Some(index);
-            }
-        }
+        let kind = self.settle(read);
         if sidechain {
             self.has_sidechain = true;
         } else if matches!(kind, EntryKind::Message(_) | EntryKind::Compaction(_)) {
@@ -342,6 +245,15 @@ struct Facts {
     agent_id: Option<String>,
 }
 
+/// What a line's own fields make of it, before the importer's state changes.
+struct Read {
+    kind: EntryKind,
+    /// The response an assistant message belongs to.
+    response: Option<String>,
+    /// A compact summary's text, for the compaction waiting for it.
+    fills_compaction: Option<String>,
+}
+
 impl Importer {
     /// Claude Code 2.x writes a response's parallel tool calls one line each, chained, and each
     /// result as a child of its own call's line: the last result's chain holds every call but
@@ -392,6 +304,150 @@ impl Importer {
         let chained = self.result_tail.clone().unwrap_or_else(|| last.clone());
         self.result_tail = Some(uuid.to_owned());
         Some(chained)
+    }
+
+    /// The entry a `user`, `assistant`, `system` or other uuid line makes; a compact
+    /// boundary may re-parent it (`parent_uuid`).
+    fn read_kind(
+        &self,
+        ty: &str,
+        line: &mut Line,
+        parent_uuid: &mut Option<String>,
+    ) -> Result<Read, String> {
+        let kind = match ty {
+            "user" | "assistant" => return self.read_message(ty, line),
+            "system" if line.subtype.as_deref() == Some("compact_boundary") => {
+                self.compact_boundary(line, parent_uuid)
+            }
+            _ => {
+                let name = match (ty, &line.subtype) {
+                    ("system", Some(_)) => line.subtype.take().unwrap_or_default(),
+                    _ => ty.to_owned(),
+                };
+                EntryKind::Event {
+                    name,
+                    detail: Some(line.detail()),
+                }
+            }
+        };
+        Ok(Read {
+            kind,
+            response: None,
+            fills_compaction: None,
+        })
+    }
+
+    /// A `user` or `assistant` line's message; a compact summary is a compaction, or the
+    /// summary of the compaction waiting for it.
+    fn read_message(&self, ty: &str, line: &mut Line) -> Result<Read, String> {
+        let message = match line.message.take() {
+            Some(m @ Value::Object(_)) => m,
+            _ => return Err(format!("`{ty}` line without a message object")),
+        };
+        let mut response: Option<String> = None;
+        let mut fills_compaction: Option<String> = None;
+        let kind = if ty == "user" {
+            let mut msg = wire::anthropic::message_owned(message);
+            msg.role = Role::User;
+            if line.is_compact_summary {
+                let text = joined_text(&msg.content);
+                if self.pending_compaction.is_some() {
+                    fills_compaction = Some(text);
+                    EntryKind::Event {
+                        name: "compact_summary".into(),
+                        detail: None,
+                    }
+                } else {
+                    EntryKind::Compaction(Compaction {
+                        summary: text,
+                        first_kept: None,
+                        tokens_before: None,
+                        replacement: None,
+                    })
+                }
+            } else {
+                msg.injected = user_injected(line.is_meta, &msg.content).map(str::to_owned);
+                EntryKind::Message(msg)
+            }
+        } else {
+            let msg = assistant(message);
+            response.clone_from(&msg.response_id);
+            EntryKind::Message(msg)
+        };
+        Ok(Read {
+            kind,
+            response,
+            fills_compaction,
+        })
+    }
+
+    /// A compaction's boundary: its logical parent, and the segment it keeps when the file
+    /// holds it.
+    fn compact_boundary(&self, line: &mut Line, parent_uuid: &mut Option<String>) -> EntryKind {
+        if line.logical_parent_uuid.is_some() {
+            *parent_uuid = line.logical_parent_uuid.take();
+        }
+        let metadata = line.compact_metadata.as_ref();
+        let tokens_before = metadata.and_then(|m| crate::util::u64_field(m, "preTokens"));
+        let segment = metadata.and_then(|m| m.get("preservedSegment"));
+        let head = segment
+            .and_then(|s| s.get("headUuid"))
+            .and_then(Value::as_str);
+        let tail = segment
+            .and_then(|s| s.get("tailUuid"))
+            .and_then(Value::as_str);
+        let first_kept = match (head, tail) {
+            (Some(head), Some(tail))
+                if self.ids.contains(head) && Some(tail) == parent_uuid.as_deref() =>
+            {
+                Some(EntryId::new(head))
+            }
+            _ => None,
+        };
+        EntryKind::Compaction(Compaction {
+            summary: String::new(),
+            first_kept,
+            tokens_before,
+            replacement: None,
+        })
+    }
+
+    /// The new entry's kind once it is valid: a message carries its response's usage and may
+    /// name the session's model; a compact summary fills the compaction waiting for it; a
+    /// compaction without a summary waits for one.
+    fn settle(&mut self, read: Read) -> EntryKind {
+        let Read {
+            mut kind,
+            response,
+            fills_compaction,
+        } = read;
+        let index = self.builder.session.entries.len();
+        if let EntryKind::Message(msg) = &mut kind {
+            if let Some(id) = &response {
+                self.carry_usage(id, index, msg);
+            }
+            if msg.role == Role::Assistant && self.builder.session.meta.model.is_none() {
+                if let Some(model) = msg.model.as_deref().filter(|m| *m != SYNTHETIC) {
+                    self.builder.session.meta.model = Some(model.to_owned());
+                }
+            }
+        }
+        if let Some(text) = fills_compaction {
+            if let Some(EntryKind::Compaction(c)) = self
+                .pending_compaction
+                .take()
+                .and_then(|i| self.builder.session.entries.get_mut(i))
+                .map(|e| &mut e.kind)
+            {
+                c.summary = text;
+            }
+        }
+        if let EntryKind::Compaction(c) = &kind {
+            if c.summary.is_empty() {
+                self.pending_compaction = Some(index);
+            }
+        }
+        kind
     }
 
     fn summary(&mut self, line_no: usize, line: Line) -> Result<(), String> {

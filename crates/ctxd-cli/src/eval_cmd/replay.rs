@@ -41,10 +41,10 @@ use ctxd_engine::distill::{land, phase_at_end, run_pass, Classifier, Limits, Pas
 use ctxd_engine::turn::{SessionLog, SessionView};
 use ctxd_engine::{Caller, Engine};
 use ctxd_gateway::api::Api;
-use ctxd_gateway::replay::{BodyTokens, Measured, Meter};
+use ctxd_gateway::replay::{BodyTokens, ClientTurn, Measured, Meter};
 use ctxd_gateway::request::{ParsedRequest, PrevRequest};
-use ctxd_gateway::turn::{self as gw, TurnRequest};
-use ctxd_store::{SqliteStore, Store};
+use ctxd_gateway::turn::{self as gw, PlannedTurn, TurnRequest};
+use ctxd_store::{NewEntry, SqliteStore, Store};
 use serde::Serialize;
 
 use super::terms;
@@ -344,7 +344,7 @@ struct PendingPass {
 pub fn replay<C: Classifier>(
     session: &ctxd_core::model::Session,
     opts: &Options<'_, C>,
-    mut requests: Option<&mut Vec<RequestLine>>,
+    requests: Option<&mut Vec<RequestLine>>,
 ) -> anyhow::Result<Outcome> {
     let api = opts.api;
     let turns = ctxd_gateway::replay::client_turns(api, session, &opts.model);
@@ -352,19 +352,7 @@ pub fn replay<C: Classifier>(
     let agent = session.meta.agent.map_or("sdk", |a| a.as_str()).to_owned();
     let key = ctxd_gateway::replay::session_key(session);
     let engine = Arc::new(Engine::new(SqliteStore::open_in_memory()?));
-    let meta = SessionMeta {
-        id: Some(key.clone()),
-        agent: None,
-        format: format!("gateway/{}", api.route()),
-        model: Some(opts.model.clone()),
-        ..SessionMeta::default()
-    };
-    let record = engine.store().open_session("", &key, &meta)?;
-    let mut loaded = SessionView {
-        log: SessionLog::new(engine.store().load(record.id)?),
-        record,
-        savings: Default::default(),
-    };
+    let loaded = open_log(&engine, &key, api, &opts.model)?;
     let counter_for = gw::counter_for(Some(opts.model.clone()));
     let summarizer = ctxd_engine::digest::Summarizer::Local;
     let svc = ctxd_engine::turn::Services {
@@ -374,92 +362,225 @@ pub fn replay<C: Classifier>(
         judge: opts.classifier,
         counter: &counter_for,
     };
-    let distill_config = settings.distill_config();
-    let mut out = Outcome {
-        timing: opts.timing,
-        ..Outcome::default()
-    };
-    let mut count = Meter::new(opts.counter);
-    let (mut prev_all, mut prev_ctxd, mut prev_mask) = (Vec::new(), Vec::new(), Vec::new());
-    let mut prev: Option<PrevRequest> = None;
-    let mut passes: Vec<PendingPass> = Vec::new();
-    let mut hidden: HashMap<EntryId, Hider> = HashMap::default();
-    // An entry omitted with an exchange → the exchange's prompt, whose stub names `recall`.
-    let mut via: HashMap<EntryId, EntryId> = HashMap::default();
-    let mut scan = terms::Scanner::default();
-    let mut bounds = super::bounds::Bounds::default();
-    let mut outputs: Vec<Output> = Vec::new();
-    // A call's id → its tool's name (a result names its call, not always its tool).
-    let mut called: HashMap<String, String> = HashMap::default();
-    // (output, line) → retained so far by ctxd and by last-N.
-    let mut lines: HashMap<(usize, usize), (bool, bool)> = HashMap::default();
-    let mut clock = 1_767_225_600_000_i64; // 2026-01-01: the replay's own clock
-
+    let mut r = Replay::new(opts, &svc, key, agent, loaded, requests);
     for (k, turn) in turns.iter().enumerate() {
+        r.turn(k, turn)?;
+    }
+    Ok(r.finish())
+}
+
+/// The replay's log: a session of the in-memory store, as the gateway opens one.
+fn open_log(
+    engine: &Engine<SqliteStore>,
+    key: &str,
+    api: Api,
+    model: &str,
+) -> anyhow::Result<SessionView> {
+    let meta = SessionMeta {
+        id: Some(key.to_owned()),
+        agent: None,
+        format: format!("gateway/{}", api.route()),
+        model: Some(model.to_owned()),
+        ..SessionMeta::default()
+    };
+    let record = engine.store().open_session("", key, &meta)?;
+    Ok(SessionView {
+        log: SessionLog::new(engine.store().load(record.id)?),
+        record,
+        savings: Default::default(),
+    })
+}
+
+/// A replay under way: the gateway's session, the three variants' previous requests, and what
+/// retention tracks of the outputs so far.
+struct Replay<'a, C> {
+    opts: &'a Options<'a, C>,
+    svc: &'a ctxd_engine::turn::Services<'a, SqliteStore, C>,
+    requests: Option<&'a mut Vec<RequestLine>>,
+    key: String,
+    agent: String,
+    distill_config: distill::Config,
+    loaded: SessionView,
+    out: Outcome,
+    count: Meter<'a>,
+    /// Each variant's previous request's keys (sending everything, ctxd's, last-N's).
+    prev_all: Vec<u128>,
+    prev_ctxd: Vec<u128>,
+    prev_mask: Vec<u128>,
+    prev: Option<PrevRequest>,
+    passes: Vec<PendingPass>,
+    hidden: HashMap<EntryId, Hider>,
+    /// An entry omitted with an exchange → the exchange's prompt, whose stub names `recall`.
+    via: HashMap<EntryId, EntryId>,
+    scan: terms::Scanner,
+    bounds: super::bounds::Bounds,
+    outputs: Vec<Output>,
+    /// A call's id → its tool's name (a result names its call, not always its tool).
+    called: HashMap<String, String>,
+    /// (output, line) → retained so far by ctxd and by last-N.
+    lines: HashMap<(usize, usize), (bool, bool)>,
+    clock: i64,
+}
+
+impl<'a, C: Classifier> Replay<'a, C> {
+    fn new(
+        opts: &'a Options<'a, C>,
+        svc: &'a ctxd_engine::turn::Services<'a, SqliteStore, C>,
+        key: String,
+        agent: String,
+        loaded: SessionView,
+        requests: Option<&'a mut Vec<RequestLine>>,
+    ) -> Self {
+        Replay {
+            opts,
+            svc,
+            requests,
+            key,
+            agent,
+            distill_config: opts.settings.distill_config(),
+            loaded,
+            out: Outcome {
+                timing: opts.timing,
+                ..Outcome::default()
+            },
+            count: Meter::new(opts.counter),
+            prev_all: Vec::new(),
+            prev_ctxd: Vec::new(),
+            prev_mask: Vec::new(),
+            prev: None,
+            passes: Vec::new(),
+            hidden: HashMap::default(),
+            via: HashMap::default(),
+            scan: terms::Scanner::default(),
+            bounds: super::bounds::Bounds::default(),
+            outputs: Vec::new(),
+            called: HashMap::default(),
+            lines: HashMap::default(),
+            clock: 1_767_225_600_000_i64, // 2026-01-01: the replay's own clock
+        }
+    }
+
+    /// Request `k` (0-based): planned as the gateway plans it, measured in the three variants,
+    /// its answer's use of earlier outputs checked, the answer recorded and a pass run.
+    fn turn(&mut self, k: usize, turn: &ClientTurn) -> anyhow::Result<()> {
         let started = Instant::now();
-        clock += 1_000;
-        // A pass's edits land before the request its timing allows.
-        let now = ctxd_core::windows::iso8601(clock);
+        self.clock += 1_000;
+        let landed = self.land_passes(k);
+        let decoded = Bytes::from(turn.body.clone());
+        let req = ParsedRequest::parse_after(self.opts.api, &decoded, self.prev.as_ref())
+            .map_err(|e| anyhow::anyhow!("request {}: {e}", k + 1))?;
+        let mut caller = self.caller(&req, &decoded);
+        let planned = self.plan(k, &req, &decoded, &mut caller, landed)?;
+        self.note_planned(k, &planned);
+        self.out.policy_us += started.elapsed().as_micros() as u64;
+        self.out.requests += 1;
+
+        let (sent, client, this) = self.measure(k, turn, &planned)?;
+        self.bound(turn, &planned, &client);
+        self.note_outputs(&planned, &client);
+        self.check_used(k, turn, &sent, &client, &this);
+        for m in &turn.reply {
+            self.scan.seen(&m.content);
+            for b in &m.content {
+                if let ContentBlock::ToolCall { id, name, .. } = b {
+                    self.called.insert(id.clone(), name.clone());
+                }
+            }
+        }
+        self.answer(k, turn, &planned, &caller);
+        self.prev = Some(PrevRequest {
+            body: decoded,
+            parsed: req,
+        });
+        Ok(())
+    }
+
+    /// A pass's edits land before the request its timing allows.
+    fn land_passes(&mut self, k: usize) -> Vec<NewEntry> {
+        let now = ctxd_core::windows::iso8601(self.clock);
         let mut landed = Vec::new();
         let mut keep = Vec::new();
-        for p in passes.drain(..) {
+        for p in self.passes.drain(..) {
             if p.land_before > k {
                 keep.push(p);
                 continue;
             }
-            note_pass(&p.outcome, k, &mut out, &mut hidden, &mut via);
-            landed.extend(land(&mut loaded.log, p.outcome.drafts, &now));
+            note_pass(
+                &p.outcome,
+                k,
+                &mut self.out,
+                &mut self.hidden,
+                &mut self.via,
+            );
+            landed.extend(land(&mut self.loaded.log, p.outcome.drafts, &now));
         }
-        passes = keep;
+        self.passes = keep;
+        landed
+    }
 
-        let decoded = Bytes::from(turn.body.clone());
-        let req = ParsedRequest::parse_after(api, &decoded, prev.as_ref())
-            .map_err(|e| anyhow::anyhow!("request {}: {e}", k + 1))?;
+    /// Who sends the request, as the gateway names its caller.
+    fn caller(&self, req: &ParsedRequest, decoded: &Bytes) -> Caller {
         let conversation = req
             .array
             .clone()
             .and_then(|r| decoded.get(r))
             .unwrap_or_default();
-        let mut caller = Caller {
+        Caller {
             tenant: String::new(),
-            session: Some(loaded.record.id),
-            session_key: Some(key.clone()),
-            agent: Some(agent.clone()),
-            model: Some(opts.model.clone()),
+            session: Some(self.loaded.record.id),
+            session_key: Some(self.key.clone()),
+            agent: Some(self.agent.clone()),
+            model: Some(self.opts.model.clone()),
             project: ctxd_gateway::project::project(
                 &Default::default(),
-                req.system_bytes(&decoded),
+                req.system_bytes(decoded),
                 conversation,
             ),
             policy: None,
-        };
-        let planned = opts
+        }
+    }
+
+    /// The gateway's turn for request `k`.
+    fn plan(
+        &mut self,
+        k: usize,
+        req: &ParsedRequest,
+        decoded: &Bytes,
+        caller: &mut Caller,
+        landed: Vec<NewEntry>,
+    ) -> anyhow::Result<PlannedTurn> {
+        let settings = self.opts.settings;
+        self.opts
             .runtime
             .block_on(gw::plan_turn(
                 settings,
-                &svc,
-                &mut loaded,
-                &mut caller,
+                self.svc,
+                &mut self.loaded,
+                caller,
                 TurnRequest {
-                    api,
-                    req: &req,
-                    decoded: &decoded,
+                    api: self.opts.api,
+                    req,
+                    decoded,
                     beta_1m: false,
                     learned: None,
                     record_only: settings.management.record_only,
                     landed,
-                    now_ms: clock,
+                    now_ms: self.clock,
                 },
             ))
-            .map_err(|u| anyhow::anyhow!("request {}: {}", k + 1, u.error))?;
+            .map_err(|u| anyhow::anyhow!("request {}: {}", k + 1, u.error))
+    }
+
+    /// What the turn's mechanisms saved and edited (the edited entries' hider, for the misses).
+    fn note_planned(&mut self, k: usize, planned: &PlannedTurn) {
         for (m, v) in planned.measured.saved.iter() {
             if v != 0 {
-                *out.saved_by.entry(m.name()).or_default() += v;
+                *self.out.saved_by.entry(m.name()).or_default() += v;
             }
         }
         for (target, mechanism) in &planned.edited {
-            *out.edited.entry((*mechanism).to_owned()).or_default() += 1;
-            hidden.insert(
+            *self.out.edited.entry((*mechanism).to_owned()).or_default() += 1;
+            self.hidden.insert(
                 target.clone(),
                 (
                     (*mechanism).to_owned(),
@@ -467,56 +588,69 @@ pub fn replay<C: Classifier>(
                 ),
             );
         }
-        out.policy_us += started.elapsed().as_micros() as u64;
-        out.requests += 1;
+    }
 
-        // What went upstream, and what the client sent.
+    /// What went upstream, and what the client sent: both measured, and the three variants
+    /// priced (ctxd's price returned for the recall rounds).
+    fn measure(
+        &mut self,
+        k: usize,
+        turn: &ClientTurn,
+        planned: &PlannedTurn,
+    ) -> anyhow::Result<(Measured, Measured, Sent)> {
+        let api = self.opts.api;
         let body: &[u8] = planned.body.as_deref().unwrap_or(&turn.body);
-        let (Ok(sent), Ok(client)) = (count.measure(api, body), count.measure(api, &turn.body))
-        else {
+        let (Ok(sent), Ok(client)) = (
+            self.count.measure(api, body),
+            self.count.measure(api, &turn.body),
+        ) else {
             anyhow::bail!("request {}: a body ctxd cannot read back", k + 1);
         };
-        if let Some(requests) = requests.as_deref_mut() {
+        if let Some(requests) = self.requests.as_deref_mut() {
             requests.push(RequestLine {
                 request: k + 1,
                 bytes: body.len(),
                 blake3: blake3::hash(body).to_hex().to_string(),
                 tokens: sent.tokens.clone(),
-                body: opts
+                body: self
+                    .opts
                     .with_bodies
                     .then(|| serde_json::from_slice(body).ok())
                     .flatten(),
             });
         }
-        out.all.add(&price(&client.keys, &mut prev_all));
-        let this = price(&sent.keys, &mut prev_ctxd);
-        out.ctxd.add(&this);
-        let masked = count.masked(&client, opts.last_n);
-        out.last_n.add(&price(&masked, &mut prev_mask));
+        self.out.all.add(&price(&client.keys, &mut self.prev_all));
+        let this = price(&sent.keys, &mut self.prev_ctxd);
+        self.out.ctxd.add(&this);
+        let masked = self.count.masked(&client, self.opts.last_n);
+        self.out.last_n.add(&price(&masked, &mut self.prev_mask));
+        Ok((sent, client, this))
+    }
 
-        // The bounds see the client's request as it is.
-        {
-            let head = client.head();
-            let new: Vec<(u128, u64, &Message)> = (planned.plan.matched.min(client.messages.len())
-                ..client.messages.len())
-                .map(|i| {
-                    (
-                        client.keys[head + i].0,
-                        client.keys[head + i].1,
-                        &client.messages[i],
-                    )
-                })
-                .collect();
-            bounds.request(
-                &client.keys[..head],
-                &client.keys[head..],
-                &new,
-                opts.counter,
-            );
-            bounds.answer(&turn.reply);
-        }
+    /// The bounds see the client's request as it is.
+    fn bound(&mut self, turn: &ClientTurn, planned: &PlannedTurn, client: &Measured) {
+        let head = client.head();
+        let new: Vec<(u128, u64, &Message)> = (planned.plan.matched.min(client.messages.len())
+            ..client.messages.len())
+            .map(|i| {
+                (
+                    client.keys[head + i].0,
+                    client.keys[head + i].1,
+                    &client.messages[i],
+                )
+            })
+            .collect();
+        self.bounds.request(
+            &client.keys[..head],
+            &client.keys[head..],
+            &new,
+            self.opts.counter,
+        );
+        self.bounds.answer(&turn.reply);
+    }
 
-        // New tool outputs this request brings (the client's new elements).
+    /// New tool outputs this request brings (the client's new elements).
+    fn note_outputs(&mut self, planned: &PlannedTurn, client: &Measured) {
         for i in planned.plan.matched..client.messages.len() {
             let m = &client.messages[i];
             if !has_results(&m.content) {
@@ -526,28 +660,30 @@ pub fn replay<C: Classifier>(
                 .plan
                 .element_entries
                 .get(i)
-                .and_then(|&p| loaded.log.entry(p))
+                .and_then(|&p| self.loaded.log.entry(p))
                 .map(|e| e.id.clone())
             else {
                 continue;
             };
             let text = result_text(&m.content);
-            let o = outputs.len();
+            let o = self.outputs.len();
             let out_lines: Vec<String> = text.lines().map(str::to_owned).collect();
-            scan.output(o, &out_lines);
-            outputs.push(Output {
+            self.scan.output(o, &out_lines);
+            self.outputs.push(Output {
                 tool: m
                     .content
                     .iter()
                     .find_map(|b| match b {
                         ContentBlock::ToolResult {
                             tool_name, call_id, ..
-                        } => tool_name.clone().or_else(|| called.get(call_id).cloned()),
+                        } => tool_name
+                            .clone()
+                            .or_else(|| self.called.get(call_id).cloned()),
                         _ => None,
                     })
                     .unwrap_or_else(|| "tool".to_owned()),
                 recall_id: ctxd_core::history::item_id(ctxd_core::history::item_key(
-                    loaded.record.id,
+                    self.loaded.record.id,
                     entry.as_str(),
                 )),
                 entry,
@@ -555,177 +691,199 @@ pub fn replay<C: Classifier>(
             });
         }
         for i in planned.plan.matched..client.messages.len() {
-            scan.seen(&client.messages[i].content);
+            self.scan.seen(&client.messages[i].content);
         }
+    }
 
-        // What this answer uses of earlier outputs.
+    /// What this answer uses of earlier outputs: each used line retained, dropped by the
+    /// client, or missed (by ctxd's request, by last-N's).
+    fn check_used(
+        &mut self,
+        k: usize,
+        turn: &ClientTurn,
+        sent: &Measured,
+        client: &Measured,
+        this: &Sent,
+    ) {
         let mut used_text = String::new();
         for m in &turn.reply {
             terms::text_of(&m.content, &mut used_text);
         }
-        let used = scan.used(&used_text);
-        if !used.is_empty() {
-            let mut recalled: HashSet<usize> = HashSet::default();
-            let shown = Shown::of(&sent.messages);
-            let client_shown = Shown::of(&client.messages);
-            let masked_shown = Shown::of(&masked_messages(&client.messages, opts.last_n));
-            for (term, o, l) in used {
-                let output = &outputs[o];
-                let line = output.lines[l].trim();
-                let state = lines.entry((o, l)).or_insert((true, true));
-                if !client_shown.results.contains(line) {
-                    if state.0 {
-                        out.retention_ctxd.client_dropped += 1;
-                        out.retention_last_n.client_dropped += 1;
-                    }
-                    state.0 = false;
-                    state.1 = false;
-                    continue;
+        let used = self.scan.used(&used_text);
+        if used.is_empty() {
+            return;
+        }
+        let mut recalled: HashSet<usize> = HashSet::default();
+        let shown = Shown::of(&sent.messages);
+        let client_shown = Shown::of(&client.messages);
+        let masked_shown = Shown::of(&masked_messages(&client.messages, self.opts.last_n));
+        for (term, o, l) in used {
+            let output = &self.outputs[o];
+            let line = output.lines[l].trim();
+            let state = self.lines.entry((o, l)).or_insert((true, true));
+            if !client_shown.results.contains(line) {
+                if state.0 {
+                    self.out.retention_ctxd.client_dropped += 1;
+                    self.out.retention_last_n.client_dropped += 1;
                 }
-                if state.0 && !shown.results.contains(line) {
-                    state.0 = false;
-                    // The output's own stub, or (an omitted exchange) the stub of the exchange
-                    // it went with, which `recall` gives back whole.
-                    let recall_of = |id: &EntryId| {
-                        ctxd_core::history::item_id(ctxd_core::history::item_key(
-                            loaded.record.id,
-                            id.as_str(),
-                        ))
-                    };
-                    let recoverable = shown.all.contains(&output.recall_id)
-                        || shown.all.contains(output.entry.as_str())
-                        || via
-                            .get(&output.entry)
-                            .is_some_and(|prompt| shown.all.contains(&recall_of(prompt)));
-                    let (mechanism, hidden_by) = hidden
-                        .get(&output.entry)
-                        .cloned()
-                        .unwrap_or_else(|| hider_of(&loaded.log, &output.entry));
-                    // One recall round per output missed at a request: the lines of one output
-                    // come back together.
-                    if recoverable && recalled.insert(o) {
-                        out.ctxd_cost_with_recall += CACHE_READ * this.input_tokens as f64
-                            + CACHE_WRITE * opts.counter.count(&output.lines.join("\n")) as f64;
-                    }
-                    out.misses.push(Miss {
-                        entry: output.entry.0.clone(),
-                        tool: output.tool.clone(),
-                        line: l + 1,
-                        text: line.chars().take(160).collect(),
-                        term,
-                        request: k + 1,
-                        mechanism,
-                        hidden_by,
-                        recoverable,
-                    });
+                state.0 = false;
+                state.1 = false;
+                continue;
+            }
+            if state.0 && !shown.results.contains(line) {
+                state.0 = false;
+                let recoverable = recoverable(output, &shown, &self.via, self.loaded.record.id);
+                let (mechanism, hidden_by) = self
+                    .hidden
+                    .get(&output.entry)
+                    .cloned()
+                    .unwrap_or_else(|| hider_of(&self.loaded.log, &output.entry));
+                // One recall round per output missed at a request: the lines of one output
+                // come back together.
+                if recoverable && recalled.insert(o) {
+                    self.out.ctxd_cost_with_recall += CACHE_READ * this.input_tokens as f64
+                        + CACHE_WRITE * self.opts.counter.count(&output.lines.join("\n")) as f64;
                 }
-                if state.1 && !masked_shown.results.contains(line) {
-                    state.1 = false;
-                }
+                self.out.misses.push(Miss {
+                    entry: output.entry.0.clone(),
+                    tool: output.tool.clone(),
+                    line: l + 1,
+                    text: line.chars().take(160).collect(),
+                    term,
+                    request: k + 1,
+                    mechanism,
+                    hidden_by,
+                    recoverable,
+                });
+            }
+            if state.1 && !masked_shown.results.contains(line) {
+                state.1 = false;
             }
         }
-        for m in &turn.reply {
-            scan.seen(&m.content);
-            for b in &m.content {
-                if let ContentBlock::ToolCall { id, name, .. } = b {
-                    called.insert(id.clone(), name.clone());
-                }
-            }
-        }
+    }
 
-        // The answer recorded as the gateway records it, the turn ended, a pass after it.
+    /// The answer recorded as the gateway records it, the turn ended, a pass after it.
+    fn answer(&mut self, k: usize, turn: &ClientTurn, planned: &PlannedTurn, caller: &Caller) {
         let started = Instant::now();
-        let attach = loaded
+        let attach = self
+            .loaded
             .log
             .leaf()
-            .and_then(|p| loaded.log.entry(p))
+            .and_then(|p| self.loaded.log.entry(p))
             .map(|e| e.id.clone());
-        // A reply the session holds empty (an aborted response) comes back as an empty
-        // message, as a provider (and the equivalence test's mock) sends one.
-        let empty = [Message::new(ctxd_core::model::Role::Assistant, Vec::new())];
-        let reply: &[Message] = if turn.reply.is_empty() {
-            &empty
-        } else {
-            &turn.reply
-        };
-        // Without the session's usage: it is of the requests the client sent unmanaged, not
-        // of ctxd's. The budget then counts the window with the tokenizer, as the gateway does
-        // with a provider that reports none.
-        let answer = reply
-            .iter()
-            .map(|m| {
-                let wire =
-                    serde_json::to_vec(&ctxd_gateway::render::elements(api, m)).unwrap_or_default();
-                let m = Message {
-                    usage: None,
-                    ..m.clone()
-                };
-                (m, wire)
-            })
-            .collect();
-        clock += 1_000;
-        opts.runtime.block_on(gw::record_answer(
-            &svc,
-            &mut loaded,
-            &caller,
+        let answer = answer_elements(self.opts.api, &turn.reply);
+        self.clock += 1_000;
+        self.opts.runtime.block_on(gw::record_answer(
+            self.svc,
+            &mut self.loaded,
+            caller,
             &planned.policy.window,
             attach.as_ref(),
             answer,
             Some(&planned.measured),
             planned.cache.as_ref(),
-            clock,
+            self.clock,
         ));
         if planned.policy.distills() {
-            let branch = loaded.log.branch();
-            if let Some(phase) = phase_at_end(&loaded.log, &branch) {
-                let config = gw::pass_config(
-                    &distill_config,
-                    loaded.record.id,
-                    gw::provider_of(&loaded.log),
-                );
-                let asked = Instant::now();
-                let pass = opts.runtime.block_on(run_pass(
-                    opts.classifier,
-                    &loaded.log.session,
-                    &branch,
-                    &config,
-                    phase,
-                    &Limits::default(),
-                ));
-                out.classifier_us += asked.elapsed().as_micros() as u64;
-                if let Some(outcome) = pass {
-                    let land_before = match opts.timing {
-                        Timing::ThinkTime => k + 1,
-                        Timing::BackToBack => k + 2,
-                    };
-                    passes.push(PendingPass {
-                        land_before,
-                        outcome,
-                    });
-                }
-            }
+            self.run_pass(k);
         }
-        out.policy_us += started.elapsed().as_micros() as u64;
-        prev = Some(PrevRequest {
-            body: decoded,
-            parsed: req,
-        });
+        self.out.policy_us += started.elapsed().as_micros() as u64;
     }
-    out.windows = loaded
-        .log
-        .branch()
+
+    /// The distillation pass after request `k`'s answer, pending until it lands.
+    fn run_pass(&mut self, k: usize) {
+        let branch = self.loaded.log.branch();
+        let Some(phase) = phase_at_end(&self.loaded.log, &branch) else {
+            return;
+        };
+        let config = gw::pass_config(
+            &self.distill_config,
+            self.loaded.record.id,
+            gw::provider_of(&self.loaded.log),
+        );
+        let asked = Instant::now();
+        let pass = self.opts.runtime.block_on(run_pass(
+            self.opts.classifier,
+            &self.loaded.log.session,
+            &branch,
+            &config,
+            phase,
+            &Limits::default(),
+        ));
+        self.out.classifier_us += asked.elapsed().as_micros() as u64;
+        if let Some(outcome) = pass {
+            let land_before = match self.opts.timing {
+                Timing::ThinkTime => k + 1,
+                Timing::BackToBack => k + 2,
+            };
+            self.passes.push(PendingPass {
+                land_before,
+                outcome,
+            });
+        }
+    }
+
+    /// The outcome, with the windows opened and the retention over every used line.
+    fn finish(mut self) -> Outcome {
+        let out = &mut self.out;
+        out.windows = self
+            .loaded
+            .log
+            .branch()
+            .iter()
+            .filter(|&&p| is_marker(&self.loaded.log, p))
+            .count();
+        let used = self.lines.len() - out.retention_ctxd.client_dropped;
+        out.retention_ctxd.used_lines = used;
+        out.retention_last_n.used_lines = used;
+        out.retention_ctxd.retained = self.lines.values().filter(|s| s.0).count();
+        out.retention_last_n.retained = self.lines.values().filter(|s| s.1).count();
+        out.retention_ctxd.recoverable = out.misses.iter().filter(|m| m.recoverable).count();
+        out.ctxd_cost_with_recall += out.ctxd.cost;
+        self.out.bounds = self.bounds.finish(self.opts.counter);
+        self.out
+    }
+}
+
+/// The recorded reply as the gateway's answer elements (message and wire bytes).
+fn answer_elements(api: Api, reply: &[Message]) -> Vec<(Message, Vec<u8>)> {
+    // A reply the session holds empty (an aborted response) comes back as an empty
+    // message, as a provider (and the equivalence test's mock) sends one.
+    let empty = [Message::new(ctxd_core::model::Role::Assistant, Vec::new())];
+    let reply: &[Message] = if reply.is_empty() { &empty } else { reply };
+    // Without the session's usage: it is of the requests the client sent unmanaged, not
+    // of ctxd's. The budget then counts the window with the tokenizer, as the gateway does
+    // with a provider that reports none.
+    reply
         .iter()
-        .filter(|&&p| is_marker(&loaded.log, p))
-        .count();
-    let used = lines.len() - out.retention_ctxd.client_dropped;
-    out.retention_ctxd.used_lines = used;
-    out.retention_last_n.used_lines = used;
-    out.retention_ctxd.retained = lines.values().filter(|s| s.0).count();
-    out.retention_last_n.retained = lines.values().filter(|s| s.1).count();
-    out.retention_ctxd.recoverable = out.misses.iter().filter(|m| m.recoverable).count();
-    out.ctxd_cost_with_recall += out.ctxd.cost;
-    out.bounds = bounds.finish(opts.counter);
-    Ok(out)
+        .map(|m| {
+            let wire =
+                serde_json::to_vec(&ctxd_gateway::render::elements(api, m)).unwrap_or_default();
+            let m = Message {
+                usage: None,
+                ..m.clone()
+            };
+            (m, wire)
+        })
+        .collect()
+}
+
+/// A request shows a stub naming the output's `recall` id: the output's own stub, or (an
+/// omitted exchange) the stub of the exchange it went with, which `recall` gives back whole.
+fn recoverable(
+    output: &Output,
+    shown: &Shown,
+    via: &HashMap<EntryId, EntryId>,
+    session: ctxd_store::SessionId,
+) -> bool {
+    let recall_of = |id: &EntryId| {
+        ctxd_core::history::item_id(ctxd_core::history::item_key(session, id.as_str()))
+    };
+    shown.all.contains(&output.recall_id)
+        || shown.all.contains(output.entry.as_str())
+        || via
+            .get(&output.entry)
+            .is_some_and(|prompt| shown.all.contains(&recall_of(prompt)))
 }
 
 /// The messages (indices) whose tool results are older than the last `n` results: what

@@ -53,6 +53,9 @@ fn fmt_p(p: f32) -> String {
     s.trim_start_matches('0').to_owned()
 }
 
+/// New content per (entry position, block).
+type NewBlocks = BTreeMap<usize, BTreeMap<usize, Vec<ContentBlock>>>;
+
 /// Decide every item of `plan` from `answers` (one per question; `Err` says why there is
 /// none).
 pub fn decide(
@@ -66,154 +69,39 @@ pub fn decide(
         results: plan.pinned.clone(),
         ..Decisions::default()
     };
-    // Per item, its questions' indices.
-    let mut by_item: Vec<Vec<usize>> = vec![Vec::new(); plan.items.len()];
-    for (q, question) in plan.questions.iter().enumerate() {
-        by_item[question.item].push(q);
-    }
-    // New content per (entry position, block).
-    let mut blocks: BTreeMap<usize, BTreeMap<usize, Vec<ContentBlock>>> = BTreeMap::new();
+    let by_item = questions_by_item(plan);
+    let mut blocks: NewBlocks = BTreeMap::new();
     let mut exchange_omits: Vec<(usize, ItemResult)> = Vec::new();
     for (i, item) in plan.items.iter().enumerate() {
-        let answer = |q: usize| answers.get(q).cloned().unwrap_or(Err(Missing::NoAnswer));
         let recall_id = cfg.recall_id(&item.entry_id);
-        let mut result = ItemResult {
-            kind: item.kind,
-            entry_id: item.entry_id.0.clone(),
-            tool: item.tool.clone(),
-            label: item.label.clone(),
-            outcome: RecordOutcome::Kept,
-            reason: String::new(),
-            before_chars: item.before_chars,
-            after_chars: item.before_chars,
-            trace: Vec::new(),
-            omitted: Vec::new(),
-        };
-        match item.kind {
+        let mut result = kept_result(item);
+        let new = match item.kind {
             ItemKind::Image => {
-                let Some(content) = result_content(session, item) else {
+                let Some(new) = image(session, item, &recall_id, &mut result) else {
                     continue;
                 };
-                let sizes: Vec<_> = content
-                    .iter()
-                    .filter_map(|b| match b {
-                        ContentBlock::Image(img) => Some((img.width, img.height)),
-                        _ => None,
-                    })
-                    .collect();
-                let tokens: u64 = content
-                    .iter()
-                    .filter_map(|b| match b {
-                        ContentBlock::Image(img) => Some(crate::tokens::image_tokens(img)),
-                        _ => None,
-                    })
-                    .sum();
-                let mut new = vec![ContentBlock::text(render::image_stub(
-                    &sizes,
-                    tokens,
-                    item.signals.age_turns,
-                    &recall_id,
-                ))];
-                new.extend(
-                    content
-                        .iter()
-                        .filter(|b| !matches!(b, ContentBlock::Image(_)))
-                        .cloned(),
-                );
-                result.after_chars = blocks_chars(&new);
-                result.outcome = RecordOutcome::Removed;
-                result.reason = format!("{} turns old", item.signals.age_turns);
-                blocks
-                    .entry(item.entry)
-                    .or_default()
-                    .insert(item.block, new);
+                Some(new)
             }
             ItemKind::Small => {
-                let qs = &by_item[i];
-                let a = qs
-                    .first()
-                    .map(|&q| answer(q))
-                    .unwrap_or(Err(Missing::NoAnswer));
-                match a {
-                    Err(m) => result.reason = m.as_str().to_owned(),
-                    Ok(a) => {
-                        let p = yes(&a);
-                        result.trace.push(format!("p{}", fmt_p(p)));
-                        // A later edit quotes it: its text stays verbatim.
-                        if item.quoted {
-                            result.reason = "quoted".to_owned();
-                        } else if p >= cfg.small_keep {
-                            result.reason = "needed".to_owned();
-                        } else {
-                            let why = match &item.signals.superseded {
-                                Some(s) => format!("out of date: {s}"),
-                                None => "judged no longer needed".to_owned(),
-                            };
-                            let stub = render::output_stub(
-                                &item.label,
-                                item.before_chars,
-                                &recall_id,
-                                &why,
-                            );
-                            result.outcome = RecordOutcome::Removed;
-                            result.reason = if item.signals.superseded.is_some() {
-                                "not-needed,superseded".to_owned()
-                            } else {
-                                "not-needed".to_owned()
-                            };
-                            result.after_chars = stub.len();
-                            blocks
-                                .entry(item.entry)
-                                .or_default()
-                                .insert(item.block, vec![ContentBlock::text(stub)]);
-                        }
-                    }
-                }
+                let answer = first_answer(&by_item[i], answers);
+                small(item, answer, cfg, &recall_id, &mut result)
             }
             ItemKind::Exchange => {
-                let a = by_item[i]
-                    .first()
-                    .map(|&q| answer(q))
-                    .unwrap_or(Err(Missing::NoAnswer));
-                match a {
-                    Err(m) => result.reason = m.as_str().to_owned(),
-                    Ok(a) => {
-                        let p = yes(&a);
-                        result.trace.push(format!("p{}", fmt_p(p)));
-                        if p < cfg.exchange_omit {
-                            result.outcome = RecordOutcome::Omitted;
-                            result.reason = "unrelated".to_owned();
-                            exchange_omits.push((i, result));
-                            continue;
-                        }
-                        result.reason = "relevant".to_owned();
-                    }
+                let answer = first_answer(&by_item[i], answers);
+                if exchange_unrelated(answer, cfg, &mut result) {
+                    exchange_omits.push((i, result));
+                    continue;
                 }
+                None
             }
-            ItemKind::Large => {
-                let keep = large(item, &by_item[i], plan, answers, cfg, &mut result);
-                if let Some(keep) = keep {
-                    let text = &item.text;
-                    let new_text = if keep.iter().any(|k| *k) {
-                        let base = session.entries[item.entry]
-                            .kind
-                            .as_message()
-                            .map_or(0, |m| planner::base_line(m, item.block));
-                        render::distilled(&item.label, &recall_id, text, &item.chunks, &keep, base)
-                    } else {
-                        let why = match &item.signals.superseded {
-                            Some(s) => format!("out of date: {s}"),
-                            None => "judged no longer needed".to_owned(),
-                        };
-                        render::output_stub(&item.label, item.before_chars, &recall_id, &why)
-                    };
-                    result.after_chars = new_text.len();
-                    blocks
-                        .entry(item.entry)
-                        .or_default()
-                        .insert(item.block, vec![ContentBlock::text(new_text)]);
-                }
-            }
+            ItemKind::Large => large(item, &by_item[i], plan, answers, cfg, &mut result)
+                .map(|keep| large_text(session, item, &recall_id, &keep, &mut result)),
+        };
+        if let Some(new) = new {
+            blocks
+                .entry(item.entry)
+                .or_default()
+                .insert(item.block, new);
         }
         d.results.push(result);
     }
@@ -222,31 +110,228 @@ pub fn decide(
     // own edits: that extra rewrite must pay off, or they wait for a later run end.
     let old_wait = old_items_wait(plan, &blocks, &exchange_omits, &d.results);
     if old_wait {
-        // Old images, and earlier runs' outputs judged again (`planner::Memo::retry`).
-        for item in plan.items.iter().filter(|it| it.kind != ItemKind::Exchange) {
-            let edited = is_old(plan, item.entry)
-                && blocks
-                    .get_mut(&item.entry)
-                    .and_then(|b| b.remove(&item.block))
-                    .is_some();
-            if !edited {
-                continue;
-            }
-            // (Results name an entry, not a block: every edited result of the entry waits.)
-            for r in d.results.iter_mut().filter(|r| {
-                r.kind == item.kind
-                    && r.entry_id == item.entry_id.0
-                    && r.outcome != RecordOutcome::Kept
-            }) {
-                r.outcome = RecordOutcome::Kept;
-                r.reason = "deferred".to_owned();
-                r.after_chars = r.before_chars;
-            }
-        }
-        blocks.retain(|_, b| !b.is_empty());
+        defer_old_items(plan, &mut blocks, &mut d.results);
     }
+    omit_exchanges(session, plan, cfg, exchange_omits, old_wait, &mut d);
+    edit_blocks(session, blocks, &mut d.edits);
+    d.saved_chars = d
+        .results
+        .iter()
+        .map(|r| r.before_chars.saturating_sub(r.after_chars))
+        .sum();
+    d
+}
 
-    // Exchanges: together they must save enough, or they wait for a later run end.
+/// Per item, its questions' indices.
+fn questions_by_item(plan: &Plan) -> Vec<Vec<usize>> {
+    let mut by_item: Vec<Vec<usize>> = vec![Vec::new(); plan.items.len()];
+    for (q, question) in plan.questions.iter().enumerate() {
+        by_item[question.item].push(q);
+    }
+    by_item
+}
+
+/// The answer to an item's first question.
+fn first_answer<'a>(
+    questions: &[usize],
+    answers: &'a [Result<Answer, Missing>],
+) -> Result<&'a Answer, Missing> {
+    match questions.first().map(|&q| answers.get(q)) {
+        Some(Some(Ok(a))) => Ok(a),
+        Some(Some(Err(m))) => Err(*m),
+        Some(None) | None => Err(Missing::NoAnswer),
+    }
+}
+
+/// The item's result before any decision: kept as it is.
+fn kept_result(item: &Item) -> ItemResult {
+    ItemResult {
+        kind: item.kind,
+        entry_id: item.entry_id.0.clone(),
+        tool: item.tool.clone(),
+        label: item.label.clone(),
+        outcome: RecordOutcome::Kept,
+        reason: String::new(),
+        before_chars: item.before_chars,
+        after_chars: item.before_chars,
+        trace: Vec::new(),
+        omitted: Vec::new(),
+    }
+}
+
+/// An old image's result content: a stub in place of its images, its other blocks as they are.
+/// `None` when the item's block is not a tool result (the item has no result then).
+fn image(
+    session: &Session,
+    item: &Item,
+    recall_id: &str,
+    result: &mut ItemResult,
+) -> Option<Vec<ContentBlock>> {
+    let content = result_content(session, item)?;
+    let sizes: Vec<_> = content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Image(img) => Some((img.width, img.height)),
+            _ => None,
+        })
+        .collect();
+    let tokens: u64 = content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Image(img) => Some(crate::tokens::image_tokens(img)),
+            _ => None,
+        })
+        .sum();
+    let mut new = vec![ContentBlock::text(render::image_stub(
+        &sizes,
+        tokens,
+        item.signals.age_turns,
+        recall_id,
+    ))];
+    new.extend(
+        content
+            .iter()
+            .filter(|b| !matches!(b, ContentBlock::Image(_)))
+            .cloned(),
+    );
+    result.after_chars = blocks_chars(&new);
+    result.outcome = RecordOutcome::Removed;
+    result.reason = format!("{} turns old", item.signals.age_turns);
+    Some(new)
+}
+
+/// A small output's new content: a stub when judged no longer needed, else `None` (kept).
+fn small(
+    item: &Item,
+    answer: Result<&Answer, Missing>,
+    cfg: &Config,
+    recall_id: &str,
+    result: &mut ItemResult,
+) -> Option<Vec<ContentBlock>> {
+    let a = match answer {
+        Err(m) => {
+            result.reason = m.as_str().to_owned();
+            return None;
+        }
+        Ok(a) => a,
+    };
+    let p = yes(a);
+    result.trace.push(format!("p{}", fmt_p(p)));
+    // A later edit quotes it: its text stays verbatim.
+    if item.quoted {
+        result.reason = "quoted".to_owned();
+        return None;
+    }
+    if p >= cfg.small_keep {
+        result.reason = "needed".to_owned();
+        return None;
+    }
+    let stub = render::output_stub(
+        &item.label,
+        item.before_chars,
+        recall_id,
+        &removal_why(item),
+    );
+    result.outcome = RecordOutcome::Removed;
+    result.reason = if item.signals.superseded.is_some() {
+        "not-needed,superseded".to_owned()
+    } else {
+        "not-needed".to_owned()
+    };
+    result.after_chars = stub.len();
+    Some(vec![ContentBlock::text(stub)])
+}
+
+/// What a removed output's stub says of why it went.
+fn removal_why(item: &Item) -> String {
+    match &item.signals.superseded {
+        Some(s) => format!("out of date: {s}"),
+        None => "judged no longer needed".to_owned(),
+    }
+}
+
+/// Whether an old exchange is judged unrelated (omitted, if the run's omissions together save
+/// enough); its result's reason and trace filled in either way.
+fn exchange_unrelated(
+    answer: Result<&Answer, Missing>,
+    cfg: &Config,
+    result: &mut ItemResult,
+) -> bool {
+    match answer {
+        Err(m) => result.reason = m.as_str().to_owned(),
+        Ok(a) => {
+            let p = yes(a);
+            result.trace.push(format!("p{}", fmt_p(p)));
+            if p < cfg.exchange_omit {
+                result.outcome = RecordOutcome::Omitted;
+                result.reason = "unrelated".to_owned();
+                return true;
+            }
+            result.reason = "relevant".to_owned();
+        }
+    }
+    false
+}
+
+/// A large output's new content from the chunks to keep: the kept chunks, or a stub when none.
+fn large_text(
+    session: &Session,
+    item: &Item,
+    recall_id: &str,
+    keep: &[bool],
+    result: &mut ItemResult,
+) -> Vec<ContentBlock> {
+    let new_text = if keep.iter().any(|k| *k) {
+        let base = session.entries[item.entry]
+            .kind
+            .as_message()
+            .map_or(0, |m| planner::base_line(m, item.block));
+        render::distilled(&item.label, recall_id, &item.text, &item.chunks, keep, base)
+    } else {
+        render::output_stub(
+            &item.label,
+            item.before_chars,
+            recall_id,
+            &removal_why(item),
+        )
+    };
+    result.after_chars = new_text.len();
+    vec![ContentBlock::text(new_text)]
+}
+
+/// Old images, and earlier runs' outputs judged again (`planner::Memo::retry`), wait: their
+/// edits are dropped and their results kept as "deferred".
+fn defer_old_items(plan: &Plan, blocks: &mut NewBlocks, results: &mut [ItemResult]) {
+    for item in plan.items.iter().filter(|it| it.kind != ItemKind::Exchange) {
+        let edited = is_old(plan, item.entry)
+            && blocks
+                .get_mut(&item.entry)
+                .and_then(|b| b.remove(&item.block))
+                .is_some();
+        if !edited {
+            continue;
+        }
+        // (Results name an entry, not a block: every edited result of the entry waits.)
+        for r in results.iter_mut().filter(|r| {
+            r.kind == item.kind && r.entry_id == item.entry_id.0 && r.outcome != RecordOutcome::Kept
+        }) {
+            r.outcome = RecordOutcome::Kept;
+            r.reason = "deferred".to_owned();
+            r.after_chars = r.before_chars;
+        }
+    }
+    blocks.retain(|_, b| !b.is_empty());
+}
+
+/// Exchanges: together they must save enough, or they wait for a later run end.
+fn omit_exchanges(
+    session: &Session,
+    plan: &Plan,
+    cfg: &Config,
+    exchange_omits: Vec<(usize, ItemResult)>,
+    old_wait: bool,
+    d: &mut Decisions,
+) {
     let saving: usize = exchange_omits
         .iter()
         .map(|(i, _)| plan.items[*i].before_chars)
@@ -282,8 +367,14 @@ pub fn decide(
         }
         d.results.push(result);
     }
+}
 
-    // One edit per tool-result message, its other blocks as they are.
+/// One edit per tool-result message, its other blocks as they are.
+fn edit_blocks(
+    session: &Session,
+    blocks: NewBlocks,
+    edits: &mut Vec<(EntryId, Option<Vec<ContentBlock>>)>,
+) {
     for (pos, new_blocks) in blocks {
         let Some(m) = session.entries[pos].kind.as_message() else {
             continue;
@@ -294,15 +385,8 @@ pub fn decide(
                 *c = new;
             }
         }
-        d.edits
-            .push((session.entries[pos].id.clone(), Some(content)));
+        edits.push((session.entries[pos].id.clone(), Some(content)));
     }
-    d.saved_chars = d
-        .results
-        .iter()
-        .map(|r| r.before_chars.saturating_sub(r.after_chars))
-        .sum();
-    d
 }
 
 /// The entry at `pos` comes before the run's prompt.
@@ -318,7 +402,7 @@ fn is_old(plan: &Plan, pos: usize) -> bool {
 /// the break-even rule for what they save, over the session's turns so far.
 fn old_items_wait(
     plan: &Plan,
-    blocks: &BTreeMap<usize, BTreeMap<usize, Vec<ContentBlock>>>,
+    blocks: &NewBlocks,
     exchanges: &[(usize, ItemResult)],
     results: &[ItemResult],
 ) -> bool {
@@ -380,6 +464,17 @@ fn result_content<'a>(session: &'a Session, item: &Item) -> Option<&'a [ContentB
     }
 }
 
+/// A large output's answers, by what they judge.
+struct LargeAnswers<'a> {
+    /// The keyword question's P(the whole output is needed); 0 without one.
+    kw: f32,
+    /// Per chunk, its own question's P(needed).
+    p_chunk: Vec<Option<f32>>,
+    /// Per focus question: its segment's first chunk, its chunk count, and the choice's
+    /// probabilities (each chunk, then "whole", then "none").
+    focus: Vec<(usize, usize, &'a [f32])>,
+}
+
 /// A large output's chunks to keep (`None`: keep it as it is), the result's reason and trace
 /// filled in.
 fn large(
@@ -390,93 +485,135 @@ fn large(
     cfg: &Config,
     result: &mut ItemResult,
 ) -> Option<Vec<bool>> {
-    let n = item.chunks.len();
-    let mut p_chunk: Vec<Option<f32>> = vec![None; n];
+    let a = match large_answers(item, questions, plan, answers) {
+        Ok(a) => a,
+        Err(m) => {
+            result.reason = m.as_str().to_owned();
+            return None;
+        }
+    };
+    let mut keep = vec![false; item.chunks.len()];
+    let mut reasons: Vec<&'static str> = Vec::new();
+    for &(first, count, ps) in &a.focus {
+        keep_segment(
+            item,
+            &a,
+            cfg,
+            (first, count, ps),
+            &mut keep,
+            &mut reasons,
+            result,
+        );
+    }
+    large_outcome(item, keep, reasons, cfg, result)
+}
+
+/// Sorts a large output's answers by target; `Err` at the first question without a usable
+/// answer.
+fn large_answers<'a>(
+    item: &Item,
+    questions: &[usize],
+    plan: &Plan,
+    answers: &'a [Result<Answer, Missing>],
+) -> Result<LargeAnswers<'a>, Missing> {
+    let mut p_chunk: Vec<Option<f32>> = vec![None; item.chunks.len()];
     let mut kw: Option<f32> = None;
-    let mut focus: Vec<(usize, usize, Vec<f32>)> = Vec::new();
+    let mut focus: Vec<(usize, usize, &'a [f32])> = Vec::new();
     for &q in questions {
         let a = match answers.get(q) {
             Some(Ok(a)) => a,
-            Some(Err(m)) => {
-                result.reason = m.as_str().to_owned();
-                return None;
-            }
-            None => {
-                result.reason = Missing::NoAnswer.as_str().to_owned();
-                return None;
-            }
+            Some(Err(m)) => return Err(*m),
+            None => return Err(Missing::NoAnswer),
         };
         match (plan.questions[q].target, a) {
             (Target::Whole, a) => kw = Some(yes(a)),
             (Target::Chunk(k), a) => p_chunk[k] = Some(yes(a)),
             (Target::Focus { first, count }, Answer::Choice(ps)) => {
-                focus.push((first, count, ps.clone()));
+                focus.push((first, count, ps));
             }
-            (Target::Focus { .. }, Answer::Yes(_)) => {
-                result.reason = Missing::NoAnswer.as_str().to_owned();
-                return None;
-            }
+            (Target::Focus { .. }, Answer::Yes(_)) => return Err(Missing::NoAnswer),
         }
     }
-    let kw = kw.unwrap_or(0.0);
-    let mut keep = vec![false; n];
-    let mut reasons: Vec<&'static str> = Vec::new();
-    for (first, count, ps) in &focus {
-        let (best, p_best) = ps
-            .iter()
-            .copied()
-            .enumerate()
-            .fold(
-                (0, f32::MIN),
-                |acc, (i, p)| if p > acc.1 { (i, p) } else { acc },
-            );
-        let focus_name = if best < *count {
-            format!("chunk_{}", first + best + 1)
-        } else if best == *count {
-            "whole".to_owned()
-        } else {
-            "none".to_owned()
-        };
-        let seg = *first..first + count;
-        let mut seg_keep = 0usize;
-        for k in seg.clone() {
-            if item.forced.get(k).copied().unwrap_or(false)
-                || p_chunk[k].unwrap_or(1.0) >= cfg.chunk_keep
-            {
-                keep[k] = true;
-                seg_keep += 1;
-            }
+    Ok(LargeAnswers {
+        kw: kw.unwrap_or(0.0),
+        p_chunk,
+        focus,
+    })
+}
+
+/// Marks the chunks of one focus segment to keep, and traces why.
+fn keep_segment(
+    item: &Item,
+    a: &LargeAnswers,
+    cfg: &Config,
+    (first, count, ps): (usize, usize, &[f32]),
+    keep: &mut [bool],
+    reasons: &mut Vec<&'static str>,
+    result: &mut ItemResult,
+) {
+    let (kw, p_chunk) = (a.kw, &a.p_chunk);
+    let (best, p_best) =
+        ps.iter().copied().enumerate().fold(
+            (0, f32::MIN),
+            |acc, (i, p)| if p > acc.1 { (i, p) } else { acc },
+        );
+    let focus_name = if best < count {
+        format!("chunk_{}", first + best + 1)
+    } else if best == count {
+        "whole".to_owned()
+    } else {
+        "none".to_owned()
+    };
+    let seg = first..first + count;
+    let mut seg_keep = 0usize;
+    for k in seg.clone() {
+        if item.forced.get(k).copied().unwrap_or(false)
+            || p_chunk[k].unwrap_or(1.0) >= cfg.chunk_keep
+        {
+            keep[k] = true;
+            seg_keep += 1;
         }
-        let mut note = "";
-        if kw >= cfg.chunk_keep {
-            seg.clone().for_each(|k| keep[k] = true);
-            note = " (whole-needed)";
-            reasons.push("whole-needed");
-        } else if best == *count {
-            seg.clone().for_each(|k| keep[k] = true);
-            note = " (whole-chosen)";
-            reasons.push("whole-chosen");
-        } else if seg_keep == 0 && best < *count {
-            // No chunk passed its own question, and "none" did not win: keep the focus.
-            keep[first + best] = true;
-        } else if seg_keep == 0 && p_best < cfg.none_threshold {
-            // "none" won, but not clearly: keep the best chunk by its own answer.
-            if let Some(k) = seg.clone().max_by(|a, b| {
-                p_chunk[*a]
-                    .unwrap_or(0.0)
-                    .total_cmp(&p_chunk[*b].unwrap_or(0.0))
-            }) {
-                keep[k] = true;
-            }
-        }
-        let kept = seg.clone().filter(|k| keep[*k]).count();
-        result.trace.push(format!(
-            "kw{} focus={focus_name}:{} keep {kept}/{}{note}",
-            fmt_p(kw),
-            fmt_p(p_best),
-            seg.len()
-        ));
     }
+    let mut note = "";
+    if kw >= cfg.chunk_keep {
+        seg.clone().for_each(|k| keep[k] = true);
+        note = " (whole-needed)";
+        reasons.push("whole-needed");
+    } else if best == count {
+        seg.clone().for_each(|k| keep[k] = true);
+        note = " (whole-chosen)";
+        reasons.push("whole-chosen");
+    } else if seg_keep == 0 && best < count {
+        // No chunk passed its own question, and "none" did not win: keep the focus.
+        keep[first + best] = true;
+    } else if seg_keep == 0 && p_best < cfg.none_threshold {
+        // "none" won, but not clearly: keep the best chunk by its own answer.
+        if let Some(k) = seg.clone().max_by(|a, b| {
+            p_chunk[*a]
+                .unwrap_or(0.0)
+                .total_cmp(&p_chunk[*b].unwrap_or(0.0))
+        }) {
+            keep[k] = true;
+        }
+    }
+    let kept = seg.clone().filter(|k| keep[*k]).count();
+    result.trace.push(format!(
+        "kw{} focus={focus_name}:{} keep {kept}/{}{note}",
+        fmt_p(kw),
+        fmt_p(p_best),
+        seg.len()
+    ));
+}
+
+/// What the chunks to keep come to: all of them or too large a share keep the output as it
+/// is (`None`), none removes it, else it is distilled.
+fn large_outcome(
+    item: &Item,
+    keep: Vec<bool>,
+    mut reasons: Vec<&'static str>,
+    cfg: &Config,
+    result: &mut ItemResult,
+) -> Option<Vec<bool>> {
     let total: usize = item.chunks.iter().map(|c| c.chars()).sum();
     let kept_chars: usize = item
         .chunks

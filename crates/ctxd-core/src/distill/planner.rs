@@ -20,7 +20,46 @@ use crate::view::{self, Item as ViewItem, ItemKind as ViewKind};
 /// `mid_run_batch_chars` and the break-even rule says the one-time cache rewrite pays off;
 /// otherwise an empty plan.
 pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> Plan {
-    let empty = |run: Run| Plan {
+    let Ok(projection) = view::project_checked(session, branch) else {
+        return empty_plan(phase, Run::default());
+    };
+    let items = &projection.items;
+    let run = run::collect(items);
+    if phase == Phase::MidRun && mid_run_bound(items, &run, cfg) < cfg.mid_run_batch_chars {
+        // Not even every output old enough would make a batch: nothing to lay out (most
+        // checkpoints end here, and the eval runs one after every tool batch).
+        return empty_plan(phase, run);
+    }
+    let memo = Memo::read(session, branch, run.prompt.map(|p| items[p].entry));
+    let mut calls: Vec<&Call> = run.calls.values().collect();
+    calls.sort_by(|a, b| (a.at, &a.id).cmp(&(b.at, &b.id)));
+    let quoted = quoted_by(&calls);
+    let found = Scan::new(session, cfg, phase, &memo, &run, &calls, &quoted).outputs(items);
+
+    let mut out = empty_plan(phase, run);
+    out.items = found.items;
+    out.pinned = found.pinned;
+    out.costs = costs(session, branch, items, cfg);
+    if phase == Phase::MidRun {
+        if !mid_run_pays(&out, &found.output_at, cfg) {
+            out.items.clear();
+            out.pinned.clear();
+            return out;
+        }
+    } else {
+        images(session, items, cfg, &mut out.items);
+        if let Some(prompt) = out.run.prompt {
+            exchanges(session, items, prompt, cfg, &memo, &mut out.items);
+        }
+    }
+    chunk_large(&mut out.items, &found.output_at, &quoted);
+    ask(&mut out, cfg);
+    out
+}
+
+/// A plan of no items.
+fn empty_plan(phase: Phase, run: Run) -> Plan {
+    Plan {
         phase,
         run,
         items: Vec::new(),
@@ -28,105 +67,217 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
         batches: Vec::new(),
         pinned: Vec::new(),
         costs: cache::Costs::default(),
-    };
-    let Ok(projection) = view::project_checked(session, branch) else {
-        return empty(Run::default());
-    };
-    let items = &projection.items;
-    let run = run::collect(items);
-    if phase == Phase::MidRun && mid_run_bound(items, &run, cfg) < cfg.mid_run_batch_chars {
-        // Not even every output old enough would make a batch: nothing to lay out (most
-        // checkpoints end here, and the eval runs one after every tool batch).
-        return empty(run);
     }
-    let memo = Memo::read(session, branch, run.prompt.map(|p| items[p].entry));
+}
 
-    let mut calls: Vec<Call> = run.calls.values().cloned().collect();
-    calls.sort_by(|a, b| (a.at, &a.id).cmp(&(b.at, &b.id)));
-    let facts: Vec<signals::Facts> = calls.iter().map(signals::Facts::of).collect();
-    let facts_of: HashMap<&str, usize> = calls
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.id.as_str(), i))
-        .collect();
-    let question = run.question.to_ascii_lowercase();
-    // A quoted line → the last projection index of a call quoting it.
+/// A quoted line → the last projection index of a call quoting it.
+fn quoted_by(calls: &[&Call]) -> HashMap<String, usize> {
     let mut quoted: HashMap<String, usize> = HashMap::default();
-    for c in &calls {
+    for &c in calls {
         for line in signals::quoted_lines([c]) {
             let at = quoted.entry(line).or_insert(c.at);
             *at = (*at).max(c.at);
         }
     }
+    quoted
+}
 
-    let mut out = empty(run);
-    // Per item, its projection index (where later calls start).
-    let mut output_at: Vec<usize> = Vec::new();
-    let start = out.run.prompt.map_or(0, |p| p + 1);
-    // Before the run, only the outputs still to be judged ([`Memo::retry`]).
-    let from = if phase == Phase::RunEnd && !memo.retry.is_empty() {
-        0
-    } else {
-        start
-    };
-    for (at, vitem) in items.iter().enumerate().skip(from) {
-        let ViewKind::Message {
-            content,
-            edited: false,
-            ..
-        } = &vitem.kind
-        else {
-            continue;
+/// The cache's costs of rewriting from each item of the projection.
+fn costs(
+    session: &Session,
+    branch: &[usize],
+    items: &[ViewItem<'_>],
+    cfg: &Config,
+) -> cache::Costs {
+    cache::Costs::new(
+        cfg.provider,
+        session,
+        branch,
+        items.iter().map(|it| {
+            let assistant = matches!(&it.kind,
+                ViewKind::Message { message, .. } if message.role == Role::Assistant);
+            (it.entry, item_chars(it), assistant)
+        }),
+    )
+}
+
+/// The break-even rule over the run's turns: the next request rewrites the cache from the read
+/// point before the first eligible output (`cache::rewrite_chars`).
+fn mid_run_pays(out: &Plan, output_at: &[usize], cfg: &Config) -> bool {
+    let pending: usize = out.items.iter().map(|i| i.before_chars).sum();
+    pending >= cfg.mid_run_batch_chars
+        && output_at.first().is_some_and(|&first| {
+            let rewrite = out.costs.rewrite_from(first);
+            cache::pays_off(pending, out.run.turns, rewrite, cfg.provider)
+        })
+}
+
+/// Large outputs are chunked once the pass is known to go ahead; a chunk with a line a later
+/// call quotes is kept whatever the answers.
+fn chunk_large(items: &mut [Item], output_at: &[usize], quoted: &HashMap<String, usize>) {
+    for (item, &at) in items.iter_mut().zip(output_at) {
+        if item.kind == ItemKind::Large {
+            item.chunks = chunk_output(&item.text);
+            item.forced = item
+                .chunks
+                .iter()
+                .map(|c| !quoted.is_empty() && quoted_after(quoted, c.text(&item.text), at))
+                .collect();
+        }
+    }
+}
+
+/// The tool outputs of a pass: its items, with each one's projection index (where later calls
+/// start), and the results pinned as they are.
+struct Found {
+    items: Vec<Item>,
+    output_at: Vec<usize>,
+    pinned: Vec<ItemResult>,
+}
+
+/// What one tool output comes to.
+enum Output {
+    Item(Item),
+    Pinned(ItemResult),
+}
+
+/// An output's tool and label: its call's, else its record's (an earlier run's output), else
+/// the result's tool name.
+fn tool_label(
+    call: Option<&Call>,
+    earlier: Option<&(String, String)>,
+    tool_name: Option<&str>,
+) -> (String, String) {
+    match (call, earlier) {
+        (Some(c), _) => (c.name.clone(), signals::label(&c.name, &c.arguments)),
+        (None, Some((tool, label))) => (tool.clone(), label.clone()),
+        (None, None) => {
+            let tool = tool_name.map_or_else(|| "tool".to_owned(), str::to_owned);
+            (tool.clone(), tool)
+        }
+    }
+}
+
+/// What every tool output of the pass is judged against.
+struct Scan<'a> {
+    session: &'a Session,
+    cfg: &'a Config,
+    phase: Phase,
+    memo: &'a Memo,
+    run: &'a Run,
+    /// The run's calls by projection index, then id.
+    calls: &'a [&'a Call],
+    /// Per call (as in `calls`), what it does to earlier outputs.
+    facts: Vec<signals::Facts>,
+    /// A call's id → its index in `calls`.
+    facts_of: HashMap<&'a str, usize>,
+    /// The run's question, lower case.
+    question: String,
+    quoted: &'a HashMap<String, usize>,
+    /// The projection index after the run's prompt: where the run's own outputs start.
+    start: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn new(
+        session: &'a Session,
+        cfg: &'a Config,
+        phase: Phase,
+        memo: &'a Memo,
+        run: &'a Run,
+        calls: &'a [&'a Call],
+        quoted: &'a HashMap<String, usize>,
+    ) -> Self {
+        Scan {
+            session,
+            cfg,
+            phase,
+            memo,
+            run,
+            calls,
+            facts: calls.iter().map(|c| signals::Facts::of(c)).collect(),
+            facts_of: calls
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (c.id.as_str(), i))
+                .collect(),
+            question: run.question.to_ascii_lowercase(),
+            quoted,
+            start: run.prompt.map_or(0, |p| p + 1),
+        }
+    }
+
+    /// Every tool result on the branch from where the pass looks, in order.
+    fn outputs(&self, items: &[ViewItem<'_>]) -> Found {
+        let mut found = Found {
+            items: Vec::new(),
+            output_at: Vec::new(),
+            pinned: Vec::new(),
         };
-        for (b, block) in content.iter().enumerate() {
-            let ContentBlock::ToolResult {
-                call_id,
-                tool_name,
-                content: result,
-                is_error,
-            } = block
+        // Before the run, only the outputs still to be judged ([`Memo::retry`]).
+        let from = if self.phase == Phase::RunEnd && !self.memo.retry.is_empty() {
+            0
+        } else {
+            self.start
+        };
+        for (at, vitem) in items.iter().enumerate().skip(from) {
+            let ViewKind::Message {
+                content,
+                edited: false,
+                ..
+            } = &vitem.kind
             else {
                 continue;
             };
-            let entry_id = session.entries[vitem.entry].id.clone();
-            // An earlier run's output: its call is not among this run's; its record names it.
-            let earlier = if at < start {
-                match memo.retry.get(entry_id.as_str()) {
-                    Some(named) => Some(named),
-                    None => continue,
+            for (b, block) in content.iter().enumerate() {
+                match self.output(vitem.entry, at, b, block) {
+                    Some(Output::Item(item)) => {
+                        found.output_at.push(at);
+                        found.items.push(item);
+                    }
+                    Some(Output::Pinned(result)) => found.pinned.push(result),
+                    None => {}
                 }
-            } else {
-                None
-            };
-            let text = result_text(result);
-            if text.len() < cfg.small_min_chars {
-                continue;
             }
-            let call = out.run.calls.get(call_id);
-            let (tool, label) = match (call, earlier) {
-                (Some(c), _) => (c.name.clone(), signals::label(&c.name, &c.arguments)),
-                (None, Some((tool, label))) => (tool.clone(), label.clone()),
-                (None, None) => {
-                    let tool = tool_name.clone().unwrap_or_else(|| "tool".to_owned());
-                    (tool.clone(), tool)
-                }
-            };
-            let age_turns = match call {
-                Some(c) => out.run.turns.saturating_sub(c.turn + 1),
-                // An earlier run's output is older than every turn of this one.
-                None if earlier.is_some() => out.run.turns,
-                None => 0,
-            };
-            let first_later = calls.partition_point(|c| c.at <= at);
-            let superseded = call.and_then(|c| {
-                let own = &facts[*facts_of.get(c.id.as_str())?];
-                signals::superseded_with(
-                    c,
-                    own,
-                    calls[first_later..].iter().zip(&facts[first_later..]),
-                )
-            });
-            let pinned_as = |reason: &str| ItemResult {
+        }
+        found
+    }
+
+    /// Block `b` of the entry at `entry` (projection index `at`), when it is a tool result the
+    /// pass judges or pins.
+    fn output(&self, entry: usize, at: usize, b: usize, block: &ContentBlock) -> Option<Output> {
+        let ContentBlock::ToolResult {
+            call_id,
+            tool_name,
+            content: result,
+            is_error,
+        } = block
+        else {
+            return None;
+        };
+        let cfg = self.cfg;
+        let entry_id = self.session.entries[entry].id.clone();
+        // An earlier run's output: its call is not among this run's; its record names it.
+        let earlier = if at < self.start {
+            Some(self.memo.retry.get(entry_id.as_str())?)
+        } else {
+            None
+        };
+        let text = result_text(result);
+        if text.len() < cfg.small_min_chars {
+            return None;
+        }
+        let call = self.run.calls.get(call_id);
+        let (tool, label) = tool_label(call, earlier, tool_name.as_deref());
+        let age_turns = match call {
+            Some(c) => self.run.turns.saturating_sub(c.turn + 1),
+            // An earlier run's output is older than every turn of this one.
+            None if earlier.is_some() => self.run.turns,
+            None => 0,
+        };
+        let superseded = call.and_then(|c| self.superseded(c, at));
+        let pinned_as = |reason: &str| {
+            Some(Output::Pinned(ItemResult {
                 kind: if text.len() >= cfg.min_result_chars {
                     ItemKind::Large
                 } else {
@@ -141,121 +292,105 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
                 after_chars: text.len(),
                 trace: Vec::new(),
                 omitted: Vec::new(),
-            };
-            if cfg.exclude_tools.iter().any(|t| t == &tool) {
-                out.pinned.push(pinned_as("pinned:excluded-tool"));
-                continue;
+            }))
+        };
+        if cfg.exclude_tools.iter().any(|t| t == &tool) {
+            return pinned_as("pinned:excluded-tool");
+        }
+        if self.phase == Phase::MidRun {
+            if age_turns < cfg.mid_run_min_age_turns
+                || self.memo.mid_run.contains(entry_id.as_str())
+                || tool == "recall"
+            {
+                return None;
             }
-            if phase == Phase::MidRun {
-                if age_turns < cfg.mid_run_min_age_turns
-                    || memo.mid_run.contains(entry_id.as_str())
-                    || tool == "recall"
-                {
-                    continue;
-                }
-                if *is_error && superseded.is_none() {
-                    out.pinned.push(pinned_as("pinned:error"));
-                    continue;
-                }
+            if *is_error && superseded.is_none() {
+                return pinned_as("pinned:error");
             }
-            let is_quoted = |t: &str| quoted_after(&quoted, t, at);
-            let later_from = out
-                .run
-                .steps
+        }
+        let later_from = self
+            .run
+            .steps
+            .iter()
+            .position(|s| s.at > at)
+            .unwrap_or(self.run.steps.len());
+        let signals = self.signals(call, superseded, *is_error, age_turns);
+        let item = Item {
+            kind: ItemKind::Small,
+            entry,
+            entry_id,
+            block: b,
+            tool,
+            label,
+            text: String::new(),
+            before_chars: text.len(),
+            later_from,
+            signals,
+            chunks: Vec::new(),
+            forced: Vec::new(),
+            quoted: false,
+            omit: Vec::new(),
+            messages: 1,
+        };
+        self.sized(item, text, at).map(Output::Item)
+    }
+
+    /// What a later call of the run says of `call`'s output (at projection index `at`): out of
+    /// date, in part or whole.
+    fn superseded(&self, call: &Call, at: usize) -> Option<String> {
+        let first_later = self.calls.partition_point(|c| c.at <= at);
+        let own = &self.facts[*self.facts_of.get(call.id.as_str())?];
+        signals::superseded_with(
+            call,
+            own,
+            self.calls[first_later..]
                 .iter()
-                .position(|s| s.at > at)
-                .unwrap_or(out.run.steps.len());
-            let signals = Signals {
-                partly: superseded
-                    .as_deref()
-                    .is_some_and(|s| s.starts_with(signals::PARTLY_PREFIX)),
-                superseded,
-                is_error: *is_error,
-                requested: call
-                    .is_some_and(|c| signals::requested(&question, &c.name, &c.arguments)),
-                age_turns,
-            };
-            let mut item = Item {
-                kind: ItemKind::Small,
-                entry: vitem.entry,
-                entry_id,
-                block: b,
-                tool,
-                label,
-                text: String::new(),
-                before_chars: text.len(),
-                later_from,
-                signals,
-                chunks: Vec::new(),
-                forced: Vec::new(),
-                quoted: false,
-                omit: Vec::new(),
-                messages: 1,
-            };
-            if text.len() >= cfg.min_result_chars {
-                // Chunked once the pass is known to go ahead (below).
-                item.kind = ItemKind::Large;
-            } else {
-                // A stub would not be shorter: nothing to gain.
-                let stub = super::render::output_stub(
-                    &item.label,
-                    text.len(),
-                    &cfg.recall_id(&item.entry_id),
-                    "judged no longer needed",
-                );
-                if stub.len() >= text.len() {
-                    continue;
-                }
-                item.quoted = !quoted.is_empty() && is_quoted(&text);
-            }
-            output_at.push(at);
-            item.text = text;
-            out.items.push(item);
+                .copied()
+                .zip(&self.facts[first_later..]),
+        )
+    }
+
+    fn signals(
+        &self,
+        call: Option<&Call>,
+        superseded: Option<String>,
+        is_error: bool,
+        age_turns: usize,
+    ) -> Signals {
+        Signals {
+            partly: superseded
+                .as_deref()
+                .is_some_and(|s| s.starts_with(signals::PARTLY_PREFIX)),
+            superseded,
+            is_error,
+            requested: call
+                .is_some_and(|c| signals::requested(&self.question, &c.name, &c.arguments)),
+            age_turns,
         }
     }
 
-    out.costs = cache::Costs::new(
-        cfg.provider,
-        session,
-        branch,
-        items.iter().map(|it| {
-            let assistant = matches!(&it.kind,
-                ViewKind::Message { message, .. } if message.role == Role::Assistant);
-            (it.entry, item_chars(it), assistant)
-        }),
-    );
-    if phase == Phase::MidRun {
-        // The break-even rule over the run's turns: the next request rewrites the cache from
-        // the read point before the first eligible output (`cache::rewrite_chars`).
-        let pending: usize = out.items.iter().map(|i| i.before_chars).sum();
-        let pays = pending >= cfg.mid_run_batch_chars
-            && output_at.first().is_some_and(|&first| {
-                let rewrite = out.costs.rewrite_from(first);
-                cache::pays_off(pending, out.run.turns, rewrite, cfg.provider)
-            });
-        if !pays {
-            out.items.clear();
-            out.pinned.clear();
-            return out;
+    /// The item as large (chunked later) or small; `None` for a small one a stub would not
+    /// shorten.
+    fn sized(&self, mut item: Item, text: String, at: usize) -> Option<Item> {
+        if text.len() >= self.cfg.min_result_chars {
+            // Chunked once the pass is known to go ahead (`chunk_large`).
+            item.kind = ItemKind::Large;
+        } else {
+            // A stub would not be shorter: nothing to gain.
+            let stub = super::render::output_stub(
+                &item.label,
+                text.len(),
+                &self.cfg.recall_id(&item.entry_id),
+                "judged no longer needed",
+            );
+            if stub.len() >= text.len() {
+                return None;
+            }
+            item.quoted = !self.quoted.is_empty() && quoted_after(self.quoted, &text, at);
         }
-    } else {
-        images(session, items, cfg, &mut out.items);
-        if let Some(prompt) = out.run.prompt {
-            exchanges(session, items, prompt, cfg, &memo, &mut out.items);
-        }
+        item.text = text;
+        Some(item)
     }
-    for (item, &at) in out.items.iter_mut().zip(&output_at) {
-        if item.kind == ItemKind::Large {
-            item.chunks = chunk_output(&item.text);
-            item.forced = item
-                .chunks
-                .iter()
-                .map(|c| !quoted.is_empty() && quoted_after(&quoted, c.text(&item.text), at))
-                .collect();
-        }
-    }
-    ask(&mut out, cfg);
-    out
 }
 
 /// An upper bound of a checkpoint's pending characters: the outputs of the run, not edited,
@@ -521,13 +656,7 @@ fn exchanges(
     memo: &Memo,
     out: &mut Vec<Item>,
 ) {
-    // Starts of exchanges: prompts that are not steering messages.
-    let starts: Vec<usize> = (0..prompt)
-        .filter(|&i| {
-            run::shown(&items[i]).is_some_and(|(m, _)| run::is_prompt(m))
-                && !run::is_steering(items, i)
-        })
-        .collect();
+    let starts = exchange_starts(items, prompt);
     let eligible = starts.len().saturating_sub(cfg.keep_recent_exchanges);
     for (k, &s) in starts[..eligible].iter().enumerate() {
         let end = starts.get(k + 1).copied().unwrap_or(prompt);
@@ -536,14 +665,77 @@ fn exchanges(
         if memo.exchanges.contains(entry_id.as_str()) {
             continue;
         }
-        // Every item as written (nobody's edit, no summary inside), completed, no correction.
+        let Some(ex) = Exchange::read(span) else {
+            continue;
+        };
+        if ex.last_calls || ex.chars < cfg.exchange_min_chars {
+            continue;
+        }
+        let messages = span.len();
+        let stub = super::render::exchange_stub(
+            &ex.prompt_text,
+            messages,
+            ex.chars / 4,
+            &cfg.recall_id(&entry_id),
+        );
+        if stub.len() >= ex.chars {
+            continue;
+        }
+        out.push(Item {
+            kind: ItemKind::Exchange,
+            entry: items[s].entry,
+            entry_id,
+            block: 0,
+            tool: "exchange".to_owned(),
+            label: format!("exchange \"{}\"", run::clip_head(ex.prompt_text.trim(), 60)),
+            text: ex.text(),
+            before_chars: ex.chars,
+            later_from: 0,
+            signals: Signals::default(),
+            chunks: Vec::new(),
+            forced: Vec::new(),
+            quoted: false,
+            omit: span[1..].iter().map(|it| it.entry).collect(),
+            messages,
+        });
+    }
+}
+
+/// Starts of exchanges before `prompt`: prompts that are not steering messages.
+fn exchange_starts(items: &[ViewItem<'_>], prompt: usize) -> Vec<usize> {
+    (0..prompt)
+        .filter(|&i| {
+            run::shown(&items[i]).is_some_and(|(m, _)| run::is_prompt(m))
+                && !run::is_steering(items, i)
+        })
+        .collect()
+}
+
+/// What an old exchange says, read from its span of the projection.
+struct Exchange {
+    chars: usize,
+    /// Its last assistant message has tool calls (it did not complete).
+    last_calls: bool,
+    /// Its last assistant text.
+    last_text: String,
+    prompt_text: String,
+    /// Labels of its first calls.
+    tools: Vec<String>,
+}
+
+impl Exchange {
+    /// `None` unless every item is as written (nobody's edit, no summary inside), without a
+    /// correction, and without a call reading what the user asked to read.
+    fn read(span: &[ViewItem<'_>]) -> Option<Self> {
         let mut ok = true;
-        let mut chars = 0usize;
-        let mut last_calls = false;
-        let mut last_text = String::new();
-        let mut prompt_text = String::new();
+        let mut ex = Exchange {
+            chars: 0,
+            last_calls: false,
+            last_text: String::new(),
+            prompt_text: String::new(),
+            tools: Vec::new(),
+        };
         let mut prompt_lower = String::new();
-        let mut tools: Vec<String> = Vec::new();
         for (j, it) in span.iter().enumerate() {
             let ViewKind::Message {
                 message,
@@ -551,8 +743,7 @@ fn exchanges(
                 edited,
             } = &it.kind
             else {
-                ok = false;
-                break;
+                return None;
             };
             // Someone else's edit: what the model sees is not ours to restore. ctxd's own
             // edits (the marker leads) are fine, as in the seed: `recall` gives the raw
@@ -562,34 +753,32 @@ fn exchanges(
                 && message.role != Role::Assistant
                 && !super::record::starts_with_marker(content)
             {
-                ok = false;
-                break;
+                return None;
             }
-            chars += blocks_chars(content);
+            ex.chars += blocks_chars(content);
             if run::is_prompt(message) {
                 let t = run::prompt_text(message, content);
                 if signals::is_correction(&t) {
-                    ok = false;
-                    break;
+                    return None;
                 }
                 if j == 0 {
                     prompt_lower = t.to_ascii_lowercase();
-                    prompt_text = t;
+                    ex.prompt_text = t;
                 }
             }
             if message.role == Role::Assistant {
-                last_calls = run::has_calls(message, content);
+                ex.last_calls = run::has_calls(message, content);
                 let t = run::message_text(message);
                 if !t.trim().is_empty() {
-                    last_text = t;
+                    ex.last_text = t;
                 }
                 for b in content.iter() {
                     if let ContentBlock::ToolCall {
                         name, arguments, ..
                     } = b
                     {
-                        if tools.len() < 20 {
-                            tools.push(signals::label(name, arguments));
+                        if ex.tools.len() < 20 {
+                            ex.tools.push(signals::label(name, arguments));
                         }
                         // What the user asked to read is the session's reference material:
                         // its exchange stays (on the shared sessions, the user came back to
@@ -601,47 +790,23 @@ fn exchanges(
                 }
             }
         }
-        if !ok || last_calls || chars < cfg.exchange_min_chars {
-            continue;
-        }
-        let messages = span.len();
-        let stub = super::render::exchange_stub(
-            &prompt_text,
-            messages,
-            chars / 4,
-            &cfg.recall_id(&entry_id),
-        );
-        if stub.len() >= chars {
-            continue;
-        }
+        ok.then_some(ex)
+    }
+
+    /// What the classifier is shown of it: the prompt, the calls, the answer.
+    fn text(&self) -> String {
         let mut text = String::new();
         text.push_str("prompt: ");
-        text.push_str(run::clip_head(&prompt_text, 600));
-        if !tools.is_empty() {
+        text.push_str(run::clip_head(&self.prompt_text, 600));
+        if !self.tools.is_empty() {
             text.push_str("\ntools: ");
-            text.push_str(&tools.join("; "));
+            text.push_str(&self.tools.join("; "));
         }
-        if !last_text.is_empty() {
+        if !self.last_text.is_empty() {
             text.push_str("\nanswer: ");
-            text.push_str(run::clip_head(&last_text, 800));
+            text.push_str(run::clip_head(&self.last_text, 800));
         }
-        out.push(Item {
-            kind: ItemKind::Exchange,
-            entry: items[s].entry,
-            entry_id,
-            block: 0,
-            tool: "exchange".to_owned(),
-            label: format!("exchange \"{}\"", run::clip_head(prompt_text.trim(), 60)),
-            text,
-            before_chars: chars,
-            later_from: 0,
-            signals: Signals::default(),
-            chunks: Vec::new(),
-            forced: Vec::new(),
-            quoted: false,
-            omit: span[1..].iter().map(|it| it.entry).collect(),
-            messages,
-        });
+        text
     }
 }
 

@@ -66,7 +66,20 @@ pub fn render(r: &Report) -> String {
     out
 }
 
+/// The sections in order, each followed by a blank line except the last.
 fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
+    write_session(out, r)?;
+    write_window(out, r)?;
+    write_composition(out, r)?;
+    write_drift(out, r)?;
+    write_compactions(out, r)?;
+    write_largest(out, r)?;
+    write_turns(out, r)?;
+    write_billed(out, r)?;
+    write_savings(out, r)
+}
+
+fn write_session(out: &mut String, r: &Report) -> std::fmt::Result {
     let s = &r.session;
     let agent = s.agent.map_or("unknown", |a| a.as_str());
     writeln!(
@@ -90,8 +103,11 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
         s.at_turn
             .map_or(String::new(), |t| format!("   at turn {t}")),
     )?;
-    writeln!(out)?;
+    writeln!(out)
+}
 
+/// The headline's fill of the window, the compaction threshold, and the context-window reset.
+fn write_window(out: &mut String, r: &Report) -> std::fmt::Result {
     let h = &r.headline;
     match (h.tokens, h.window) {
         (Some(t), Some(w)) => writeln!(
@@ -127,30 +143,37 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
         _ => writeln!(out, "        no automatic compaction threshold known")?,
     }
     if let Some(w) = &r.context_window {
-        match &w.boot_entry_id {
-            Some(boot) => writeln!(
+        write_context_window(out, w)?;
+    }
+    writeln!(out)
+}
+
+fn write_context_window(out: &mut String, w: &super::ContextWindow) -> std::fmt::Result {
+    match &w.boot_entry_id {
+        Some(boot) => writeln!(
+            out,
+            "Reset   in context window {} (marker {}, boot {})",
+            super::sanitize(&w.window_id, 40),
+            super::sanitize(&w.marker_entry_id, 40),
+            super::sanitize(boot, 40)
+        ),
+        None => {
+            writeln!(
                 out,
-                "Reset   in context window {} (marker {}, boot {})",
+                "BROKEN  context window {}: its marker {} has no boot after it. The gateway \
+                 refuses to send this branch; the composition below is the raw history.",
                 super::sanitize(&w.window_id, 40),
-                super::sanitize(&w.marker_entry_id, 40),
-                super::sanitize(boot, 40)
-            )?,
-            None => {
-                writeln!(
-                    out,
-                    "BROKEN  context window {}: its marker {} has no boot after it. The gateway \
-                     refuses to send this branch; the composition below is the raw history.",
-                    super::sanitize(&w.window_id, 40),
-                    super::sanitize(&w.marker_entry_id, 40)
-                )?;
-                if let Some(note) = &w.note {
-                    writeln!(out, "        {}", super::sanitize(note, 200))?;
-                }
+                super::sanitize(&w.marker_entry_id, 40)
+            )?;
+            if let Some(note) = &w.note {
+                writeln!(out, "        {}", super::sanitize(note, 200))?;
             }
+            Ok(())
         }
     }
-    writeln!(out)?;
+}
 
+fn write_composition(out: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(
         out,
         "Composition (ctxd estimate, {}: {} tokens)",
@@ -182,8 +205,10 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
     if let Some(line) = unpaired_line(&r.composition.unpaired) {
         writeln!(out, "  {line}")?;
     }
-    writeln!(out)?;
+    writeln!(out)
+}
 
+fn write_drift(out: &mut String, r: &Report) -> std::fmt::Result {
     match &r.drift {
         Some(d) => writeln!(
             out,
@@ -205,8 +230,10 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
             tokens(c.calibrated_tokens)
         )?;
     }
-    writeln!(out)?;
+    writeln!(out)
+}
 
+fn write_compactions(out: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(out, "Compactions: {}", r.compactions.count)?;
     for c in &r.compactions.history {
         writeln!(
@@ -223,8 +250,10 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
             ))
         )?;
     }
-    writeln!(out)?;
+    writeln!(out)
+}
 
+fn write_largest(out: &mut String, r: &Report) -> std::fmt::Result {
     writeln!(out, "Largest messages")?;
     for l in &r.largest {
         writeln!(
@@ -236,59 +265,65 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
             l.entry_id
         )?;
     }
-    writeln!(out)?;
+    writeln!(out)
+}
 
-    if !r.turns.is_empty() {
+/// The prompt per turn as bars against the peak, at most about 24 rows; nothing without turns.
+fn write_turns(out: &mut String, r: &Report) -> std::fmt::Result {
+    if r.turns.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "Context per turn ({}: the prompt as sent)",
+        plural(r.turns.len(), "turn", "turns")
+    )?;
+    // The headline's figure closes the table when it differs from the last prompt (it adds
+    // what came after it: the last answer, a pending message), so the two agree.
+    let last = r.turns.last().map(|t| t.provider.unwrap_or(t.estimate));
+    let now = r
+        .headline
+        .tokens
+        .filter(|&h| r.session.at_turn.is_none() && Some(h) != last);
+    let peak = r
+        .turns
+        .iter()
+        .map(|t| t.provider.unwrap_or(t.estimate))
+        .chain(now)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let step = r.turns.len().div_ceil(24).max(1);
+    for t in r.turns.iter().step_by(step) {
+        let v = t.provider.unwrap_or(t.estimate);
         writeln!(
             out,
-            "Context per turn ({}: the prompt as sent)",
-            plural(r.turns.len(), "turn", "turns")
+            "  turn {:>5} {:>7} {} {}",
+            t.turn,
+            tokens(v),
+            bar(v as f64 * 100.0 / peak as f64, 30),
+            if t.provider.is_some() {
+                ""
+            } else {
+                "(estimate)"
+            }
         )?;
-        // The headline's figure closes the table when it differs from the last prompt (it adds
-        // what came after it: the last answer, a pending message), so the two agree.
-        let last = r.turns.last().map(|t| t.provider.unwrap_or(t.estimate));
-        let now = r
-            .headline
-            .tokens
-            .filter(|&h| r.session.at_turn.is_none() && Some(h) != last);
-        let peak = r
-            .turns
-            .iter()
-            .map(|t| t.provider.unwrap_or(t.estimate))
-            .chain(now)
-            .max()
-            .unwrap_or(1)
-            .max(1);
-        let step = r.turns.len().div_ceil(24).max(1);
-        for t in r.turns.iter().step_by(step) {
-            let v = t.provider.unwrap_or(t.estimate);
-            writeln!(
-                out,
-                "  turn {:>5} {:>7} {} {}",
-                t.turn,
-                tokens(v),
-                bar(v as f64 * 100.0 / peak as f64, 30),
-                if t.provider.is_some() {
-                    ""
-                } else {
-                    "(estimate)"
-                }
-            )?;
-        }
-        if let Some(h) = now {
-            writeln!(
-                out,
-                "  now        {:>7} {} (the headline: the last prompt and what came after it)",
-                tokens(h),
-                bar(h as f64 * 100.0 / peak as f64, 30),
-            )?;
-        }
-        writeln!(out)?;
     }
+    if let Some(h) = now {
+        writeln!(
+            out,
+            "  now        {:>7} {} (the headline: the last prompt and what came after it)",
+            tokens(h),
+            bar(h as f64 * 100.0 / peak as f64, 30),
+        )?;
+    }
+    writeln!(out)
+}
 
+fn write_billed(out: &mut String, r: &Report) -> std::fmt::Result {
     let b = &r.billed;
     match b.source {
-        "none" => writeln!(out, "Billed  no usage recorded")?,
+        "none" => writeln!(out, "Billed  no usage recorded"),
         _ => writeln!(
             out,
             "Billed  {}: input {}, output {}, cache read {}, cache write {}{}",
@@ -302,33 +337,37 @@ fn write_report(out: &mut String, r: &Report) -> std::fmt::Result {
             } else {
                 ""
             }
-        )?,
+        ),
     }
-    if let Some(s) = &r.savings {
-        let by: Vec<String> = s
-            .saved_by
-            .iter()
-            .filter(|(_, v)| *v != 0)
-            .map(|(m, v)| format!("{} {}", m.name(), signed(v)))
-            .collect();
-        writeln!(
-            out,
-            "Savings {}: sent {} of {}, saved {}{}{} (estimated, 4 bytes a token)",
-            plural(s.requests as usize, "managed request", "managed requests"),
-            tokens(s.sent),
-            tokens(s.whole),
-            signed(s.saved),
-            if by.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", by.join(", "))
-            },
-            if s.requests > s.unpriced {
-                format!(", ${:.4} at list input price", s.cost_saved_usd)
-            } else {
-                String::new()
-            }
-        )?;
-    }
-    Ok(())
+}
+
+/// The gateway's savings, when the session went through it.
+fn write_savings(out: &mut String, r: &Report) -> std::fmt::Result {
+    let Some(s) = &r.savings else {
+        return Ok(());
+    };
+    let by: Vec<String> = s
+        .saved_by
+        .iter()
+        .filter(|(_, v)| *v != 0)
+        .map(|(m, v)| format!("{} {}", m.name(), signed(v)))
+        .collect();
+    writeln!(
+        out,
+        "Savings {}: sent {} of {}, saved {}{}{} (estimated, 4 bytes a token)",
+        plural(s.requests as usize, "managed request", "managed requests"),
+        tokens(s.sent),
+        tokens(s.whole),
+        signed(s.saved),
+        if by.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", by.join(", "))
+        },
+        if s.requests > s.unpriced {
+            format!(", ${:.4} at list input price", s.cost_saved_usd)
+        } else {
+            String::new()
+        }
+    )
 }

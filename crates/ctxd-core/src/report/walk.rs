@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::model::{ContentBlock, EntryKind, Role, Session, Usage};
+use crate::model::{ContentBlock, Entry, EntryKind, Message, Role, Session, Usage};
 use crate::tokens::{tool_def_tokens, TokenCounter};
 use crate::view::{unpaired, Change, Projector};
 
@@ -69,84 +69,141 @@ pub(crate) fn walk<'a>(
     counter: &dyn TokenCounter,
     stop_at_turn: Option<usize>,
 ) -> Walk<'a> {
-    let mut w = Walk {
-        projector: Projector::new(session),
-        live: Vec::new(),
-        system_tokens: 0,
-        tools_tokens: Vec::new(),
-        turns: Vec::new(),
-        compactions: Vec::new(),
-        last_compaction_step: None,
-        model_at_cut: session.meta.model.clone(),
-        unpaired: Vec::new(),
+    let mut walker = Walker {
+        w: Walk {
+            projector: Projector::new(session),
+            live: Vec::new(),
+            system_tokens: 0,
+            tools_tokens: Vec::new(),
+            turns: Vec::new(),
+            compactions: Vec::new(),
+            last_compaction_step: None,
+            model_at_cut: session.meta.model.clone(),
+            unpaired: Vec::new(),
+        },
+        counter,
+        tool_names: HashMap::new(),
+        items_total: 0,
+        prev_assistant: None,
     };
-    let mut tool_names: HashMap<&'a str, &'a str> = HashMap::new();
-    let mut items_total: u64 = 0;
-    // `Some(response id)` while the previous message was the assistant's.
-    let mut prev_assistant: Option<Option<&'a str>> = None;
-
     for (step, &pos) in branch.iter().enumerate() {
         let Some(entry) = session.entries.get(pos) else {
             continue;
         };
+        if !walker.note_entry(entry, step, pos, stop_at_turn) {
+            break;
+        }
+        walker.project(step, pos);
+    }
+    let mut w = walker.w;
+    leave_out_unpaired(&mut w);
+    w
+}
+
+/// The walk under way.
+struct Walker<'a, 'c> {
+    w: Walk<'a>,
+    counter: &'c dyn TokenCounter,
+    /// A call's id → its tool's name.
+    tool_names: HashMap<&'a str, &'a str>,
+    /// Tokens of the live items.
+    items_total: u64,
+    /// `Some(response id)` while the previous message was the assistant's.
+    prev_assistant: Option<Option<&'a str>>,
+}
+
+impl<'a> Walker<'a, '_> {
+    /// Tokens of the system prompt and the tool definitions.
+    fn fixed(&self) -> u64 {
+        self.w.system_tokens + self.w.tools_tokens.iter().map(|t| t.1).sum::<u64>()
+    }
+
+    /// What the entry at branch index `step` (position `pos`) says of turns, models and
+    /// provider usage; `false` at the first entry of turn `stop_at_turn`.
+    fn note_entry(
+        &mut self,
+        entry: &'a Entry,
+        step: usize,
+        pos: usize,
+        stop_at_turn: Option<usize>,
+    ) -> bool {
         let mut usage: Option<&Usage> = None;
         match &entry.kind {
             EntryKind::Message(m) => {
                 if m.role == Role::Assistant {
-                    let rid = m.response_id.as_deref();
-                    let new_turn = match prev_assistant {
-                        None => true,
-                        Some(prev) => prev.is_some() && rid.is_some() && prev != rid,
-                    };
-                    if new_turn {
-                        let turn = w.turns.len() + 1;
-                        if stop_at_turn == Some(turn) {
-                            break;
-                        }
-                        let fixed =
-                            w.system_tokens + w.tools_tokens.iter().map(|t| t.1).sum::<u64>();
-                        w.turns.push(Turn {
-                            turn,
-                            entry: pos,
-                            step,
-                            estimate: fixed + items_total,
-                            provider: None,
-                            model: m.model.clone().or_else(|| w.model_at_cut.clone()),
-                        });
-                    }
-                    if let Some(model) = &m.model {
-                        w.model_at_cut = Some(model.clone());
-                    }
-                    prev_assistant = Some(rid);
-                    for b in &m.content {
-                        if let ContentBlock::ToolCall { id, name, .. } = b {
-                            tool_names.insert(id, name);
-                        }
+                    if !self.note_assistant(m, step, pos, stop_at_turn) {
+                        return false;
                     }
                 } else {
-                    prev_assistant = None;
+                    self.prev_assistant = None;
                 }
                 usage = m.usage.as_ref();
             }
             EntryKind::Usage { usage: u } => usage = Some(u),
-            EntryKind::ModelChange { model, .. } => w.model_at_cut = Some(model.clone()),
+            EntryKind::ModelChange { model, .. } => self.w.model_at_cut = Some(model.clone()),
             _ => {}
         }
-        if let (Some(u), Some(turn)) = (usage, w.turns.last_mut()) {
+        if let (Some(u), Some(turn)) = (usage, self.w.turns.last_mut()) {
             if turn.provider.is_none() && u.prompt_tokens() > 0 {
                 turn.provider = Some(u.prompt_tokens());
             }
         }
+        true
+    }
 
-        let before = items_total;
-        let change = w.projector.step(pos);
+    /// An assistant message: a new turn when it starts a response, its model and its calls'
+    /// tools noted; `false` when the turn is the one to stop before.
+    fn note_assistant(
+        &mut self,
+        m: &'a Message,
+        step: usize,
+        pos: usize,
+        stop_at_turn: Option<usize>,
+    ) -> bool {
+        let rid = m.response_id.as_deref();
+        let new_turn = match self.prev_assistant {
+            None => true,
+            Some(prev) => prev.is_some() && rid.is_some() && prev != rid,
+        };
+        if new_turn {
+            let turn = self.w.turns.len() + 1;
+            if stop_at_turn == Some(turn) {
+                return false;
+            }
+            let estimate = self.fixed() + self.items_total;
+            self.w.turns.push(Turn {
+                turn,
+                entry: pos,
+                step,
+                estimate,
+                provider: None,
+                model: m.model.clone().or_else(|| self.w.model_at_cut.clone()),
+            });
+        }
+        if let Some(model) = &m.model {
+            self.w.model_at_cut = Some(model.clone());
+        }
+        self.prev_assistant = Some(rid);
+        for b in &m.content {
+            if let ContentBlock::ToolCall { id, name, .. } = b {
+                self.tool_names.insert(id, name);
+            }
+        }
+        true
+    }
+
+    /// The projection's step over the entry at position `pos`, counted.
+    fn project(&mut self, step: usize, pos: usize) {
+        let counter = self.counter;
+        let before = self.items_total;
+        let change = self.w.projector.step(pos);
         match change {
             Change::None => {}
             Change::System => {
-                w.system_tokens = w.projector.system.map_or(0, |(_, t)| counter.count(t));
+                self.w.system_tokens = self.w.projector.system.map_or(0, |(_, t)| counter.count(t));
             }
             Change::Tools => {
-                w.tools_tokens = w.projector.tools.map_or_else(Vec::new, |(_, tools)| {
+                self.w.tools_tokens = self.w.projector.tools.map_or_else(Vec::new, |(_, tools)| {
                     tools
                         .iter()
                         .map(|t| (t.name.as_str(), tool_def_tokens(counter, t)))
@@ -154,55 +211,59 @@ pub(crate) fn walk<'a>(
                 });
             }
             Change::Added => {
-                if let Some(item) = w.projector.items.last() {
-                    let c = count_item(item, &tool_names, counter);
-                    items_total += c.total;
-                    w.live.push(c);
+                if let Some(item) = self.w.projector.items.last() {
+                    let c = count_item(item, &self.tool_names, counter);
+                    self.items_total += c.total;
+                    self.w.live.push(c);
                 }
             }
             Change::Edited { index } => {
-                if let Some(item) = w.projector.items.get(index) {
-                    let c = count_item(item, &tool_names, counter);
-                    items_total = items_total - w.live[index].total + c.total;
-                    w.live[index] = c;
+                if let Some(item) = self.w.projector.items.get(index) {
+                    let c = count_item(item, &self.tool_names, counter);
+                    self.items_total = self.items_total - self.w.live[index].total + c.total;
+                    self.w.live[index] = c;
                 }
             }
             Change::Omitted { index } => {
-                items_total -= w.live.remove(index).total;
+                self.items_total -= self.w.live.remove(index).total;
             }
-            Change::Reset | Change::Window => {
-                // A compaction keeps some items (from `first_kept` on): recount only new ones.
-                // A window boot replaces every item by itself (not a compaction).
-                let mut by_entry: HashMap<usize, ItemCount<'a>> = std::mem::take(&mut w.live)
-                    .into_iter()
-                    .map(|c| (c.entry, c))
-                    .collect();
-                let fixed = w.system_tokens + w.tools_tokens.iter().map(|t| t.1).sum::<u64>();
-                w.live = w
-                    .projector
-                    .items
-                    .iter()
-                    .map(|item| {
-                        by_entry
-                            .remove(&item.entry)
-                            .unwrap_or_else(|| count_item(item, &tool_names, counter))
-                    })
-                    .collect();
-                items_total = w.live.iter().map(|c| c.total).sum();
-                if change == Change::Window {
-                    continue;
-                }
-                w.compactions.push(CompactionStat {
-                    entry: pos,
-                    before: fixed + before,
-                    after: fixed + items_total,
-                });
-                w.last_compaction_step = Some(step);
-            }
+            Change::Reset | Change::Window => self.recount(step, pos, before, change),
         }
     }
-    leave_out_unpaired(&mut w);
-    w
+
+    /// After a compaction or a window boot: the live items recounted, a compaction noted.
+    fn recount(&mut self, step: usize, pos: usize, before: u64, change: Change) {
+        let counter = self.counter;
+        // A compaction keeps some items (from `first_kept` on): recount only new ones.
+        // A window boot replaces every item by itself (not a compaction).
+        let mut by_entry: HashMap<usize, ItemCount<'a>> = std::mem::take(&mut self.w.live)
+            .into_iter()
+            .map(|c| (c.entry, c))
+            .collect();
+        let fixed = self.fixed();
+        let tool_names = &self.tool_names;
+        self.w.live = self
+            .w
+            .projector
+            .items
+            .iter()
+            .map(|item| {
+                by_entry
+                    .remove(&item.entry)
+                    .unwrap_or_else(|| count_item(item, tool_names, counter))
+            })
+            .collect();
+        self.items_total = self.w.live.iter().map(|c| c.total).sum();
+        if change == Change::Window {
+            return;
+        }
+        self.w.compactions.push(CompactionStat {
+            entry: pos,
+            before: fixed + before,
+            after: fixed + self.items_total,
+        });
+        self.w.last_compaction_step = Some(step);
+    }
 }
 
 /// Apply the pairing rule to the walk's final items (and their counts, kept parallel).

@@ -1,8 +1,10 @@
 //! One request measured: one walk of the projection, each change charged to its mechanism.
 
+use std::collections::HashSet;
+
 use super::{tokens_of_bytes, ByMechanism};
 use crate::distill::record::blocks_chars;
-use crate::model::{EntryKind, Session};
+use crate::model::{EntryId, EntryKind, Session};
 use crate::view::{unpaired, Change, Item, ItemKind, Projector};
 use crate::wm::amnesia;
 use crate::wm::digest::is_digest_edit;
@@ -167,128 +169,167 @@ fn acct(session: &Session, memo: &mut Memo, pos: usize) -> Acct {
 /// marker without its boot measures what the walk saw (the gateway sends no such request).
 pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64) -> Measure {
     let mut p = Projector::new(session);
-    let mut live: Vec<Acct> = Vec::new();
-    // The rounds meta-amnesia pruned (their omissions are amnesia's, not distillation's).
-    let pruned = amnesia::pruned_on(session, branch);
-    let mut omitted_amnesia = 0u64;
-    // Folded away by resets in earlier windows (raw), and omitted by edits in this one.
-    let mut folded = 0u64;
-    let mut omitted = 0u64;
-    // The digests' share of what edits omitted in this window.
-    let mut omitted_digested = 0u64;
+    let mut t = Tally {
+        session,
+        live: Vec::new(),
+        pruned: amnesia::pruned_on(session, branch),
+        omitted_amnesia: 0,
+        folded: 0,
+        omitted: 0,
+        omitted_digested: 0,
+    };
     for &pos in branch {
         match p.step(pos) {
-            Change::Added => live.push(acct(session, memo, pos)),
-            Change::Edited { index } => {
-                if let Some(a) = live.get_mut(index) {
-                    a.shown = memo.get(session, pos);
-                    a.write_fact = matches!(
-                        session.entries.get(pos).map(|e| &e.kind),
-                        Some(EntryKind::ArgsEdit { .. })
-                    );
-                    if session
-                        .entries
-                        .get(pos)
-                        .is_some_and(|e| is_digest_edit(&e.kind))
-                    {
-                        a.digested = a.raw.saturating_sub(a.shown);
-                    }
-                }
-            }
-            Change::Omitted { index } => {
-                if index < live.len() {
-                    let a = live.remove(index);
-                    let by_amnesia = !pruned.is_empty()
-                        && matches!(
-                            session.entries.get(pos).map(|e| &e.kind),
-                            Some(EntryKind::ContextEdit { target, replacement: None })
-                                if pruned.contains(target)
-                        );
-                    if a.owner == Owner::Client {
-                        if by_amnesia {
-                            omitted_amnesia += a.raw - a.digested;
-                        } else {
-                            omitted += a.raw - a.digested;
-                        }
-                        omitted_digested += a.digested;
-                    }
-                }
-            }
-            Change::Window => {
-                // What this window's predecessors showed, at their full size, is now the
-                // reset's; the boot stands for it.
-                folded += live.iter().map(|a| a.raw).sum::<u64>()
-                    + omitted
-                    + omitted_digested
-                    + omitted_amnesia;
-                omitted = 0;
-                omitted_digested = 0;
-                omitted_amnesia = 0;
-                // The client's leading instructions stay (see `view`): their accounts too.
-                let kept = p.items.len().saturating_sub(1);
-                live.truncate(kept);
-                folded -= live.iter().map(|a| a.raw).sum::<u64>();
-                live.push(acct(session, memo, pos));
-            }
-            Change::Reset => {
-                // The client's own compaction: what it left out is not ctxd's saving; the
-                // items it kept keep their accounts.
-                folded = 0;
-                omitted = 0;
-                omitted_digested = 0;
-                omitted_amnesia = 0;
-                let fresh = p.items.iter().take_while(|it| it.entry == pos).count();
-                let kept = p.items.len() - fresh;
-                let tail = live.split_off(live.len().saturating_sub(kept));
-                live = p.items[..fresh]
-                    .iter()
-                    .map(|it| Acct {
-                        raw: item_tokens(it),
-                        shown: item_tokens(it),
-                        owner: Owner::Client,
-                        write_fact: false,
-                        digested: 0,
-                    })
-                    .collect();
-                live.extend(tail);
-            }
+            Change::Added => t.live.push(acct(session, memo, pos)),
+            Change::Edited { index } => t.edited(memo, index, pos),
+            Change::Omitted { index } => t.omitted(index, pos),
+            Change::Window => t.window(memo, p.items.len(), pos),
+            Change::Reset => t.reset(&p.items, pos),
             Change::System | Change::Tools | Change::None => {}
         }
     }
     let settings = p.system.map_or(0, |(pos, _)| memo.get(session, pos))
         + p.tools.map_or(0, |(pos, _)| memo.get(session, pos));
-    let mut saved = ByMechanism {
-        windows: folded as i64,
-        distillation: omitted as i64,
-        digests: omitted_digested as i64,
-        amnesia: omitted_amnesia as i64,
-        served_tools: -(served as i64),
-        ..ByMechanism::default()
-    };
-    let mut dropped = unpaired(&p.items).into_iter().peekable();
-    let (mut sent, mut whole) = (
-        settings + served,
-        settings + folded + omitted + omitted_digested + omitted_amnesia,
-    );
-    for (i, a) in live.iter().enumerate() {
-        if dropped.next_if_eq(&i).is_some() {
-            if a.owner == Owner::Client {
-                saved.pairing += a.raw as i64;
-                whole += a.raw;
+    t.finish(&p.items, settings, served)
+}
+
+/// The accounts of a walk over the branch.
+struct Tally<'a> {
+    session: &'a Session,
+    /// Per live item, its account.
+    live: Vec<Acct>,
+    /// The rounds meta-amnesia pruned (their omissions are amnesia's, not distillation's).
+    pruned: HashSet<EntryId>,
+    omitted_amnesia: u64,
+    /// Folded away by resets in earlier windows (raw), and omitted by edits in this one.
+    folded: u64,
+    omitted: u64,
+    /// The digests' share of what edits omitted in this window.
+    omitted_digested: u64,
+}
+
+impl Tally<'_> {
+    /// Item `index` now shows the edit at `pos`.
+    fn edited(&mut self, memo: &mut Memo, index: usize, pos: usize) {
+        let session = self.session;
+        if let Some(a) = self.live.get_mut(index) {
+            a.shown = memo.get(session, pos);
+            a.write_fact = matches!(
+                session.entries.get(pos).map(|e| &e.kind),
+                Some(EntryKind::ArgsEdit { .. })
+            );
+            if session
+                .entries
+                .get(pos)
+                .is_some_and(|e| is_digest_edit(&e.kind))
+            {
+                a.digested = a.raw.saturating_sub(a.shown);
             }
-            continue;
-        }
-        sent += a.shown;
-        whole += a.raw;
-        match a.owner {
-            Owner::Client if a.write_fact => saved.write_facts += a.raw as i64 - a.shown as i64,
-            Owner::Client => {
-                saved.digests += a.digested as i64;
-                saved.distillation += a.raw as i64 - a.shown as i64 - a.digested as i64;
-            }
-            Owner::Reminder => saved.reminders -= a.shown as i64,
-            Owner::Boot => saved.windows -= a.shown as i64,
         }
     }
-    Measure { sent, whole, saved }
+
+    /// Item `index` omitted by the edit at `pos`: the client's items are amnesia's or
+    /// distillation's saving (less their digests' share).
+    fn omitted(&mut self, index: usize, pos: usize) {
+        if index >= self.live.len() {
+            return;
+        }
+        let a = self.live.remove(index);
+        let by_amnesia = !self.pruned.is_empty()
+            && matches!(
+                self.session.entries.get(pos).map(|e| &e.kind),
+                Some(EntryKind::ContextEdit { target, replacement: None })
+                    if self.pruned.contains(target)
+            );
+        if a.owner == Owner::Client {
+            if by_amnesia {
+                self.omitted_amnesia += a.raw - a.digested;
+            } else {
+                self.omitted += a.raw - a.digested;
+            }
+            self.omitted_digested += a.digested;
+        }
+    }
+
+    /// A window's boot at `pos`, the projection now `items` long.
+    fn window(&mut self, memo: &mut Memo, items: usize, pos: usize) {
+        // What this window's predecessors showed, at their full size, is now the
+        // reset's; the boot stands for it.
+        self.folded += self.live.iter().map(|a| a.raw).sum::<u64>()
+            + self.omitted
+            + self.omitted_digested
+            + self.omitted_amnesia;
+        self.omitted = 0;
+        self.omitted_digested = 0;
+        self.omitted_amnesia = 0;
+        // The client's leading instructions stay (see `view`): their accounts too.
+        let kept = items.saturating_sub(1);
+        self.live.truncate(kept);
+        self.folded -= self.live.iter().map(|a| a.raw).sum::<u64>();
+        self.live.push(acct(self.session, memo, pos));
+    }
+
+    /// The client's own compaction at `pos`: what it left out is not ctxd's saving; the
+    /// items it kept keep their accounts.
+    fn reset(&mut self, items: &[Item<'_>], pos: usize) {
+        self.folded = 0;
+        self.omitted = 0;
+        self.omitted_digested = 0;
+        self.omitted_amnesia = 0;
+        let fresh = items.iter().take_while(|it| it.entry == pos).count();
+        let kept = items.len() - fresh;
+        let tail = self.live.split_off(self.live.len().saturating_sub(kept));
+        self.live = items[..fresh]
+            .iter()
+            .map(|it| Acct {
+                raw: item_tokens(it),
+                shown: item_tokens(it),
+                owner: Owner::Client,
+                write_fact: false,
+                digested: 0,
+            })
+            .collect();
+        self.live.extend(tail);
+    }
+
+    /// The request's measure: the live items the pairing rule keeps, with `settings` tokens
+    /// of system prompt and tools and `served` of ctxd's tools.
+    fn finish(&self, items: &[Item<'_>], settings: u64, served: u64) -> Measure {
+        let (folded, omitted) = (self.folded, self.omitted);
+        let (omitted_digested, omitted_amnesia) = (self.omitted_digested, self.omitted_amnesia);
+        let mut saved = ByMechanism {
+            windows: folded as i64,
+            distillation: omitted as i64,
+            digests: omitted_digested as i64,
+            amnesia: omitted_amnesia as i64,
+            served_tools: -(served as i64),
+            ..ByMechanism::default()
+        };
+        let mut dropped = unpaired(items).into_iter().peekable();
+        let (mut sent, mut whole) = (
+            settings + served,
+            settings + folded + omitted + omitted_digested + omitted_amnesia,
+        );
+        for (i, a) in self.live.iter().enumerate() {
+            if dropped.next_if_eq(&i).is_some() {
+                if a.owner == Owner::Client {
+                    saved.pairing += a.raw as i64;
+                    whole += a.raw;
+                }
+                continue;
+            }
+            sent += a.shown;
+            whole += a.raw;
+            match a.owner {
+                Owner::Client if a.write_fact => saved.write_facts += a.raw as i64 - a.shown as i64,
+                Owner::Client => {
+                    saved.digests += a.digested as i64;
+                    saved.distillation += a.raw as i64 - a.shown as i64 - a.digested as i64;
+                }
+                Owner::Reminder => saved.reminders -= a.shown as i64,
+                Owner::Boot => saved.windows -= a.shown as i64,
+            }
+        }
+        Measure { sent, whole, saved }
+    }
 }

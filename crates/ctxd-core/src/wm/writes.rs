@@ -33,7 +33,7 @@
 use serde_json::{Map, Value};
 
 use crate::model::{ContentBlock, EditedArg, EntryId, EntryKind, Role, Session};
-use crate::view::{project, ItemKind};
+use crate::view::{project, Item, ItemKind};
 
 /// The mechanism's settings (`--write-facts`, `--write-facts-min-bytes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,8 +199,34 @@ pub fn plan(
     }
     let projection = project(session, branch);
     let items = &projection.items;
-    // The trailing results, then the assistant message (one response, maybe over several
-    // entries) before them.
+    let (results, mut i) = trailing_results(items, fresh);
+    let mut drafts = Vec::new();
+    while i > 0 {
+        let item = &items[i - 1];
+        let ItemKind::Message {
+            message,
+            content,
+            edited: false,
+        } = &item.kind
+        else {
+            break;
+        };
+        if message.role != Role::Assistant {
+            break;
+        }
+        i -= 1;
+        if let Some(draft) = draft(session, item.entry, content, &results, settings) {
+            drafts.push(draft);
+        }
+    }
+    drafts.reverse();
+    drafts
+}
+
+/// The trailing results, then the assistant message (one response, maybe over several
+/// entries) before them: the results among `fresh` entries (call id, failed), and the index
+/// after the assistant message's last item.
+fn trailing_results<'a>(items: &[Item<'a>], fresh: &[usize]) -> (Vec<(&'a str, bool)>, usize) {
     let mut results: Vec<(&str, bool)> = Vec::new();
     let mut i = items.len();
     while i > 0 {
@@ -233,75 +259,67 @@ pub fn plan(
         }
         i -= 1;
     }
-    let mut drafts = Vec::new();
-    while i > 0 {
-        let item = &items[i - 1];
-        let ItemKind::Message {
-            message,
-            content,
-            edited: false,
-        } = &item.kind
+    (results, i)
+}
+
+/// The edit of the assistant message at `pos` (showing `content`): its write calls whose
+/// results succeeded, stripped; `None` when none is large enough.
+fn draft(
+    session: &Session,
+    pos: usize,
+    content: &[ContentBlock],
+    results: &[(&str, bool)],
+    settings: &Settings,
+) -> Option<Draft> {
+    let mut stripped = Vec::new();
+    for b in content.iter() {
+        let ContentBlock::ToolCall {
+            id,
+            name,
+            arguments,
+        } = b
         else {
-            break;
-        };
-        if message.role != Role::Assistant {
-            break;
-        }
-        i -= 1;
-        let mut stripped = Vec::new();
-        for b in content.iter() {
-            let ContentBlock::ToolCall {
-                id,
-                name,
-                arguments,
-            } = b
-            else {
-                continue;
-            };
-            if !results.iter().any(|&(c, err)| c == id && !err) {
-                continue;
-            }
-            if let Some(s) = strip(id, name, arguments) {
-                if s.bytes >= settings.min_bytes {
-                    stripped.push(s);
-                }
-            }
-        }
-        if stripped.is_empty() {
-            continue;
-        }
-        let Some(entry) = session.entries.get(item.entry) else {
             continue;
         };
-        let replacement = content
-            .iter()
-            .map(|b| match b {
-                ContentBlock::ToolCall { id, name, .. } => {
-                    match stripped.iter().find(|s| &s.call == id) {
-                        Some(s) => ContentBlock::ToolCall {
-                            id: id.clone(),
-                            name: name.clone(),
-                            arguments: s.arguments.clone(),
-                        },
-                        None => b.clone(),
-                    }
-                }
-                _ => b.clone(),
-            })
-            .collect();
-        let args = stripped.iter().flat_map(|s| s.args.clone()).collect();
-        drafts.push(Draft {
-            target: entry.id.clone(),
-            kind: EntryKind::ArgsEdit {
-                target: entry.id.clone(),
-                replacement,
-                args,
-            },
-            calls: stripped,
-        });
+        if !results.iter().any(|&(c, err)| c == id && !err) {
+            continue;
+        }
+        if let Some(s) = strip(id, name, arguments) {
+            if s.bytes >= settings.min_bytes {
+                stripped.push(s);
+            }
+        }
     }
-    drafts.reverse();
-    drafts
+    if stripped.is_empty() {
+        return None;
+    }
+    let entry = session.entries.get(pos)?;
+    let replacement = content
+        .iter()
+        .map(|b| match b {
+            ContentBlock::ToolCall { id, name, .. } => {
+                match stripped.iter().find(|s| &s.call == id) {
+                    Some(s) => ContentBlock::ToolCall {
+                        id: id.clone(),
+                        name: name.clone(),
+                        arguments: s.arguments.clone(),
+                    },
+                    None => b.clone(),
+                }
+            }
+            _ => b.clone(),
+        })
+        .collect();
+    let args = stripped.iter().flat_map(|s| s.args.clone()).collect();
+    Some(Draft {
+        target: entry.id.clone(),
+        kind: EntryKind::ArgsEdit {
+            target: entry.id.clone(),
+            replacement,
+            args,
+        },
+        calls: stripped,
+    })
 }
 
 /// Whether a result's text says the write failed (for tools that report failure in the text
@@ -350,128 +368,24 @@ pub fn strip(id: &str, name: &str, arguments: &Value) -> Option<Stripped> {
 }
 
 fn strip_as(tool: &WriteTool, id: &str, arguments: &Value) -> Option<Stripped> {
-    let arg = |key: &str| EditedArg {
-        call: id.to_owned(),
-        key: Some(key.to_owned()),
-    };
     if let Shape::Patch { key: None } = tool.shape {
-        let patch = arguments.as_str()?;
-        let fact = patch_fact(patch)?;
-        return Some(Stripped {
-            call: id.to_owned(),
-            arguments: Value::String(placeholder(&fact, patch, None)),
-            args: vec![EditedArg {
-                call: id.to_owned(),
-                key: None,
-            }],
-            bytes: patch.len(),
-            fact,
-        });
+        return strip_bare_patch(id, arguments);
     }
     let obj = arguments.as_object()?;
     let path = match tool.path {
         Some(key) => Some(obj.get(key)?.as_str()?),
         None => None,
     };
-    let file = path.unwrap_or("the file");
+    let a = WriteArgs { id, obj, path };
     let mut out: Map<String, Value> = obj.clone();
-    let set = |out: &mut Map<String, Value>, key: &str, v: Value| {
-        out.insert(key.to_owned(), v);
-    };
     let (fact, bytes, args) = match tool.shape {
-        Shape::Content { content } => {
-            let text = obj.get(content)?.as_str()?;
-            let fact = match first_line(text) {
-                Some(what) => format!("[Wrote {file} — {what}, ~{} lines]", lines(text)),
-                None => format!("[Wrote {file}, ~{} lines]", lines(text)),
-            };
-            set(
-                &mut out,
-                content,
-                Value::String(placeholder(&fact, text, path)),
-            );
-            (fact, text.len(), vec![arg(content)])
-        }
-        Shape::Replace { old, new } => {
-            let was = obj.get(old)?.as_str()?;
-            let now = obj.get(new)?.as_str()?;
-            let fact = format!(
-                "[Edited {file} — replaced {} with {}{}]",
-                count(lines(was), "line"),
-                count(lines(now), "line"),
-                changed_line(was, now).map_or_else(String::new, |l| format!(": {l}"))
-            );
-            set(&mut out, old, Value::String(replaced(was)));
-            set(&mut out, new, Value::String(placeholder(&fact, now, path)));
-            (fact, was.len() + now.len(), vec![arg(old), arg(new)])
-        }
-        Shape::Edits { edits, old, new } => {
-            let list = obj.get(edits)?.as_array()?;
-            let mut pairs = Vec::with_capacity(list.len());
-            for e in list {
-                pairs.push((e.get(old)?.as_str()?, e.get(new)?.as_str()?));
-            }
-            if pairs.is_empty() {
-                return None;
-            }
-            let was: usize = pairs.iter().map(|(o, _)| lines(o)).sum();
-            let now: usize = pairs.iter().map(|(_, n)| lines(n)).sum();
-            let bytes: usize = pairs.iter().map(|(o, n)| o.len() + n.len()).sum();
-            let fact = format!(
-                "[Edited {file} — {}, replaced {} with {}]",
-                count(pairs.len(), "edit"),
-                count(was, "line"),
-                count(now, "line")
-            );
-            let all_new: String = pairs.iter().map(|(_, n)| *n).collect::<Vec<_>>().join("\n");
-            let all_old: String = pairs.iter().map(|(o, _)| *o).collect::<Vec<_>>().join("\n");
-            let mut one = Map::new();
-            one.insert(old.to_owned(), Value::String(replaced(&all_old)));
-            one.insert(
-                new.to_owned(),
-                Value::String(placeholder(&fact, &all_new, path)),
-            );
-            set(&mut out, edits, Value::Array(vec![Value::Object(one)]));
-            (fact, bytes, vec![arg(edits)])
-        }
-        Shape::Cell { source } => {
-            let text = obj.get(source)?.as_str()?;
-            let cell = obj
-                .get("cell_id")
-                .and_then(Value::as_str)
-                .map_or_else(String::new, |c| format!(" cell {c},"));
-            let fact = format!("[Edited notebook {file} —{cell} ~{} lines]", lines(text));
-            set(
-                &mut out,
-                source,
-                Value::String(placeholder(&fact, text, path)),
-            );
-            (fact, text.len(), vec![arg(source)])
-        }
-        Shape::Patch { key: Some(key) } => {
-            let patch = obj.get(key)?.as_str()?;
-            let fact = patch_fact(patch)?;
-            set(
-                &mut out,
-                key,
-                Value::String(placeholder(&fact, patch, None)),
-            );
-            (fact, patch.len(), vec![arg(key)])
-        }
+        Shape::Content { content } => a.content(&mut out, content)?,
+        Shape::Replace { old, new } => a.replace(&mut out, old, new)?,
+        Shape::Edits { edits, old, new } => a.edits(&mut out, edits, old, new)?,
+        Shape::Cell { source } => a.cell(&mut out, source)?,
+        Shape::Patch { key: Some(key) } => a.patch(&mut out, key)?,
         Shape::Patch { key: None } => return None,
-        Shape::ShellPatch { command } => {
-            let parts = obj.get(command)?.as_array()?;
-            let (last, head) = parts.split_last()?;
-            let script = last.as_str()?;
-            if !script.trim_start().starts_with("apply_patch") {
-                return None;
-            }
-            let fact = patch_fact(script)?;
-            let mut kept = head.to_vec();
-            kept.push(Value::String(placeholder(&fact, script, None)));
-            set(&mut out, command, Value::Array(kept));
-            (fact, script.len(), vec![arg(command)])
-        }
+        Shape::ShellPatch { command } => a.shell_patch(&mut out, command)?,
     };
     Some(Stripped {
         call: id.to_owned(),
@@ -480,6 +394,164 @@ fn strip_as(tool: &WriteTool, id: &str, arguments: &Value) -> Option<Stripped> {
         bytes,
         fact,
     })
+}
+
+/// A patch given as the whole arguments (a bare string).
+fn strip_bare_patch(id: &str, arguments: &Value) -> Option<Stripped> {
+    let patch = arguments.as_str()?;
+    let fact = patch_fact(patch)?;
+    Some(Stripped {
+        call: id.to_owned(),
+        arguments: Value::String(placeholder(&fact, patch, None)),
+        args: vec![EditedArg {
+            call: id.to_owned(),
+            key: None,
+        }],
+        bytes: patch.len(),
+        fact,
+    })
+}
+
+/// What one shape's stripping gives: the fact, the bytes taken out, the arguments edited.
+type ShapeStrip = (String, usize, Vec<EditedArg>);
+
+/// A write call's object arguments, as each shape strips them (into a copy, `out`).
+struct WriteArgs<'a> {
+    id: &'a str,
+    obj: &'a Map<String, Value>,
+    /// The written file, when the tool names it.
+    path: Option<&'a str>,
+}
+
+impl WriteArgs<'_> {
+    fn file(&self) -> &str {
+        self.path.unwrap_or("the file")
+    }
+
+    fn arg(&self, key: &str) -> EditedArg {
+        EditedArg {
+            call: self.id.to_owned(),
+            key: Some(key.to_owned()),
+        }
+    }
+
+    fn content(&self, out: &mut Map<String, Value>, content: &str) -> Option<ShapeStrip> {
+        let file = self.file();
+        let text = self.obj.get(content)?.as_str()?;
+        let fact = match first_line(text) {
+            Some(what) => format!("[Wrote {file} — {what}, ~{} lines]", lines(text)),
+            None => format!("[Wrote {file}, ~{} lines]", lines(text)),
+        };
+        out.insert(
+            content.to_owned(),
+            Value::String(placeholder(&fact, text, self.path)),
+        );
+        Some((fact, text.len(), vec![self.arg(content)]))
+    }
+
+    fn replace(&self, out: &mut Map<String, Value>, old: &str, new: &str) -> Option<ShapeStrip> {
+        let was = self.obj.get(old)?.as_str()?;
+        let now = self.obj.get(new)?.as_str()?;
+        let fact = format!(
+            "[Edited {} — replaced {} with {}{}]",
+            self.file(),
+            count(lines(was), "line"),
+            count(lines(now), "line"),
+            changed_line(was, now).map_or_else(String::new, |l| format!(": {l}"))
+        );
+        out.insert(old.to_owned(), Value::String(replaced(was)));
+        out.insert(
+            new.to_owned(),
+            Value::String(placeholder(&fact, now, self.path)),
+        );
+        Some((
+            fact,
+            was.len() + now.len(),
+            vec![self.arg(old), self.arg(new)],
+        ))
+    }
+
+    /// A list of edits, stripped to one edit holding them all.
+    fn edits(
+        &self,
+        out: &mut Map<String, Value>,
+        edits: &str,
+        old: &str,
+        new: &str,
+    ) -> Option<ShapeStrip> {
+        let list = self.obj.get(edits)?.as_array()?;
+        let mut pairs = Vec::with_capacity(list.len());
+        for e in list {
+            pairs.push((e.get(old)?.as_str()?, e.get(new)?.as_str()?));
+        }
+        if pairs.is_empty() {
+            return None;
+        }
+        let was: usize = pairs.iter().map(|(o, _)| lines(o)).sum();
+        let now: usize = pairs.iter().map(|(_, n)| lines(n)).sum();
+        let bytes: usize = pairs.iter().map(|(o, n)| o.len() + n.len()).sum();
+        let fact = format!(
+            "[Edited {} — {}, replaced {} with {}]",
+            self.file(),
+            count(pairs.len(), "edit"),
+            count(was, "line"),
+            count(now, "line")
+        );
+        let all_new: String = pairs.iter().map(|(_, n)| *n).collect::<Vec<_>>().join("\n");
+        let all_old: String = pairs.iter().map(|(o, _)| *o).collect::<Vec<_>>().join("\n");
+        let mut one = Map::new();
+        one.insert(old.to_owned(), Value::String(replaced(&all_old)));
+        one.insert(
+            new.to_owned(),
+            Value::String(placeholder(&fact, &all_new, self.path)),
+        );
+        out.insert(edits.to_owned(), Value::Array(vec![Value::Object(one)]));
+        Some((fact, bytes, vec![self.arg(edits)]))
+    }
+
+    fn cell(&self, out: &mut Map<String, Value>, source: &str) -> Option<ShapeStrip> {
+        let text = self.obj.get(source)?.as_str()?;
+        let cell = self
+            .obj
+            .get("cell_id")
+            .and_then(Value::as_str)
+            .map_or_else(String::new, |c| format!(" cell {c},"));
+        let fact = format!(
+            "[Edited notebook {} —{cell} ~{} lines]",
+            self.file(),
+            lines(text)
+        );
+        out.insert(
+            source.to_owned(),
+            Value::String(placeholder(&fact, text, self.path)),
+        );
+        Some((fact, text.len(), vec![self.arg(source)]))
+    }
+
+    fn patch(&self, out: &mut Map<String, Value>, key: &str) -> Option<ShapeStrip> {
+        let patch = self.obj.get(key)?.as_str()?;
+        let fact = patch_fact(patch)?;
+        out.insert(
+            key.to_owned(),
+            Value::String(placeholder(&fact, patch, None)),
+        );
+        Some((fact, patch.len(), vec![self.arg(key)]))
+    }
+
+    /// A shell command whose last word is an `apply_patch` script.
+    fn shell_patch(&self, out: &mut Map<String, Value>, command: &str) -> Option<ShapeStrip> {
+        let parts = self.obj.get(command)?.as_array()?;
+        let (last, head) = parts.split_last()?;
+        let script = last.as_str()?;
+        if !script.trim_start().starts_with("apply_patch") {
+            return None;
+        }
+        let fact = patch_fact(script)?;
+        let mut kept = head.to_vec();
+        kept.push(Value::String(placeholder(&fact, script, None)));
+        out.insert(command.to_owned(), Value::Array(kept));
+        Some((fact, script.len(), vec![self.arg(command)]))
+    }
 }
 
 /// What replaces the content: the fact, then where the content went.
