@@ -62,7 +62,7 @@ pub struct EvalArgs {
     #[arg(long)]
     pub no_write_facts: bool,
     /// Writes carrying fewer bytes of content than this keep it (1 to 10000000).
-    #[arg(long, value_name = "BYTES", default_value_t = ctxd_core::wm::writes::DEFAULT_MIN_BYTES,
+    #[arg(long, value_name = "BYTES", default_value_t = ctxd_core::mechanisms::writes::DEFAULT_MIN_BYTES,
           value_parser = parse_min_bytes)]
     pub write_facts_min_bytes: usize,
     /// Old exchanges are omitted when the classifier's P(relevant) is below this (0: never),
@@ -177,7 +177,7 @@ impl Switches {
 }
 
 fn parse_min_bytes(s: &str) -> Result<usize, String> {
-    let range = ctxd_core::wm::writes::MIN_BYTES_RANGE;
+    let range = ctxd_core::mechanisms::writes::MIN_BYTES_RANGE;
     match s.trim().parse::<usize>() {
         Ok(n) if range.contains(&n) => Ok(n),
         _ => Err(format!(
@@ -317,8 +317,8 @@ fn ratio(a: f64, b: f64) -> f64 {
 fn digest_config(
     args: &EvalArgs,
     on: bool,
-) -> anyhow::Result<Option<ctxd_core::wm::digest::Config>> {
-    let mut cfg = ctxd_core::wm::digest::Config::default();
+) -> anyhow::Result<Option<ctxd_core::mechanisms::digest::Config>> {
+    let mut cfg = ctxd_core::mechanisms::digest::Config::default();
     if let Some(n) = args.digest_min_tokens {
         cfg.min_tokens = ctxd_gateway::config::parse_digest_min_tokens(n)
             .map_err(|e| anyhow::anyhow!("--digest-min-tokens {e}"))?;
@@ -330,8 +330,8 @@ fn digest_config(
 fn amnesia_config(
     args: &EvalArgs,
     on: bool,
-) -> anyhow::Result<Option<ctxd_core::wm::amnesia::Config>> {
-    let mut cfg = ctxd_core::wm::amnesia::Config::default();
+) -> anyhow::Result<Option<ctxd_core::mechanisms::amnesia::Config>> {
+    let mut cfg = ctxd_core::mechanisms::amnesia::Config::default();
     if let Some(n) = args.amnesia_min_tokens {
         cfg.min_tokens = ctxd_gateway::config::parse_amnesia_min_tokens(n)
             .map_err(|e| anyhow::anyhow!("--amnesia-min-tokens {e}"))?;
@@ -348,7 +348,7 @@ fn settings(args: &EvalArgs, switches: Switches) -> anyhow::Result<ctxd_gateway:
     s.management.mechanisms.digests = switches.digests;
     s.management.mechanisms.amnesia = switches.amnesia;
     s.management.mechanisms.lazy_tools = args.lazy_tools;
-    s.management.write_facts = ctxd_core::wm::writes::Settings {
+    s.management.write_facts = ctxd_core::mechanisms::writes::Settings {
         enabled: switches.write_facts,
         min_bytes: args.write_facts_min_bytes,
     };

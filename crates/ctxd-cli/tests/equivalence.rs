@@ -527,13 +527,13 @@ fn request_line(k: usize, body: &[u8], tokens: &BodyTokens) -> serde_json::Value
 fn digest_of(sent: &Message, client: &Message) -> bool {
     sent.role == client.role
         && sent.content.len() == client.content.len()
-        && ctxd_core::wm::digest::is_digest(&sent.content)
+        && ctxd_core::mechanisms::digest::is_digest(&sent.content)
         && sent.content.iter().zip(&client.content).all(|(a, b)| {
             a == b
                 || matches!((a, b), (
                     ContentBlock::ToolResult { call_id: x, is_error: e, .. },
                     ContentBlock::ToolResult { call_id: y, is_error: f, .. },
-                ) if x == y && e == f && ctxd_core::wm::digest::is_digest(std::slice::from_ref(a)))
+                ) if x == y && e == f && ctxd_core::mechanisms::digest::is_digest(std::slice::from_ref(a)))
         })
 }
 

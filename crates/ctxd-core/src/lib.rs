@@ -24,8 +24,9 @@ pub mod budget;
 pub mod cache;
 pub mod distill;
 pub mod history;
+pub mod mechanisms;
 pub mod model;
-pub mod models;
+pub mod model_limits;
 pub mod notes;
 pub mod offered;
 pub mod pace;
@@ -38,6 +39,5 @@ pub mod tokens;
 pub mod tree;
 pub mod view;
 pub mod windows;
-pub mod wm;
 
 pub use model::Session;

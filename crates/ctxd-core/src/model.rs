@@ -150,7 +150,7 @@ pub enum EntryKind {
         replacement: Option<Vec<ContentBlock>>,
     },
     /// Replace the arguments of tool calls in an earlier assistant message, nothing else: the
-    /// write-facts mechanism ([`crate::wm::writes`]) strips a write's content once its result
+    /// write-facts mechanism ([`crate::mechanisms::writes`]) strips a write's content once its result
     /// is in. `replacement` is the whole content the model sees from then on; the projection
     /// applies it only when every block but the named arguments of the named calls is
     /// identical to what is shown (thinking and signatures, ids, names, order, the other

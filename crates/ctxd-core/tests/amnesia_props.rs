@@ -9,10 +9,10 @@
 //! nothing mid-array is ever removed).
 
 use ctxd_core::distill::Answer;
+use ctxd_core::mechanisms::amnesia::{decide, prepare, Config};
 use ctxd_core::model::{ContentBlock, EntryKind, Message, Role, Session};
 use ctxd_core::tokens::CharEstimate;
 use ctxd_core::view::{project_checked, ItemKind};
-use ctxd_core::wm::amnesia::{decide, prepare, Config};
 use proptest::prelude::*;
 use serde_json::json;
 

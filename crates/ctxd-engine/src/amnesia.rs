@@ -1,4 +1,4 @@
-//! Meta-amnesia on a request ([`ctxd_core::wm::amnesia`]): the round the request ends in is
+//! Meta-amnesia on a request ([`ctxd_core::mechanisms::amnesia`]): the round the request ends in is
 //! judged by the configured classifier when its results first arrive, and its record (and,
 //! when every result is a drop, the edits omitting the round) appended after the request's
 //! last element, before the request is projected: the model never sees a dropped round, and
@@ -12,9 +12,9 @@
 use std::time::Duration;
 
 use ctxd_core::distill::Missing;
+use ctxd_core::mechanisms::amnesia::{self, Config, Prepared, Record};
 use ctxd_core::model::EntryKind;
 use ctxd_core::tokens::TokenCounter;
-use ctxd_core::wm::amnesia::{self, Config, Prepared, Record};
 use ctxd_store::NewEntry;
 
 use crate::distill::{ask, Classifier, Limits};

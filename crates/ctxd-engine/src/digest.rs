@@ -1,5 +1,5 @@
 //! Shell-output digests on a request's new elements: the core's policy
-//! ([`ctxd_core::wm::digest`]) applied when a turn's request is planned, before it is projected,
+//! ([`ctxd_core::mechanisms::digest`]) applied when a turn's request is planned, before it is projected,
 //! so the model never sees a large shell output whole.
 //!
 //! Three steps, so that the token counter (not `Send`) is never held across an await:
@@ -15,9 +15,9 @@
 
 use std::time::Duration;
 
+use ctxd_core::mechanisms::digest::{self, Candidate, Config, Pointer};
 use ctxd_core::model::EntryKind;
 use ctxd_core::tokens::TokenCounter;
-use ctxd_core::wm::digest::{self, Candidate, Config, Pointer};
 use ctxd_store::NewEntry;
 use serde::Deserialize;
 use serde_json::json;

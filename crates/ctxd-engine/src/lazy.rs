@@ -1,4 +1,4 @@
-//! `find_capability`, the tool of lazy tools ([`ctxd_core::wm::lazy`]): the model asks for a
+//! `find_capability`, the tool of lazy tools ([`ctxd_core::mechanisms::lazy`]): the model asks for a
 //! capability, the tool searches the client's whole tool list as the log holds it (the
 //! `ToolDefs` in force on the branch) and answers with the matches; their activation is a
 //! record the gateway appends after the result ([`ToolOutput::record`]), read back by every
@@ -7,8 +7,8 @@
 //! Served only through the gateway (it rebuilds the request's `tools` from the records): the
 //! MCP server leaves it out, as it leaves out the reset tools.
 
+use ctxd_core::mechanisms::lazy::{self, FIND_CAPABILITY};
 use ctxd_core::tree::active_branch;
-use ctxd_core::wm::lazy::{self, FIND_CAPABILITY};
 use ctxd_store::Store;
 use schemars::JsonSchema;
 use serde::Deserialize;

@@ -129,7 +129,7 @@ impl WindowPolicy {
     pub fn for_model(model: Option<&str>) -> Self {
         Self::new(
             Thresholds::default(),
-            model.and_then(ctxd_core::models::context_window),
+            model.and_then(ctxd_core::model_limits::context_window),
         )
     }
 

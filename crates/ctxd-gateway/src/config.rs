@@ -101,10 +101,10 @@ pub struct Settings {
     pub management: Management,
     /// Shell-output digests' thresholds and shell tools (on or off per agent in
     /// [`Mechanisms::digests`]).
-    pub digest: ctxd_core::wm::digest::Config,
+    pub digest: ctxd_core::mechanisms::digest::Config,
     /// Meta-amnesia's threshold and read-like tools (on or off per agent in
     /// [`Mechanisms::amnesia`]).
-    pub amnesia: ctxd_core::wm::amnesia::Config,
+    pub amnesia: ctxd_core::mechanisms::amnesia::Config,
     /// How long a request waits for its round's judgment at most (past it: retained).
     pub amnesia_budget: Duration,
     /// Anthropic `cache_control` breakpoints planned on the requests ctxd rewrites, and
@@ -132,10 +132,10 @@ pub struct Management {
     pub tools: ToolsSetting,
     /// Write facts: a write's content stripped at the tail, a fact in its place
     /// (`--no-write-facts`, `--write-facts-min-bytes`; `write-facts`, `write-facts-min-bytes`).
-    pub write_facts: ctxd_core::wm::writes::Settings,
+    pub write_facts: ctxd_core::mechanisms::writes::Settings,
     /// Lazy tools' base set per agent (on or off per agent in [`Mechanisms::lazy_tools`];
     /// `[lazy-base-tools]`: `AGENT = ["tool", ...]`, `other` for agents without a row).
-    pub lazy_base: ctxd_core::wm::lazy::BaseTools,
+    pub lazy_base: ctxd_core::mechanisms::lazy::BaseTools,
 }
 
 /// Which of ctxd's tools the gateway adds to a request's tool list (`--tools`, `tools = ...`).
@@ -201,7 +201,7 @@ fn offerable() -> Vec<&'static str> {
     ctxd_engine::tools::names()
         .iter()
         .copied()
-        .filter(|n| *n != ctxd_core::wm::lazy::FIND_CAPABILITY)
+        .filter(|n| *n != ctxd_core::mechanisms::lazy::FIND_CAPABILITY)
         .collect()
 }
 
@@ -396,9 +396,9 @@ pub fn parse_exchange_omit(p: f32) -> Result<f32, String> {
     }
 }
 
-/// A meta-amnesia threshold in tokens, in [`ctxd_core::wm::amnesia::MIN_TOKENS_RANGE`].
+/// A meta-amnesia threshold in tokens, in [`ctxd_core::mechanisms::amnesia::MIN_TOKENS_RANGE`].
 pub fn parse_amnesia_min_tokens(n: u64) -> Result<u64, String> {
-    let r = &ctxd_core::wm::amnesia::MIN_TOKENS_RANGE;
+    let r = &ctxd_core::mechanisms::amnesia::MIN_TOKENS_RANGE;
     if r.contains(&n) {
         Ok(n)
     } else {
@@ -467,8 +467,8 @@ impl Settings {
             distill_tuning: DistillTuning::default(),
             classifier: ctxd_engine::distill::ClassifierSettings::default(),
             management: Management::default(),
-            digest: ctxd_core::wm::digest::Config::default(),
-            amnesia: ctxd_core::wm::amnesia::Config::default(),
+            digest: ctxd_core::mechanisms::digest::Config::default(),
+            amnesia: ctxd_core::mechanisms::amnesia::Config::default(),
             amnesia_budget: ctxd_engine::amnesia::DEFAULT_BUDGET,
             cache_plan: true,
         }
@@ -697,7 +697,7 @@ impl Settings {
         if self.max_connections == 0 {
             return Err("--max-connections must be at least 1".into());
         }
-        let min = &ctxd_core::wm::writes::MIN_BYTES_RANGE;
+        let min = &ctxd_core::mechanisms::writes::MIN_BYTES_RANGE;
         if !min.contains(&self.management.write_facts.min_bytes) {
             return Err(format!(
                 "--write-facts-min-bytes {} must be {} to {}",
@@ -840,7 +840,7 @@ struct FileSettings {
     /// `[amnesia-read-tools.AGENT]` tables: `tools = [...]` (every result a read) and
     /// `shell = [...]` (a read when the command only reads); `other` for agents without a row.
     #[serde(default)]
-    amnesia_read_tools: BTreeMap<String, ctxd_core::wm::amnesia::AgentReads>,
+    amnesia_read_tools: BTreeMap<String, ctxd_core::mechanisms::amnesia::AgentReads>,
     tools: Option<ToolsSetting>,
     lazy_tools: Option<bool>,
     /// `[lazy-base-tools]` table: `AGENT = ["tool", ...]`, the client's tools that always go

@@ -1,4 +1,4 @@
-//! Lazy tools on a request, the adapter side ([`ctxd_core::wm::lazy`] decides): the client's
+//! Lazy tools on a request, the adapter side ([`ctxd_core::mechanisms::lazy`] decides): the client's
 //! `tools` array split into its definitions (their bytes kept), and which of them go upstream
 //! given the log: the agent's base set, the tools activated since the last user prompt (read
 //! from the branch on every body built, so a hidden round's `find_capability` shows in its
@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::ops::Range;
 
-use ctxd_core::wm::lazy::{self, Candidate};
+use ctxd_core::mechanisms::lazy::{self, Candidate};
 use ctxd_engine::turn::SessionLog;
 use serde::Deserialize;
 use serde_json::value::RawValue;

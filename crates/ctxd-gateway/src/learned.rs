@@ -102,7 +102,7 @@ pub fn observe_overflow(app: &Arc<Gateway>, model: Option<&str>, beta_1m: bool, 
         return;
     }
     let text = String::from_utf8_lossy(&body[..body.len().min(4096)]);
-    let Some(window) = ctxd_core::models::stated_window(&text) else {
+    let Some(window) = ctxd_core::model_limits::stated_window(&text) else {
         return;
     };
     if !app.learned.remember(model, beta_1m, window) {

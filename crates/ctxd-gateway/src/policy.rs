@@ -52,7 +52,7 @@ pub fn model_window(
     if beta_1m {
         return Some(BETA_1M_WINDOW);
     }
-    model.and_then(ctxd_core::models::context_window)
+    model.and_then(ctxd_core::model_limits::context_window)
 }
 
 /// The policy of one request of agent `agent`: the window (at least `accepted`, the largest

@@ -88,8 +88,8 @@ pub(crate) fn count_prepared(prepared: &PreparedTurn) {
     if let Some(record) = &prepared.amnesia {
         for j in &record.judgments {
             let decision = match j.decision {
-                ctxd_core::wm::amnesia::Decision::Retain => "retain",
-                ctxd_core::wm::amnesia::Decision::Drop => "drop",
+                ctxd_core::mechanisms::amnesia::Decision::Retain => "retain",
+                ctxd_core::mechanisms::amnesia::Decision::Drop => "drop",
             };
             metrics::counter!("ctxd_amnesia_judgments_total", "decision" => decision).increment(1);
         }

@@ -117,7 +117,7 @@ fn served() -> Vec<ToolSpec> {
         .into_iter()
         .filter(|s| {
             !ctxd_core::windows::RESET_TOOLS.contains(&s.name)
-                && s.name != ctxd_core::wm::lazy::FIND_CAPABILITY
+                && s.name != ctxd_core::mechanisms::lazy::FIND_CAPABILITY
         })
         .collect()
 }

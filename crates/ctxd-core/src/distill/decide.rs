@@ -299,7 +299,7 @@ fn large_text(
     vec![ContentBlock::text(new_text)]
 }
 
-/// Old images, and earlier runs' outputs judged again (`planner::Memo::retry`), wait: their
+/// Old images, and earlier runs' outputs judged again (`planner::EarlierJudgments::retry`), wait: their
 /// edits are dropped and their results kept as "deferred".
 fn defer_old_items(plan: &Plan, blocks: &mut NewBlocks, results: &mut [ItemResult]) {
     for item in plan.items.iter().filter(|it| it.kind != ItemKind::Exchange) {

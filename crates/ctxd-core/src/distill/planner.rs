@@ -30,7 +30,7 @@ pub fn plan(session: &Session, branch: &[usize], cfg: &Config, phase: Phase) -> 
         // checkpoints end here, and the eval runs one after every tool batch).
         return empty_plan(phase, run);
     }
-    let memo = Memo::read(session, branch, run.prompt.map(|p| items[p].entry));
+    let memo = EarlierJudgments::read(session, branch, run.prompt.map(|p| items[p].entry));
     let mut calls: Vec<&Call> = run.calls.values().collect();
     calls.sort_by(|a, b| (a.at, &a.id).cmp(&(b.at, &b.id)));
     let quoted = quoted_by(&calls);
@@ -163,7 +163,7 @@ struct Scan<'a> {
     session: &'a Session,
     cfg: &'a Config,
     phase: Phase,
-    memo: &'a Memo,
+    memo: &'a EarlierJudgments,
     run: &'a Run,
     /// The run's calls by projection index, then id.
     calls: &'a [&'a Call],
@@ -183,7 +183,7 @@ impl<'a> Scan<'a> {
         session: &'a Session,
         cfg: &'a Config,
         phase: Phase,
-        memo: &'a Memo,
+        memo: &'a EarlierJudgments,
         run: &'a Run,
         calls: &'a [&'a Call],
         quoted: &'a HashMap<String, usize>,
@@ -214,7 +214,7 @@ impl<'a> Scan<'a> {
             output_at: Vec::new(),
             pinned: Vec::new(),
         };
-        // Before the run, only the outputs still to be judged ([`Memo::retry`]).
+        // Before the run, only the outputs still to be judged ([`EarlierJudgments::retry`]).
         let from = if self.phase == Phase::RunEnd && !self.memo.retry.is_empty() {
             0
         } else {
@@ -492,7 +492,7 @@ fn item_chars(item: &ViewItem<'_>) -> usize {
 }
 
 /// What earlier records on the branch say was judged.
-struct Memo {
+struct EarlierJudgments {
     /// Entries judged at a checkpoint (with an answer).
     mid_run: HashSet<String>,
     /// Exchange prompts judged in this run (not deferred).
@@ -503,9 +503,9 @@ struct Memo {
     retry: HashMap<String, (String, String)>,
 }
 
-impl Memo {
+impl EarlierJudgments {
     fn read(session: &Session, branch: &[usize], prompt_entry: Option<usize>) -> Self {
-        let mut memo = Memo {
+        let mut memo = EarlierJudgments {
             mid_run: HashSet::default(),
             exchanges: HashSet::default(),
             retry: HashMap::default(),
@@ -567,7 +567,7 @@ fn is_unanswered(reason: &str) -> bool {
     })
 }
 
-/// What [`Memo`] reads of a pass's record (`record::Record`): borrowed, the rest skipped.
+/// What [`EarlierJudgments`] reads of a pass's record (`record::Record`): borrowed, the rest skipped.
 #[derive(serde::Deserialize)]
 struct Judged<'a> {
     v: u32,
@@ -653,7 +653,7 @@ fn exchanges(
     items: &[ViewItem<'_>],
     prompt: usize,
     cfg: &Config,
-    memo: &Memo,
+    memo: &EarlierJudgments,
     out: &mut Vec<Item>,
 ) {
     let starts = exchange_starts(items, prompt);

@@ -510,11 +510,11 @@ fn the_text_an_edit_quotes_stays_verbatim_after_write_facts_strip_the_edit() {
     log.result("c2", "edit", "Successfully replaced text in src/util.rs.");
     let branch = active_branch(&log.s);
     let fresh = [branch[branch.len() - 1]];
-    let drafts = crate::wm::writes::plan(
+    let drafts = crate::mechanisms::writes::plan(
         &log.s,
         &branch,
         &fresh,
-        &crate::wm::writes::Settings::default(),
+        &crate::mechanisms::writes::Settings::default(),
     );
     assert_eq!(drafts.len(), 1, "the edit is stripped");
     for d in drafts {

@@ -20,7 +20,7 @@ mod walk;
 use serde::Serialize;
 
 use crate::model::{Agent, EntryKind, Session, Usage};
-use crate::models::{self, Threshold};
+use crate::model_limits::{self, Threshold};
 use crate::tokens::TokenCounter;
 use crate::tree;
 
@@ -218,8 +218,8 @@ pub fn build(session: &Session, counter: &dyn TokenCounter, options: &Options) -
     let window = options
         .window
         .or(session.meta.context_window)
-        .or_else(|| model.as_deref().and_then(models::context_window));
-    let threshold = window.and_then(|w| models::compaction_threshold(session.meta.agent, w));
+        .or_else(|| model.as_deref().and_then(model_limits::context_window));
+    let threshold = window.and_then(|w| model_limits::compaction_threshold(session.meta.agent, w));
 
     // The provider's figure: the last answered turn (at or before the cut) with usage.
     let turns_upto = at_turn.unwrap_or(full.turns.len());

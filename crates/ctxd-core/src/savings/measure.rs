@@ -4,10 +4,10 @@ use std::collections::HashSet;
 
 use super::{tokens_of_bytes, ByMechanism};
 use crate::distill::record::blocks_chars;
+use crate::mechanisms::amnesia;
+use crate::mechanisms::digest::is_digest_edit;
 use crate::model::{EntryId, EntryKind, Session};
 use crate::view::{unpaired, Change, Item, ItemKind, Projector};
-use crate::wm::amnesia;
-use crate::wm::digest::is_digest_edit;
 
 /// What one request sends against what the whole branch would have been.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -55,13 +55,13 @@ impl Measure {
 /// never modified, so a session's next request reads only its new entries. Keep one per
 /// session log, and start a new one whenever the log is rebuilt.
 #[derive(Clone, Debug, Default)]
-pub struct Memo {
+pub struct EntryTokens {
     tokens: Vec<u32>,
 }
 
 const UNKNOWN: u32 = u32::MAX;
 
-impl Memo {
+impl EntryTokens {
     /// The tokens of the content the entry at `pos` shows (a message's, a boot's, an edit's
     /// replacement, a summary, a system prompt, tool definitions).
     fn get(&mut self, session: &Session, pos: usize) -> u64 {
@@ -98,7 +98,9 @@ fn entry_tokens(kind: &EntryKind) -> u64 {
         EntryKind::BranchSummary { summary, .. } => tokens_of_bytes(summary.len()),
         EntryKind::Compaction(c) => tokens_of_bytes(c.summary.len()),
         EntryKind::SystemPrompt { text } => tokens_of_bytes(text.len()),
-        EntryKind::ToolDefs { tools } => tools.iter().map(crate::wm::lazy::def_tokens).sum(),
+        EntryKind::ToolDefs { tools } => {
+            tools.iter().map(crate::mechanisms::lazy::def_tokens).sum()
+        }
         _ => 0,
     }
 }
@@ -152,7 +154,7 @@ fn item_tokens(item: &Item<'_>) -> u64 {
     }
 }
 
-fn acct(session: &Session, memo: &mut Memo, pos: usize) -> Acct {
+fn acct(session: &Session, memo: &mut EntryTokens, pos: usize) -> Acct {
     let owner = owner_of(session, pos);
     let shown = memo.get(session, pos);
     Acct {
@@ -167,7 +169,12 @@ fn acct(session: &Session, memo: &mut Memo, pos: usize) -> Acct {
 /// Measure the request whose upstream conversation is the projection of `branch` (positions,
 /// root first), with `served` tokens of ctxd's tool definitions added to it. Tolerant: a
 /// marker without its boot measures what the walk saw (the gateway sends no such request).
-pub fn measure(session: &Session, branch: &[usize], memo: &mut Memo, served: u64) -> Measure {
+pub fn measure(
+    session: &Session,
+    branch: &[usize],
+    memo: &mut EntryTokens,
+    served: u64,
+) -> Measure {
     let mut p = Projector::new(session);
     let mut t = Tally {
         session,
@@ -210,7 +217,7 @@ struct Tally<'a> {
 
 impl Tally<'_> {
     /// Item `index` now shows the edit at `pos`.
-    fn edited(&mut self, memo: &mut Memo, index: usize, pos: usize) {
+    fn edited(&mut self, memo: &mut EntryTokens, index: usize, pos: usize) {
         let session = self.session;
         if let Some(a) = self.live.get_mut(index) {
             a.shown = memo.get(session, pos);
@@ -252,7 +259,7 @@ impl Tally<'_> {
     }
 
     /// A window's boot at `pos`, the projection now `items` long.
-    fn window(&mut self, memo: &mut Memo, items: usize, pos: usize) {
+    fn window(&mut self, memo: &mut EntryTokens, items: usize, pos: usize) {
         // What this window's predecessors showed, at their full size, is now the
         // reset's; the boot stands for it.
         self.folded += self.live.iter().map(|a| a.raw).sum::<u64>()

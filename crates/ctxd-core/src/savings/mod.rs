@@ -5,13 +5,13 @@
 //! - [`measure`]: one forward walk of the projection ([`crate::view::Projector`]), each change
 //!   charged to its mechanism: `windows` (what resets folded away, net of the boot that stands
 //!   for it), `distillation` (context edits: replaced content and omitted items), `digests`
-//!   (shell outputs replaced by a digest, [`crate::wm::digest`]; what later edits take off a
+//!   (shell outputs replaced by a digest, [`crate::mechanisms::digest`]; what later edits take off a
 //!   digest is distillation's), `reminders`
 //!   (ctxd's injected messages: a cost), `served-tools` (ctxd's tool definitions: a cost),
 //!   `write-facts` (write calls' content stripped, net of the fact that stands for it:
 //!   [`EntryKind::ArgsEdit`](crate::model::EntryKind::ArgsEdit)) and `pairing` (calls and
 //!   results dropped together). `whole - sent` is the sum of the
-//!   mechanisms, exactly. Sizes per entry are kept in a [`Memo`], so a request re-reads only
+//!   mechanisms, exactly. Sizes per entry are kept in a [`EntryTokens`], so a request re-reads only
 //!   the entries it has not seen.
 //! - [`record`]: the request's record, an event `ctxd.request` appended with the turn, and the
 //!   totals read back from the log ([`record::totals`], [`record::requests`]).
@@ -20,9 +20,9 @@
 //! tokenizer per request was too slow on large conversations, and the figures are for
 //! comparing mechanisms, not for billing.
 //!
-//! `amnesia` is what meta-amnesia's pruning removed ([`crate::wm::amnesia`]: the omissions
+//! `amnesia` is what meta-amnesia's pruning removed ([`crate::mechanisms::amnesia`]: the omissions
 //! its records name). `lazy-tools` is the client's tool definitions a request left out
-//! ([`crate::wm::lazy`], [`Measure::with_lazy`]); `find_capability`'s own definition is among
+//! ([`crate::mechanisms::lazy`], [`Measure::with_lazy`]); `find_capability`'s own definition is among
 //! `served-tools`.
 
 mod measure;
@@ -30,7 +30,7 @@ pub mod record;
 #[cfg(test)]
 mod tests;
 
-pub use measure::{measure, Measure, Memo};
+pub use measure::{measure, EntryTokens, Measure};
 pub use record::{Record, Totals};
 
 use serde::{Deserialize, Serialize};
@@ -186,6 +186,6 @@ pub fn tokens_of_bytes(bytes: usize) -> u64 {
 /// `tokens` at `model`'s list price of uncached input (an upper bound of the money: cached
 /// input is billed at a fraction); `None` when the model's price is not known.
 pub fn usd(tokens: i64, model: Option<&str>) -> Option<f64> {
-    let price = crate::models::input_usd_per_mtok(model?)?;
+    let price = crate::model_limits::input_usd_per_mtok(model?)?;
     Some(tokens as f64 * price / 1e6)
 }

@@ -12,7 +12,7 @@ fn msg(role: Role, n: usize) -> EntryKind {
 
 fn measured(s: &Session, served: u64) -> Measure {
     let branch = crate::tree::active_branch(s);
-    let mut memo = Memo::default();
+    let mut memo = EntryTokens::default();
     let m = measure(s, &branch, &mut memo, served);
     assert_eq!(m.saved.total(), m.saved_total(), "{m:?}");
     // A warm memo measures the same.
@@ -210,7 +210,7 @@ fn a_stripped_write_is_saved_by_write_facts_net_of_its_fact() {
     ]);
     let before = measured(&s, 0);
     let branch: Vec<usize> = (0..s.entries.len()).collect();
-    let drafts = crate::wm::writes::plan(&s, &branch, &[2], &Default::default());
+    let drafts = crate::mechanisms::writes::plan(&s, &branch, &[2], &Default::default());
     assert_eq!(drafts.len(), 1);
     s.push_linear(drafts[0].kind.clone());
     let after = measured(&s, 0);
@@ -228,7 +228,7 @@ fn tools_left_out_are_lazy_tools_and_the_sum_stays_exact() {
         schema: serde_json::Value::Null,
     };
     let tools = vec![tool("Bash", 396), tool("Workflow", 3992)];
-    let left_out = crate::wm::lazy::avoided_tokens(&tools, |n| n == "Bash");
+    let left_out = crate::mechanisms::lazy::avoided_tokens(&tools, |n| n == "Bash");
     assert_eq!(left_out, 1000);
     let s = session(vec![EntryKind::ToolDefs { tools }, msg(Role::User, 400)]);
     let m = measured(&s, 40).with_lazy(left_out);

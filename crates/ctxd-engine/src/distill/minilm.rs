@@ -24,7 +24,7 @@
 //! choice is made from the combined chunk answers with the local rule's shape ([`focus`]);
 //! its `keep whole` question is structural (the share of cited chunks) and stays local.
 //!
-//! **Cost.** Embeddings are remembered by content hash across passes ([`Memo`]), so a long
+//! **Cost.** Embeddings are remembered by content hash across passes ([`EmbeddingCache`]), so a long
 //! run's passes embed each output once and each pass embeds its new query. The model runs on
 //! `tokio::task::spawn_blocking`, one batch at a time (candle's matrix products use every
 //! core already); a batch the runner gave up on still finishes and fills the memo. A reply's
@@ -160,7 +160,7 @@ pub fn target_text(plan: &Plan, q: &Question) -> Option<String> {
     }
 }
 
-/// A text's key in the [`Memo`]: its BLAKE3 hash, cut to 128 bits.
+/// A text's key in the [`EmbeddingCache`]: its BLAKE3 hash, cut to 128 bits.
 type Key = [u8; 16];
 
 fn key_of(text: &str) -> Key {
@@ -173,7 +173,7 @@ fn key_of(text: &str) -> Key {
 /// classifier's term memo: two generations, the current one becoming the old one when it
 /// holds half of [`MEMO_BYTES`]; what a pass finds in the old one moves to the current one.
 #[derive(Debug, Default)]
-pub struct Memo {
+pub struct EmbeddingCache {
     current: HashMap<Key, Arc<[f32]>>,
     old: HashMap<Key, Arc<[f32]>>,
     bytes: usize,
@@ -186,7 +186,7 @@ fn entry_bytes(v: &[f32]) -> usize {
     48 + std::mem::size_of_val(v)
 }
 
-impl Memo {
+impl EmbeddingCache {
     pub fn get(&mut self, key: &Key) -> Option<Arc<[f32]>> {
         if let Some(v) = self.current.get(key) {
             return Some(v.clone());
@@ -240,7 +240,7 @@ fn shared_encoder(dir: &Path) -> Result<Arc<Encoder>, ClassifierError> {
 pub struct MiniLmClassifier {
     dir: PathBuf,
     encoder: Arc<Encoder>,
-    memo: Arc<Mutex<Memo>>,
+    memo: Arc<Mutex<EmbeddingCache>>,
     /// One batch embeds at a time.
     permits: Arc<Semaphore>,
     /// Where the model runs when it must give way: its own thread, paced (`None`: the
@@ -392,7 +392,9 @@ impl Background {
     }
 }
 
-fn lock(memo: &Mutex<Memo>) -> Result<std::sync::MutexGuard<'_, Memo>, ClassifierError> {
+fn lock(
+    memo: &Mutex<EmbeddingCache>,
+) -> Result<std::sync::MutexGuard<'_, EmbeddingCache>, ClassifierError> {
     memo.lock()
         .map_err(|_| ClassifierError("minilm: the embedding memo is poisoned".into()))
 }
@@ -528,7 +530,7 @@ mod tests {
 
     #[test]
     fn the_memo_is_bounded_and_keeps_what_is_read_again() {
-        let mut m = Memo::default();
+        let mut m = EmbeddingCache::default();
         let v: Arc<[f32]> = vec![0.5f32; 384].into();
         let kept = key_of("kept");
         m.insert(kept, v.clone());

@@ -6,7 +6,7 @@
 //! 1. [`plan_request`]: the client's request ([`ClientRequest`]) mapped onto the log; what is
 //!    new appended ([`RequestPlan`]).
 //! 2. [`strip_writes`]: the results of write calls in the last assistant message strip their
-//!    content at the tail, a fact in its place ([`ctxd_core::wm::writes`]).
+//!    content at the tail, a fact in its place ([`ctxd_core::mechanisms::writes`]).
 //! 3. [`completes_batch`] / [`end_turn`]: a request carrying the last results of a tool batch
 //!    ends the turn that called the tools (reminder, due reset) before it is projected; so does
 //!    an answer without tool calls, and an overflow.
@@ -52,5 +52,5 @@ pub struct SessionView {
     pub log: SessionLog,
     /// Sizes of the log's entries for the requests' savings accounting (new entries only are
     /// sized at each request); rebuilt with the log.
-    pub savings: ctxd_core::savings::Memo,
+    pub savings: ctxd_core::savings::EntryTokens,
 }

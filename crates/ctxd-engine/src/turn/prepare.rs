@@ -16,10 +16,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ctxd_core::mechanisms::amnesia::Record as AmnesiaRecord;
 use ctxd_core::model::{EntryId, EntryKind};
 use ctxd_core::tokens::TokenCounter;
 use ctxd_core::view::ProjectionError;
-use ctxd_core::wm::amnesia::Record as AmnesiaRecord;
 use ctxd_store::{NewEntry, Store};
 
 use super::{completes_batch, end_turn, plan_request, upstream, ClientRequest, RequestPlan};
@@ -71,9 +71,9 @@ impl Default for Mechanisms {
 /// The settings of the mechanisms, the same for every session of a gateway (or an eval).
 #[derive(Clone, Copy, Debug)]
 pub struct TurnSettings<'a> {
-    pub write_facts: &'a ctxd_core::wm::writes::Settings,
-    pub digest: &'a ctxd_core::wm::digest::Config,
-    pub amnesia: &'a ctxd_core::wm::amnesia::Config,
+    pub write_facts: &'a ctxd_core::mechanisms::writes::Settings,
+    pub digest: &'a ctxd_core::mechanisms::digest::Config,
+    pub amnesia: &'a ctxd_core::mechanisms::amnesia::Config,
     /// The amnesia judge's time budget per request.
     pub amnesia_budget: Duration,
 }

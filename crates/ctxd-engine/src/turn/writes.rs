@@ -1,10 +1,10 @@
-//! Write facts on a request ([`ctxd_core::wm::writes`]): when the request's new elements bring
+//! Write facts on a request ([`ctxd_core::mechanisms::writes`]): when the request's new elements bring
 //! the results of write calls in the branch's last assistant message, the edits stripping their
 //! content (each showing its fact) are appended after them, before the request is projected,
 //! and go to the store with the request's batch. Every later request shows the same edits; the
 //! prefix before the stripped message is the previous request's, byte for byte.
 
-use ctxd_core::wm::writes::{self, Settings};
+use ctxd_core::mechanisms::writes::{self, Settings};
 use ctxd_store::NewEntry;
 
 use super::hash;

@@ -70,7 +70,7 @@ impl Offer {
 
     /// This offer with `find_capability` (lazy tools leave some of the client's tools out).
     pub fn with_find_capability(mut self) -> Offer {
-        let name = ctxd_core::wm::lazy::FIND_CAPABILITY;
+        let name = ctxd_core::mechanisms::lazy::FIND_CAPABILITY;
         if !self.has(name) {
             self.names.push(name);
         }

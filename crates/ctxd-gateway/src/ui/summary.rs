@@ -42,7 +42,7 @@ pub fn chars_to_tokens(chars: usize) -> u64 {
 
 /// `tokens` at `model`'s input price.
 pub fn usd(tokens: u64, model: Option<&str>) -> Option<f64> {
-    let price = ctxd_core::models::input_usd_per_mtok(model?)?;
+    let price = ctxd_core::model_limits::input_usd_per_mtok(model?)?;
     Some(tokens as f64 * price / 1e6)
 }
 

@@ -11,8 +11,8 @@
 
 use std::fmt::Write as _;
 
+use ctxd_core::mechanisms::amnesia::{Decision, Record};
 use ctxd_core::model::EntryKind;
-use ctxd_core::wm::amnesia::{Decision, Record};
 use ctxd_mock::Reply;
 use serde_json::{json, Value};
 

@@ -198,7 +198,7 @@ async fn digest_loop(api: Api, stream: bool) {
     let edits = s
         .entries
         .iter()
-        .filter(|e| ctxd_core::wm::digest::is_digest_edit(&e.kind))
+        .filter(|e| ctxd_core::mechanisms::digest::is_digest_edit(&e.kind))
         .count();
     assert_eq!(edits, TURNS, "{api:?}: one digest edit per output");
 }

@@ -226,7 +226,7 @@ async fn run(api: Api, stream: bool) {
     let records: Vec<Vec<String>> = session
         .entries
         .iter()
-        .filter_map(|e| ctxd_core::wm::lazy::Record::from_entry(&e.kind))
+        .filter_map(|e| ctxd_core::mechanisms::lazy::Record::from_entry(&e.kind))
         .map(|r| r.activated)
         .collect();
     assert_eq!(records, [["web_fetch"], ["cron_create"]], "{api:?}");

@@ -406,7 +406,7 @@ fn the_edit_keeps_the_call_ids_and_the_projection_shows_the_digest() {
             .contains("crate-700 ")
     );
     // The accounting charges the difference to the digests.
-    let m = crate::savings::measure(&s, &branch, &mut crate::savings::Memo::default(), 0);
+    let m = crate::savings::measure(&s, &branch, &mut crate::savings::EntryTokens::default(), 0);
     assert!(m.saved.digests > 1_000, "{:?}", m.saved);
     assert_eq!(m.saved.distillation, 0);
     assert_eq!(m.saved_total(), m.saved.total());

@@ -397,7 +397,7 @@ fn the_same_call_after_a_drop_is_retained() {
 fn the_accounting_charges_the_pruning_to_amnesia() {
     let (mut s, r) = read_round();
     let record = judge_at(&mut s, &[r], "claude-code", 0.1);
-    let mut memo = crate::savings::Memo::default();
+    let mut memo = crate::savings::EntryTokens::default();
     let m = crate::savings::measure(&s, &all(&s), &mut memo, 0);
     assert_eq!(m.saved.amnesia as u64, record.removed_tokens);
     assert_eq!(m.saved.distillation, 0);
