@@ -17,27 +17,26 @@
 //! assert_eq!(store.load(s.id).unwrap().entries.len(), 1);
 //! ```
 
-mod backend;
-mod dump;
+mod contract;
 mod error;
-mod notes;
+mod location;
 mod postgres;
-mod same;
-mod schema;
 mod sqlite;
 
 use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
 use ctxd_core::spend::{Counter, Spend};
 use serde::Serialize;
 
-pub use backend::{open, redact, Backend, GroupStore, Head, Location};
-pub use dump::{Dump, NoteRow, NoteVersionRow, NotesDump};
+pub use contract::backend::{Backend, Durability, GroupStore, Head};
+pub use contract::dump::{Dump, NoteRow, NoteVersionRow, NotesDump};
+pub use contract::group::{GroupResult, GroupWrite};
+pub(crate) use contract::history::RANKED_BLOCK;
+pub use contract::history::{HistoryRow, HistoryStore, Visit, WindowRow};
+pub use contract::notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
 pub use error::StoreError;
-pub use notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
+pub use location::{open, redact, Location};
 pub use postgres::{PgStore, DEFAULT_POOL, PG_SCHEMA_VERSION};
-pub use schema::SCHEMA_VERSION;
-pub use sqlite::history::{HistoryRow, HistoryStore, Visit, WindowRow};
-pub use sqlite::{Checkpointer, Durability, GroupResult, GroupWrite, SqliteStore, WAL_SIZE_LIMIT};
+pub use sqlite::{Checkpointer, SqliteStore, SCHEMA_VERSION, WAL_SIZE_LIMIT};
 
 /// The store's own id of a session (stable for the life of the store).
 pub type SessionId = i64;

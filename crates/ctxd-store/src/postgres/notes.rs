@@ -10,7 +10,9 @@ use ctxd_core::notes::NoteError;
 
 use super::prepared::Prepared;
 use super::{pg, PgStore};
-use crate::notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
+use crate::contract::notes::{
+    Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written,
+};
 use crate::StoreError;
 
 const META_COLUMNS: &str = "home, path, bytes, lines, version, stale, created_ms, updated_ms";
@@ -538,7 +540,7 @@ impl NotesStore for PgStore {
                 &[&tenant, &home, &path, &version],
             )?;
             let rows = rows.iter().map(|r| Ok((r.get(0), r.get(1), r.get(2))));
-            crate::notes::body_at(rows, version, &home, &path)
+            crate::contract::notes::body_at(rows, version, &home, &path)
         })
     }
 }

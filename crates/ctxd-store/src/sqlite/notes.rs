@@ -8,7 +8,9 @@ use ctxd_core::notes::text;
 use ctxd_core::notes::NoteError;
 
 use super::SqliteStore;
-use crate::notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
+use crate::contract::notes::{
+    Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written,
+};
 use crate::StoreError;
 
 const META_COLUMNS: &str = "home, path, bytes, lines, version, stale, created_ms, updated_ms";
@@ -485,7 +487,7 @@ impl NotesStore for SqliteStore {
         let rows = stmt.query_map(params![tenant, home, path, version], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?))
         })?;
-        crate::notes::body_at(
+        crate::contract::notes::body_at(
             rows.map(|r| r.map_err(StoreError::from)),
             version,
             home,
@@ -494,7 +496,7 @@ impl NotesStore for SqliteStore {
     }
 }
 
-impl crate::dump::Dump for SqliteStore {
+impl crate::contract::dump::Dump for SqliteStore {
     fn settings(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare("SELECT key, value FROM settings ORDER BY key")?;
@@ -504,8 +506,8 @@ impl crate::dump::Dump for SqliteStore {
         Ok(rows)
     }
 
-    fn notes_dump(&self) -> Result<crate::dump::NotesDump, StoreError> {
-        use crate::dump::{NoteRow, NoteVersionRow, NotesDump};
+    fn notes_dump(&self) -> Result<crate::contract::dump::NotesDump, StoreError> {
+        use crate::contract::dump::{NoteRow, NoteVersionRow, NotesDump};
         let conn = self.conn();
         let notes = conn
             .prepare(
@@ -548,7 +550,7 @@ impl crate::dump::Dump for SqliteStore {
         Ok(NotesDump { notes, versions })
     }
 
-    fn notes_restore(&self, dump: &crate::dump::NotesDump) -> Result<(), StoreError> {
+    fn notes_restore(&self, dump: &crate::contract::dump::NotesDump) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let tx = super::write_transaction(&mut conn)?;
         {

@@ -1,0 +1,92 @@
+//! Opening a store by its location: a file path, or a `postgres://` URL.
+
+use std::path::PathBuf;
+
+use crate::{Backend, Durability, PgStore, SqliteStore, StoreError};
+
+/// Where a store lives, parsed from `--store`: a file path, or a `postgres://` URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl From<PathBuf> for Location {
+    fn from(path: PathBuf) -> Self {
+        Self::Sqlite(path)
+    }
+}
+
+impl From<&str> for Location {
+    fn from(text: &str) -> Self {
+        Self::parse(text)
+    }
+}
+
+impl std::fmt::Display for Location {
+    /// The path, or the URL without its password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sqlite(path) => write!(f, "{}", path.display()),
+            Self::Postgres(url) => f.write_str(&redact(url)),
+        }
+    }
+}
+
+impl Location {
+    pub fn parse(text: &str) -> Self {
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            Self::Postgres(text.to_owned())
+        } else {
+            Self::Sqlite(PathBuf::from(text))
+        }
+    }
+}
+
+/// Open the store at `location`, creating and migrating it as needed. `durability` applies to
+/// SQLite (PostgreSQL's is the server's own `synchronous_commit`).
+pub fn open(location: &Location, durability: Durability) -> Result<Box<dyn Backend>, StoreError> {
+    match location {
+        Location::Sqlite(path) => Ok(Box::new(SqliteStore::open(path, durability)?)),
+        Location::Postgres(url) => Ok(Box::new(PgStore::open(url)?)),
+    }
+}
+
+/// A connection URL with its password replaced, for messages and logs.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (auth, host) = match rest.rsplit_once('@') {
+        Some((auth, host)) => (auth, host),
+        None => return url.to_owned(),
+    };
+    let user = auth.split_once(':').map_or(auth, |(user, _)| user);
+    if user.len() == auth.len() {
+        return url.to_owned();
+    }
+    format!("{scheme}://{user}:***@{host}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_and_redaction() {
+        assert_eq!(
+            Location::parse("/tmp/x.db"),
+            Location::Sqlite("/tmp/x.db".into())
+        );
+        assert!(matches!(
+            Location::parse("postgresql://u@h/db"),
+            Location::Postgres(_)
+        ));
+        assert_eq!(
+            redact("postgres://ctxd:secret@db:5432/ctxd"),
+            "postgres://ctxd:***@db:5432/ctxd"
+        );
+        assert_eq!(redact("postgres://ctxd@db/ctxd"), "postgres://ctxd@db/ctxd");
+        assert_eq!(redact("postgres://db/ctxd"), "postgres://db/ctxd");
+    }
+}
