@@ -7,5 +7,6 @@ pub(crate) mod dump;
 pub(crate) mod entry;
 pub(crate) mod group;
 pub(crate) mod history;
+pub(crate) mod index;
 pub(crate) mod notes;
 pub(crate) mod same;

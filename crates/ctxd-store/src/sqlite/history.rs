@@ -18,6 +18,7 @@ use ctxd_core::model::SessionMeta;
 use super::SqliteStore;
 use crate::contract::entry::{decode_entry, decode_kind, decode_meta};
 use crate::contract::history::{holds_literal, split_tools, ItemCols, WindowTally};
+use crate::contract::index::Indexer;
 use crate::{HistoryRow, HistoryStore, SessionId, StoreError, Visit, WindowRow};
 
 pub(crate) const ROW_COLUMNS: &str =
@@ -341,7 +342,8 @@ fn sync_index(
             "SELECT seq, id, parent, sidechain, body FROM entries \
              WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
         )?;
-        let mut indexer = index::Indexer::new(&tx, session);
+        let mut indexer = Indexer::new(session);
+        let mut index_rows = index::Rows(&tx);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut rows = entries.query(params![session, indexed, limit])?;
         while let Some(r) = rows.next()? {
@@ -350,7 +352,15 @@ fn sync_index(
             let body: String = r.get(4)?;
             let kind = decode_kind(&id, &body)?;
             upto = r.get(0)?;
-            indexer.add(upto, &id, parent.as_deref(), r.get(3)?, &kind)?;
+            let sidechain = r.get(3)?;
+            indexer.add(
+                &mut index_rows,
+                upto,
+                &id,
+                parent.as_deref(),
+                sidechain,
+                &kind,
+            )?;
             count += 1;
         }
     }

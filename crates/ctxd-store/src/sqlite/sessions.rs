@@ -5,11 +5,13 @@ use rusqlite::{params, OptionalExtension, Row};
 use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
 use ctxd_core::spend::{Counter, Spend};
 
+use super::history::index::Rows as IndexRows;
 use super::{SqliteStore, NOW};
 use crate::contract::entry::{
     check_leaf, decode_entry, decode_meta, encode_kind, encode_meta, kind_tag, new_leaf,
     sql_amount, stored_amount, Indexing,
 };
+use crate::contract::index::Indexer;
 use crate::{NewEntry, SessionId, SessionRecord, Store, StoreError};
 
 const SESSION_COLUMNS: &str = "s.id, s.tenant, s.key, s.meta, s.created_at, s.updated_at, s.leaf, \
@@ -325,7 +327,7 @@ pub(crate) fn append_in(
     let index_current =
         indexing == Indexing::Inline && super::history::index::indexed_upto(conn, session)? == seq;
     {
-        let mut indexer = super::history::index::Indexer::new(conn, session);
+        let mut indexer = Indexer::new(session);
         let mut insert = conn.prepare_cached(
                 "INSERT INTO entries (session_id, seq, id, parent, timestamp, sidechain, kind, body, raw, batch) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -364,6 +366,7 @@ pub(crate) fn append_in(
             };
             if index_current {
                 indexer.add(
+                    &mut IndexRows(conn),
                     seq,
                     &e.id.0,
                     e.parent.as_ref().map(|p| p.0.as_str()),
