@@ -10,3 +10,4 @@ pub(crate) mod history;
 pub(crate) mod index;
 pub(crate) mod notes;
 pub(crate) mod same;
+pub(crate) mod versions;
