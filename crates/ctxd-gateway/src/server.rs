@@ -445,10 +445,9 @@ impl Server {
         let learned = crate::learned::Learned::load(&*store);
         let mut nonce = [0u8; 4];
         getrandom::fill(&mut nonce).map_err(|e| StartError::Random(e.to_string()))?;
-        // A request commits its own turn when it finds the store free, which on SQLite without
-        // fsync costs a few microseconds; a network round trip or an fsync goes to the writer.
-        let inline =
-            store.kind() == "sqlite" && settings.store_sync == ctxd_store::Durability::Normal;
+        // A request commits its own turn when it finds the store free and a commit costs a few
+        // microseconds; a network round trip or an fsync goes to the writer.
+        let inline = store.quick_commit();
         let engine: Arc<Engine<dyn Backend>> = Arc::new(Engine::from_boxed(store));
         let writer = Writer::start(engine.clone(), inline, wal)?;
         // The passes' classifier gives way to requests (`distill-cpu-percent`, `ctxd_core::pace`).

@@ -27,7 +27,7 @@ use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
 use ctxd_core::spend::{Counter, Spend};
 use serde::Serialize;
 
-pub use contract::backend::{Backend, Durability, GroupStore, Head};
+pub use contract::backend::{Backend, Durability, GroupStore, Head, StoreKind};
 pub use contract::dump::{Dump, NoteRow, NoteVersionRow, NotesDump};
 pub use contract::group::{GroupResult, GroupWrite};
 pub(crate) use contract::history::RANKED_BLOCK;

@@ -25,8 +25,16 @@ pub trait GroupStore: Store {
 
 /// A store a gateway can run on.
 pub trait Backend: GroupStore + crate::Dump + Send + Sync {
-    /// `sqlite` or `postgres`, for logs and metrics.
-    fn kind(&self) -> &'static str;
+    /// The database the store is on, for logs and metrics. What a caller decides by belongs in
+    /// a capability method instead ([`Backend::shared`], [`Backend::quick_commit`]).
+    fn kind(&self) -> StoreKind;
+
+    /// A commit costs microseconds: no network round trip and no wait for the disk (SQLite at
+    /// [`Durability::Normal`]). A request can then commit its own turn when it finds the store
+    /// free rather than hand it to a writer thread.
+    fn quick_commit(&self) -> bool {
+        false
+    }
 
     /// The location a person would pass to `--store` again, without any password.
     fn location(&self) -> String;
@@ -58,6 +66,29 @@ pub trait Backend: GroupStore + crate::Dump + Send + Sync {
     /// consistent read (on PostgreSQL one round trip: it runs before every request of a
     /// session whose cache another gateway may have outdated).
     fn follow(&self, session: SessionId, known: u64) -> Result<(Head, Vec<Entry>), StoreError>;
+}
+
+/// Which database a store is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    Sqlite,
+    Postgres,
+}
+
+impl StoreKind {
+    /// `sqlite` or `postgres`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+        }
+    }
+}
+
+impl std::fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// The end of a session's log: how many entries it holds, the last appended, and the leaf.

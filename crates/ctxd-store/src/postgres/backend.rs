@@ -3,7 +3,7 @@
 use ctxd_core::model::Entry;
 
 use super::PgStore;
-use crate::{Backend, GroupResult, GroupStore, GroupWrite, Head, SessionId, StoreError};
+use crate::{Backend, GroupResult, GroupStore, GroupWrite, Head, SessionId, StoreError, StoreKind};
 
 impl GroupStore for PgStore {
     fn write_group(&self, writes: &[GroupWrite<'_>]) -> GroupResult {
@@ -20,8 +20,8 @@ impl GroupStore for PgStore {
 }
 
 impl Backend for PgStore {
-    fn kind(&self) -> &'static str {
-        "postgres"
+    fn kind(&self) -> StoreKind {
+        StoreKind::Postgres
     }
 
     fn location(&self) -> String {

@@ -6,6 +6,7 @@ use ctxd_core::model::{Entry, EntryId};
 use super::SqliteStore;
 use crate::{
     Backend, Durability, GroupResult, GroupStore, GroupWrite, Head, SessionId, StoreError,
+    StoreKind,
 };
 
 impl GroupStore for SqliteStore {
@@ -23,8 +24,13 @@ impl GroupStore for SqliteStore {
 }
 
 impl Backend for SqliteStore {
-    fn kind(&self) -> &'static str {
-        "sqlite"
+    fn kind(&self) -> StoreKind {
+        StoreKind::Sqlite
+    }
+
+    /// No network; at `synchronous=NORMAL` a commit does not wait for an fsync either.
+    fn quick_commit(&self) -> bool {
+        self.durability() == Durability::Normal
     }
 
     fn truncate_wal(&self) -> Result<bool, StoreError> {
@@ -88,5 +94,22 @@ impl Backend for SqliteStore {
             leaf: leaf.map(EntryId::new),
         };
         Ok((head, tail))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_is_quick_without_an_fsync_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let normal = SqliteStore::open(&dir.path().join("n.db"), Durability::Normal).unwrap();
+        let full = SqliteStore::open(&dir.path().join("f.db"), Durability::Full).unwrap();
+        assert_eq!(normal.kind(), StoreKind::Sqlite);
+        assert!(normal.quick_commit());
+        assert!(!full.quick_commit());
+        assert!(!SqliteStore::open_in_memory().unwrap().quick_commit());
     }
 }

@@ -21,6 +21,7 @@ pub struct SqliteStore {
     conn: Mutex<Connection>,
     /// The file, `None` in memory.
     path: Option<PathBuf>,
+    durability: Durability,
 }
 
 impl SqliteStore {
@@ -75,7 +76,13 @@ impl SqliteStore {
         Ok(Self {
             conn: Mutex::new(conn),
             path,
+            durability,
         })
+    }
+
+    /// How hard its commits wait for the disk.
+    pub fn durability(&self) -> Durability {
+        self.durability
     }
 
     /// The store's file, `None` for an in-memory store.
