@@ -3,7 +3,8 @@
 //! [`Store`] is what the engine needs from storage: sessions per tenant, atomic appends of entry
 //! batches, the leaf, and reading a session back. [`SqliteStore`] implements it on one embedded
 //! SQLite file (WAL, `synchronous=FULL` by default, one writer, versioned migrations, FTS5).
-//! [`PgStore`] implements the same traits on PostgreSQL, for several gateways on one database. Entries are never updated or deleted.
+//! `PgStore` (the `postgres` feature, on by default) implements the same traits on PostgreSQL,
+//! for several gateways on one database. Entries are never updated or deleted.
 //!
 //! ```
 //! use ctxd_store::{SqliteStore, Store, NewEntry};
@@ -20,6 +21,7 @@
 mod contract;
 mod error;
 mod location;
+#[cfg(feature = "postgres")]
 mod postgres;
 mod sqlite;
 
@@ -35,6 +37,7 @@ pub use contract::history::{HistoryRow, HistoryStore, Visit, WindowRow};
 pub use contract::notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
 pub use error::StoreError;
 pub use location::{open, redact, Location};
+#[cfg(feature = "postgres")]
 pub use postgres::{PgStore, DEFAULT_POOL, PG_SCHEMA_VERSION};
 pub use sqlite::{Checkpointer, SqliteStore, SCHEMA_VERSION, WAL_SIZE_LIMIT};
 

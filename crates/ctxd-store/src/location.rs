@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::{Backend, Durability, PgStore, SqliteStore, StoreError};
+use crate::{Backend, Durability, SqliteStore, StoreError};
 
 /// Where a store lives, parsed from `--store`: a file path, or a `postgres://` URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,8 +48,25 @@ impl Location {
 pub fn open(location: &Location, durability: Durability) -> Result<Box<dyn Backend>, StoreError> {
     match location {
         Location::Sqlite(path) => Ok(Box::new(SqliteStore::open(path, durability)?)),
-        Location::Postgres(url) => Ok(Box::new(PgStore::open(url)?)),
+        Location::Postgres(url) => open_postgres(url),
     }
+}
+
+#[cfg(feature = "postgres")]
+fn open_postgres(url: &str) -> Result<Box<dyn Backend>, StoreError> {
+    Ok(Box::new(crate::PgStore::open(url)?))
+}
+
+/// A URL is still told from a file path without the feature, so it is refused with its reason
+/// instead of being opened as a SQLite file of that name.
+#[cfg(not(feature = "postgres"))]
+fn open_postgres(url: &str) -> Result<Box<dyn Backend>, StoreError> {
+    Err(StoreError::Open {
+        path: redact(url),
+        message: "this ctxd was built without PostgreSQL support (the `postgres` cargo feature, \
+                  on by default); use a SQLite file, or a build with the feature"
+            .to_owned(),
+    })
 }
 
 /// A connection URL with its password replaced, for messages and logs.
@@ -71,6 +88,20 @@ pub fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(not(feature = "postgres"))]
+    #[test]
+    fn a_postgres_url_without_the_feature_is_refused_with_its_reason() {
+        let Err(err) = open(
+            &Location::parse("postgres://u:secret@h/db"),
+            Durability::Full,
+        ) else {
+            panic!("opened");
+        };
+        let text = err.to_string();
+        assert!(text.contains("built without PostgreSQL support"), "{text}");
+        assert!(!text.contains("secret"), "{text}");
+    }
 
     #[test]
     fn locations_and_redaction() {

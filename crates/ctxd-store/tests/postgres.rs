@@ -1,3 +1,4 @@
+#![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 //! What only the PostgreSQL backend has to show: calls from inside a tokio runtime, several
