@@ -179,6 +179,26 @@ pub(crate) fn holds_literal(entry: &Entry, query: &str) -> bool {
         .is_some_and(|t| find_literal(&t, query).is_some())
 }
 
+/// The active branch as lanes, walked back from the entry at `from` (the leaf's seq).
+/// `lane_of(seq)` gives the lane holding `seq` and the parent seq of that lane's first entry;
+/// `None` ends the walk (an entry the index does not hold yet). Parents always have smaller
+/// seqs, so the walk ends.
+pub(crate) fn walk_branch(
+    from: Option<i64>,
+    mut lane_of: impl FnMut(i64) -> Result<Option<(i64, Option<i64>)>, StoreError>,
+) -> Result<BranchLanes, StoreError> {
+    let mut lanes = BranchLanes::default();
+    let mut at = from;
+    while let Some(seq) = at {
+        let Some((lane, parent)) = lane_of(seq)? else {
+            break;
+        };
+        lanes.push(lane, seq);
+        at = parent.filter(|&p| p < lane);
+    }
+    Ok(lanes)
+}
+
 /// Windows' item counts and seq ranges summed over the per-lane (or whole-session) groups a
 /// backend reads: window seq -> (items, first seq, last seq).
 #[derive(Debug, Default)]
@@ -230,6 +250,26 @@ mod tests {
             sidechain: false,
             kind: EntryKind::Message(Message::text(Role::User, text)),
         }
+    }
+
+    #[test]
+    fn a_branch_is_walked_back_lane_by_lane() {
+        // seq -> (lane, parent of the lane's first entry): lane 1 holds 1-4, lane 5 forks
+        // from 3 and holds 5-7; lane 9 claims a later parent (never followed).
+        let lane_of = |seq: i64| -> Result<Option<(i64, Option<i64>)>, StoreError> {
+            Ok(match seq {
+                1..=4 => Some((1, None)),
+                5..=7 => Some((5, Some(3))),
+                9 => Some((9, Some(12))),
+                _ => None,
+            })
+        };
+        let lanes = walk_branch(Some(7), lane_of).unwrap();
+        assert_eq!(lanes.lanes(), [(1, 3), (5, 7)]);
+        assert!(lanes.contains(1, 2) && !lanes.contains(1, 4));
+        assert_eq!(walk_branch(Some(9), lane_of).unwrap().lanes(), [(9, 9)]);
+        assert!(walk_branch(Some(20), lane_of).unwrap().is_empty());
+        assert!(walk_branch(None, lane_of).unwrap().is_empty());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::prepared::Prepared;
 use super::sessions::{entry_row, lock_session};
 use super::{pg, PgStore};
 use crate::contract::entry::{decode_kind, decode_meta};
-use crate::contract::history::{holds_literal, split_tools, ItemCols, WindowTally};
+use crate::contract::history::{holds_literal, split_tools, walk_branch, ItemCols, WindowTally};
 use crate::{HistoryRow, HistoryStore, SessionId, StoreError, Visit, WindowRow};
 
 /// An item's `history_items` columns, then its entry's `id, parent, ts, sidechain, body`.
@@ -351,18 +351,11 @@ fn branch(c: &mut Client, session: SessionId) -> Result<BranchLanes, StoreError>
     let lane_of = c
         .statement("SELECT lane, (SELECT parent_seq FROM history_items p WHERE p.session_id = $1 AND p.seq = h.lane) \
                   FROM history_items h WHERE h.session_id = $1 AND h.seq = $2")?;
-    let mut lanes = BranchLanes::default();
-    let mut at = leaf_seq;
-    while let Some(seq) = at {
-        let Some(r) = c.query_opt(&lane_of, &[&session, &seq]).map_err(pg)? else {
-            break;
-        };
-        let lane: i64 = r.get(0);
-        lanes.push(lane, seq);
-        // Parents always have smaller seqs, so this walk ends.
-        at = r.get::<_, Option<i64>>(1).filter(|&p| p < lane);
-    }
-    Ok(lanes)
+    walk_branch(leaf_seq, |seq| {
+        Ok(c.query_opt(&lane_of, &[&session, &seq])
+            .map_err(pg)?
+            .map(|r| (r.get(0), r.get(1))))
+    })
 }
 
 fn windows(

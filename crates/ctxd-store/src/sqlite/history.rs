@@ -17,7 +17,7 @@ use ctxd_core::model::SessionMeta;
 
 use super::SqliteStore;
 use crate::contract::entry::{decode_entry, decode_kind, decode_meta};
-use crate::contract::history::{holds_literal, split_tools, ItemCols, WindowTally};
+use crate::contract::history::{holds_literal, split_tools, walk_branch, ItemCols, WindowTally};
 use crate::contract::index::Indexer;
 use crate::{HistoryRow, HistoryStore, SessionId, StoreError, Visit, WindowRow};
 
@@ -118,29 +118,24 @@ impl HistoryStore for SqliteStore {
                 |r| r.get(0),
             )?;
         }
-        let mut lanes = BranchLanes::default();
-        let mut at = leaf_seq;
         let mut lane_of = conn
             .prepare_cached("SELECT lane FROM history_items WHERE session_id = ?1 AND seq = ?2")?;
         let mut parent_of = conn.prepare_cached(
             "SELECT parent_seq FROM history_items WHERE session_id = ?1 AND seq = ?2",
         )?;
-        while let Some(seq) = at {
+        walk_branch(leaf_seq, |seq| {
             let Some(lane) = lane_of
                 .query_row(params![session, seq], |r| r.get::<_, i64>(0))
                 .optional()?
             else {
-                break;
+                return Ok(None);
             };
-            lanes.push(lane, seq);
-            // Parents always have smaller seqs, so this walk ends.
-            at = parent_of
+            let parent = parent_of
                 .query_row(params![session, lane], |r| r.get::<_, Option<i64>>(0))
                 .optional()?
-                .flatten()
-                .filter(|&p| p < lane);
-        }
-        Ok(lanes)
+                .flatten();
+            Ok(Some((lane, parent)))
+        })
     }
 
     fn history_window_starts(&self, session: SessionId) -> Result<Vec<(i64, String)>, StoreError> {
