@@ -39,7 +39,9 @@ pub use error::StoreError;
 pub use location::{open, redact, Location};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgStore, DEFAULT_POOL, PG_SCHEMA_VERSION};
-pub use sqlite::{Checkpointer, SqliteStore, SCHEMA_VERSION, WAL_SIZE_LIMIT};
+pub use sqlite::{
+    Checkpointer, Checkpoints, ServeLock, SqliteStore, WalPressure, SCHEMA_VERSION, WAL_SIZE_LIMIT,
+};
 
 /// The store's own id of a session (stable for the life of the store).
 pub type SessionId = i64;

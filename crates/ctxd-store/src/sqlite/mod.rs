@@ -1,13 +1,17 @@
 //! The SQLite implementation: one file, WAL, one writer behind a mutex.
 
 mod backend;
+mod checkpoints;
 mod group;
 mod history;
 mod notes;
 mod schema;
+mod serve_lock;
 mod sessions;
 
+pub use checkpoints::{Checkpoints, WalPressure};
 pub use schema::SCHEMA_VERSION;
+pub use serve_lock::ServeLock;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
