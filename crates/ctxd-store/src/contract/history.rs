@@ -147,6 +147,25 @@ impl ItemCols {
         )
     }
 
+    /// The row a read hands on, or `None`: the filter is applied before `entry` decodes the
+    /// item's entry, and a literal search's `literal` is checked on the entry's text.
+    pub(crate) fn kept(
+        self,
+        filter: &ItemFilter,
+        branch: Option<&BranchLanes>,
+        literal: Option<&str>,
+        entry: impl FnOnce(&Self) -> Result<Entry, StoreError>,
+    ) -> Result<Option<HistoryRow>, StoreError> {
+        if !self.accepted(filter, branch) {
+            return Ok(None);
+        }
+        let entry = entry(&self)?;
+        if literal.is_some_and(|q| !holds_literal(&entry, q)) {
+            return Ok(None);
+        }
+        Ok(Some(self.with_entry(entry, None)))
+    }
+
     pub(crate) fn with_entry(self, entry: Entry, score: Option<f64>) -> HistoryRow {
         HistoryRow {
             seq: self.seq,
@@ -288,6 +307,40 @@ mod tests {
             .collect();
         assert_eq!(got, [(1, 3, 1, 4), (5, 3, 5, 12)]);
         assert_eq!(rows[1].start.id.as_str(), "5");
+    }
+
+    #[test]
+    fn a_row_is_filtered_before_its_entry_is_decoded_and_rechecked_after() {
+        let cols = ItemCols {
+            seq: 3,
+            lane: 1,
+            window_seq: 1,
+            item_key: 9,
+            kind: "message".into(),
+            role: "user".into(),
+            tools: Vec::new(),
+            sidechain: false,
+        };
+        let assistant = ItemFilter {
+            role: Some("assistant".into()),
+            ..ItemFilter::default()
+        };
+        let never = |_: &ItemCols| -> Result<Entry, StoreError> { panic!("decoded") };
+        assert_eq!(
+            cols.clone().kept(&assistant, None, None, never).unwrap(),
+            None
+        );
+        let all = ItemFilter::default();
+        let decode = |_: &ItemCols| Ok(entry("a", "find me"));
+        assert_eq!(
+            cols.clone().kept(&all, None, Some("lost"), decode).unwrap(),
+            None
+        );
+        let row = cols
+            .kept(&all, None, Some("find"), decode)
+            .unwrap()
+            .unwrap();
+        assert_eq!((row.seq, row.item_key, row.score), (3, 9, None));
     }
 
     #[test]

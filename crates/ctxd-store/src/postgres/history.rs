@@ -15,7 +15,7 @@ use super::prepared::Prepared;
 use super::sessions::{entry_row, lock_session};
 use super::{pg, PgStore};
 use crate::contract::entry::{decode_kind, decode_meta};
-use crate::contract::history::{holds_literal, split_tools, walk_branch, ItemCols, WindowTally};
+use crate::contract::history::{split_tools, walk_branch, ItemCols, WindowTally};
 use crate::{HistoryRow, HistoryStore, SessionId, StoreError, Visit, WindowRow};
 
 /// An item's `history_items` columns, then its entry's `id, parent, ts, sidechain, body`.
@@ -44,15 +44,7 @@ fn kept(
     branch: Option<&BranchLanes>,
     literal: Option<&str>,
 ) -> Result<Option<HistoryRow>, StoreError> {
-    let cols = item_cols(r, 0);
-    if !cols.accepted(filter, branch) {
-        return Ok(None);
-    }
-    let entry = entry_row(r, 8)?;
-    if literal.is_some_and(|q| !holds_literal(&entry, q)) {
-        return Ok(None);
-    }
-    Ok(Some(cols.with_entry(entry, None)))
+    item_cols(r, 0).kept(filter, branch, literal, |_| entry_row(r, 8))
 }
 
 /// Rows fetched from the server at a time while streaming: a visitor that wants the last 20

@@ -17,7 +17,7 @@ use ctxd_core::model::SessionMeta;
 
 use super::SqliteStore;
 use crate::contract::entry::{decode_entry, decode_kind, decode_meta};
-use crate::contract::history::{holds_literal, split_tools, walk_branch, ItemCols, WindowTally};
+use crate::contract::history::{split_tools, walk_branch, ItemCols, WindowTally};
 use crate::contract::index::Indexer;
 use crate::{HistoryRow, HistoryStore, SessionId, StoreError, Visit, WindowRow};
 
@@ -51,16 +51,11 @@ fn visit_rows(
     visit: Visit<'_>,
 ) -> Result<(), StoreError> {
     while let Some(r) = rows.next()? {
-        let cols = item_cols(r, 0)?;
-        if !cols.accepted(filter, branch) {
-            continue;
-        }
-        let body: String = r.get(11)?;
-        let entry = decode_entry(r.get(8)?, r.get(9)?, r.get(10)?, cols.sidechain, &body)?;
-        if literal.is_some_and(|q| !holds_literal(&entry, q)) {
-            continue;
-        }
-        if !visit(cols.with_entry(entry, None)) {
+        let kept = item_cols(r, 0)?.kept(filter, branch, literal, |cols| {
+            let body: String = r.get(11)?;
+            decode_entry(r.get(8)?, r.get(9)?, r.get(10)?, cols.sidechain, &body)
+        })?;
+        if kept.is_some_and(|row| !visit(row)) {
             break;
         }
     }
