@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, MethodRouter};
 use axum::Router;
 use ctxd_engine::Engine;
-use ctxd_store::{Backend, Checkpoints, Location, ServeLock, SqliteStore, WalPressure};
+use ctxd_store::{Backend, Location, WalPressure};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::api::Api;
@@ -303,9 +303,9 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     app: Arc<Gateway>,
     writer: Writer,
-    checkpoints: Option<Checkpoints>,
     distill_thread: crate::distill::DistillThread,
-    lock: Option<ServeLock>,
+    /// The store's serve lock and checkpoint thread (SQLite), released at the end.
+    serving: ctxd_store::Serving,
 }
 
 impl Server {
@@ -324,23 +324,16 @@ impl Server {
             _ => NewFiles::default(),
         };
         let wal = WalPressure::default();
-        let (store, lock, checkpoints): (Box<dyn Backend>, _, _) = match &settings.store {
-            // One gateway per SQLite file, which checkpoints its WAL off the commit path.
-            Location::Sqlite(path) => {
-                let reachable = listener.local_addr().ok().map(|mut a| {
-                    if a.ip().is_unspecified() {
-                        a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-                    }
-                    a
-                });
-                let lock = ServeLock::acquire_for(path, reachable)?;
-                let store = SqliteStore::open(path, settings.store_sync)?;
-                let checkpoints = Checkpoints::start(&store, path, wal.clone())?;
-                (Box::new(store), Some(lock), Some(checkpoints))
+        let reachable = listener.local_addr().ok().map(|mut a| {
+            if a.ip().is_unspecified() {
+                a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
             }
-            // Any number of gateways share a server, which orders their writes.
-            other => (ctxd_store::open(other, settings.store_sync)?, None, None),
-        };
+            a
+        });
+        // One gateway per SQLite file (its lock), which checkpoints its WAL off the commit
+        // path; any number of gateways share a server, which orders their writes.
+        let (store, serving) =
+            ctxd_store::serve(&settings.store, settings.store_sync, reachable, wal.clone())?;
         let key = crate::identity::store_tenant_key(&*store).map_err(StartError::Random)?;
         // Its HTTP client has a runtime of its own: built (and later stopped) off this one.
         let endpoint = settings.otlp_endpoint.clone();
@@ -440,9 +433,8 @@ impl Server {
             listener,
             app,
             writer,
-            checkpoints,
             distill_thread,
-            lock,
+            serving,
         })
     }
 
@@ -477,9 +469,8 @@ impl Server {
             listener,
             app,
             writer,
-            checkpoints,
             distill_thread,
-            lock,
+            mut serving,
         } = self;
         let router = router(app.clone());
         let cap = connection_cap(app.settings.max_connections);
@@ -582,18 +573,17 @@ impl Server {
         drop(router);
         let telemetry = app.telemetry.clone();
         drop(app);
-        tokio::task::spawn_blocking(move || {
+        let serving = tokio::task::spawn_blocking(move || {
             telemetry.shutdown();
             distill_thread.stop();
             writer.shutdown();
-            if let Some(checkpoints) = checkpoints {
-                checkpoints.stop();
-            }
+            serving.stop_checkpoints();
+            serving
         })
         .await
         .map_err(std::io::Error::other)?;
         tracing::info!("gateway stopped; store closed");
-        drop(lock);
+        drop(serving);
         Ok(())
     }
 }

@@ -36,7 +36,7 @@ pub(crate) use contract::history::RANKED_BLOCK;
 pub use contract::history::{HistoryRow, HistoryStore, Visit, WindowRow};
 pub use contract::notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
 pub use error::StoreError;
-pub use location::{open, redact, Location};
+pub use location::{open, redact, serve, Location, Serving};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgStore, DEFAULT_POOL, PG_SCHEMA_VERSION};
 pub use sqlite::{

@@ -1,8 +1,9 @@
 //! Opening a store by its location: a file path, or a `postgres://` URL.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use crate::{Backend, Durability, SqliteStore, StoreError};
+use crate::{Backend, Checkpoints, Durability, ServeLock, SqliteStore, StoreError, WalPressure};
 
 /// Where a store lives, parsed from `--store`: a file path, or a `postgres://` URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,6 +70,50 @@ fn open_postgres(url: &str) -> Result<Box<dyn Backend>, StoreError> {
     })
 }
 
+/// What a gateway holds beside its store while it serves it: for a SQLite file, the file's
+/// [`ServeLock`] (one gateway per file) and the [`Checkpoints`] thread (WAL checkpoints off the
+/// commit path); nothing for a database several gateways share, which orders their writes.
+#[derive(Default)]
+pub struct Serving {
+    /// Held for its drop: the OS releases the lock with the file.
+    _lock: Option<ServeLock>,
+    checkpoints: Option<Checkpoints>,
+}
+
+impl Serving {
+    /// After the store's last commit: one last checkpoint, then the thread ends. The lock is
+    /// held until the `Serving` is dropped.
+    pub fn stop_checkpoints(&mut self) {
+        if let Some(checkpoints) = self.checkpoints.take() {
+            checkpoints.stop();
+        }
+    }
+}
+
+/// Open the store at `location` for a gateway listening on `listening` (written into a SQLite
+/// store's lock, for `ctxd run` to find it); `pressure` is raised when the WAL needs cutting
+/// back from the writer's connection.
+pub fn serve(
+    location: &Location,
+    durability: Durability,
+    listening: Option<SocketAddr>,
+    pressure: WalPressure,
+) -> Result<(Box<dyn Backend>, Serving), StoreError> {
+    match location {
+        Location::Sqlite(path) => {
+            let lock = ServeLock::acquire_for(path, listening)?;
+            let store = SqliteStore::open(path, durability)?;
+            let checkpoints = Checkpoints::start(&store, path, pressure)?;
+            let serving = Serving {
+                _lock: Some(lock),
+                checkpoints: Some(checkpoints),
+            };
+            Ok((Box::new(store), serving))
+        }
+        other => Ok((open(other, durability)?, Serving::default())),
+    }
+}
+
 /// A connection URL with its password replaced, for messages and logs.
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -101,6 +146,28 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("built without PostgreSQL support"), "{text}");
         assert!(!text.contains("secret"), "{text}");
+    }
+
+    #[test]
+    fn serving_a_sqlite_file_holds_its_lock_until_dropped() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let location = Location::Sqlite(dir.path().join("s.db"));
+        let path = dir.path().join("s.db");
+        let addr = "127.0.0.1:4001".parse().ok();
+        let served = serve(&location, Durability::Normal, addr, WalPressure::default());
+        let Ok((store, mut serving)) = served else {
+            panic!("not served");
+        };
+        assert!(store.quick_commit());
+        assert_eq!(
+            ServeLock::serving(&path).as_deref(),
+            Some("http://127.0.0.1:4001")
+        );
+        let again = serve(&location, Durability::Full, None, WalPressure::default());
+        assert!(matches!(again, Err(StoreError::AlreadyServed { .. })));
+        serving.stop_checkpoints();
+        drop((store, serving));
+        assert_eq!(ServeLock::serving(&path), None);
     }
 
     #[test]
