@@ -99,8 +99,8 @@ pub trait HistoryStore {
         visit: Visit<'_>,
     ) -> Result<(), StoreError>;
 
-    /// Items holding every word of `query`, filtered, in blocks of [`RANKED_BLOCK`] matches,
-    /// newest block first, each best first. SQLite ranks by bm25: words in most of the store's
+    /// Items holding every word of `query`, filtered, in blocks of `RANKED_BLOCK` (1,000)
+    /// matches, newest block first, each best first. SQLite ranks by bm25: words in most of the store's
     /// items carry no weight there and are left out of the ranking (see
     /// `sqlite/history/ranked.rs`); when every word is that common, the newest come first with a
     /// score of 0. PostgreSQL ranks by `ts_rank` (see `postgres/history/ranked.rs`).

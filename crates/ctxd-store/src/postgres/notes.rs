@@ -1,6 +1,6 @@
-//! Notes on PostgreSQL: `sqlite/notes.rs`'s tables and rules. Each operation is one
-//! transaction; a change takes an advisory lock on its note path first, so two gateways
-//! changing one path take its version numbers one after the other.
+//! Notes on PostgreSQL: SQLite's tables, the rules of [`crate::contract::versions`]. Each
+//! operation is one transaction; a change takes an advisory lock on its note path first, so two
+//! gateways changing one path take its version numbers one after the other.
 
 use postgres::{Row, Transaction};
 

@@ -57,7 +57,7 @@ pub struct Checkpoints {
 }
 
 impl Checkpoints {
-    /// Take checkpoints away from `store`'s commits and run them every [`EVERY`]; `pressure`
+    /// Take checkpoints away from `store`'s commits and run them every `EVERY`; `pressure`
     /// tells the writer when to cut the WAL back.
     pub fn start(
         store: &SqliteStore,
