@@ -132,7 +132,7 @@ fn vacuum(choice: &StoreChoice) -> anyhow::Result<(Sizes, Sizes)> {
     anyhow::ensure!(path.exists(), "no store at {}", path.display());
     // The gateway's own lock: held, a gateway serves the store and VACUUM would wait for it.
     let _lock = ctxd_gateway::ServeLock::acquire(path).map_err(|e| match e {
-        ctxd_gateway::StartError::AlreadyServed { holder, .. } => anyhow::anyhow!(
+        ctxd_store::StoreError::AlreadyServed { holder, .. } => anyhow::anyhow!(
             "a gateway{holder} serves {}: stop it first (vacuum needs the store to itself)",
             path.display()
         ),

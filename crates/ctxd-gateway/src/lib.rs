@@ -11,8 +11,8 @@
 pub mod api;
 mod budget;
 mod cache;
-mod checkpoints;
 pub mod config;
+mod disk;
 mod distill;
 mod error;
 mod handler;
@@ -41,4 +41,5 @@ mod upstream;
 mod writer;
 
 pub use config::Settings;
-pub use server::{shutdown_signal, Gateway, ServeLock, Server, StartError};
+pub use ctxd_store::ServeLock;
+pub use server::{shutdown_signal, Gateway, Server, StartError};

@@ -12,11 +12,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, MethodRouter};
 use axum::Router;
 use ctxd_engine::Engine;
-use ctxd_store::{Backend, Location, SqliteStore};
+use ctxd_store::{Backend, Location, WalPressure};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::api::Api;
-use crate::checkpoints::Checkpoints;
 use crate::config::Settings;
 use crate::handler;
 use crate::identity;
@@ -44,96 +43,6 @@ pub enum StartError {
     Classifier(String),
     #[error("OpenTelemetry: {0}")]
     Telemetry(String),
-    #[error(
-        "the store {store} is already served by another ctxd serve{holder}: one gateway per \
-         store (its indexed sessions would not see the other's writes); stop it or use \
-         another --store"
-    )]
-    AlreadyServed { store: String, holder: String },
-}
-
-/// Held for the gateway's life: an exclusive lock on `<store>.serve.lock`, released by the OS
-/// when the process ends however it ends (no stale lock after a SIGKILL). CLI commands do not
-/// take it: their writes are ordinary transactions, safe beside the gateway's.
-pub struct ServeLock {
-    _file: std::fs::File,
-}
-
-impl ServeLock {
-    /// The lock of `store` for a process that serves no HTTP (`ctxd store vacuum`).
-    pub fn acquire(store: &std::path::Path) -> Result<Self, StartError> {
-        Self::acquire_for(store, None)
-    }
-
-    /// The lock of `store`, naming the holder's pid and, for a gateway, the URL it listens on
-    /// (how `ctxd run` finds the gateway already serving the store).
-    pub fn acquire_for(
-        store: &std::path::Path,
-        listening: Option<SocketAddr>,
-    ) -> Result<Self, StartError> {
-        use std::io::{Read, Seek, Write};
-        let path = lock_path(store);
-        if let Some(dir) = store.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let pid = holder.lines().next().unwrap_or("").trim();
-                return Err(StartError::AlreadyServed {
-                    store: store.display().to_string(),
-                    holder: if pid.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (pid {pid})")
-                    },
-                });
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
-        }
-        file.set_len(0)?;
-        file.rewind()?;
-        writeln!(file, "{}", std::process::id())?;
-        if let Some(addr) = listening {
-            writeln!(file, "http://{addr}")?;
-        }
-        Ok(ServeLock { _file: file })
-    }
-
-    /// The URL of the gateway serving `store` now, from its lock: `None` when no process holds
-    /// the lock (a file left by one that ended says nothing), or its holder serves no HTTP.
-    pub fn serving(store: &std::path::Path) -> Option<String> {
-        use std::io::Read;
-        let mut file = std::fs::File::open(lock_path(store)).ok()?;
-        match file.try_lock_shared() {
-            Err(std::fs::TryLockError::WouldBlock) => {}
-            // Free: nobody serves it (the shared lock is released with the file).
-            _ => return None,
-        }
-        let mut holder = String::new();
-        file.read_to_string(&mut holder).ok()?;
-        holder
-            .lines()
-            .nth(1)
-            .map(str::trim)
-            .filter(|u| u.starts_with("http://"))
-            .map(str::to_owned)
-    }
-}
-
-/// `<store>.serve.lock`.
-fn lock_path(store: &std::path::Path) -> std::ffi::OsString {
-    let mut path = store.as_os_str().to_owned();
-    path.push(".serve.lock");
-    path
 }
 
 /// The files of a SQLite store that a start is about to create: removed when the start fails
@@ -375,9 +284,9 @@ pub struct Server {
     listener: tokio::net::TcpListener,
     app: Arc<Gateway>,
     writer: Writer,
-    checkpoints: Option<Checkpoints>,
     distill_thread: crate::distill::DistillThread,
-    lock: Option<ServeLock>,
+    /// The store's serve lock and checkpoint thread (SQLite), released at the end.
+    serving: ctxd_store::Serving,
 }
 
 impl Server {
@@ -395,24 +304,17 @@ impl Server {
             Location::Sqlite(path) => NewFiles::watch(path),
             _ => NewFiles::default(),
         };
-        let wal = crate::checkpoints::WalPressure::default();
-        let (store, lock, checkpoints): (Box<dyn Backend>, _, _) = match &settings.store {
-            // One gateway per SQLite file, which checkpoints its WAL off the commit path.
-            Location::Sqlite(path) => {
-                let reachable = listener.local_addr().ok().map(|mut a| {
-                    if a.ip().is_unspecified() {
-                        a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-                    }
-                    a
-                });
-                let lock = ServeLock::acquire_for(path, reachable)?;
-                let store = SqliteStore::open(path, settings.store_sync)?;
-                let checkpoints = Checkpoints::start(&store, path, wal.clone())?;
-                (Box::new(store), Some(lock), Some(checkpoints))
+        let wal = WalPressure::default();
+        let reachable = listener.local_addr().ok().map(|mut a| {
+            if a.ip().is_unspecified() {
+                a.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
             }
-            // Any number of gateways share a server, which orders their writes.
-            other => (ctxd_store::open(other, settings.store_sync)?, None, None),
-        };
+            a
+        });
+        // One gateway per SQLite file (its lock), which checkpoints its WAL off the commit
+        // path; any number of gateways share a server, which orders their writes.
+        let (store, serving) =
+            ctxd_store::serve(&settings.store, settings.store_sync, reachable, wal.clone())?;
         let key = crate::identity::store_tenant_key(&*store).map_err(StartError::Random)?;
         // Its HTTP client has a runtime of its own: built (and later stopped) off this one.
         let endpoint = settings.otlp_endpoint.clone();
@@ -426,10 +328,9 @@ impl Server {
         let learned = crate::learned::Learned::load(&*store);
         let mut nonce = [0u8; 4];
         getrandom::fill(&mut nonce).map_err(|e| StartError::Random(e.to_string()))?;
-        // A request commits its own turn when it finds the store free, which on SQLite without
-        // fsync costs a few microseconds; a network round trip or an fsync goes to the writer.
-        let inline =
-            store.kind() == "sqlite" && settings.store_sync == ctxd_store::Durability::Normal;
+        // A request commits its own turn when it finds the store free and a commit costs a few
+        // microseconds; a network round trip or an fsync goes to the writer.
+        let inline = store.quick_commit();
         let engine: Arc<Engine<dyn Backend>> = Arc::new(Engine::from_boxed(store));
         let writer = Writer::start(engine.clone(), inline, wal)?;
         // The passes' classifier gives way to requests (`distill-cpu-percent`, `ctxd_core::pace`).
@@ -512,9 +413,8 @@ impl Server {
             listener,
             app,
             writer,
-            checkpoints,
             distill_thread,
-            lock,
+            serving,
         })
     }
 
@@ -549,9 +449,8 @@ impl Server {
             listener,
             app,
             writer,
-            checkpoints,
             distill_thread,
-            lock,
+            mut serving,
         } = self;
         let router = router(app.clone());
         let cap = connection_cap(app.settings.max_connections);
@@ -654,18 +553,17 @@ impl Server {
         drop(router);
         let telemetry = app.telemetry.clone();
         drop(app);
-        tokio::task::spawn_blocking(move || {
+        let serving = tokio::task::spawn_blocking(move || {
             telemetry.shutdown();
             distill_thread.stop();
             writer.shutdown();
-            if let Some(checkpoints) = checkpoints {
-                checkpoints.stop();
-            }
+            serving.stop_checkpoints();
+            serving
         })
         .await
         .map_err(std::io::Error::other)?;
         tracing::info!("gateway stopped; store closed");
-        drop(lock);
+        drop(serving);
         Ok(())
     }
 }
@@ -908,7 +806,7 @@ impl Readiness {
             reasons.push(format!("the store writer is behind: {depth} writes queued"));
         }
         let space = match store {
-            ctxd_store::Location::Sqlite(path) => crate::checkpoints::disk_space(path),
+            ctxd_store::Location::Sqlite(path) => crate::disk::disk_space(path),
             ctxd_store::Location::Postgres(_) => None,
         };
         if let Some((free, total)) = space {

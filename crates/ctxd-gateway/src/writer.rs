@@ -23,7 +23,7 @@ use ctxd_core::model::EntryId;
 use ctxd_engine::Engine;
 use ctxd_store::{Backend, GroupResult, GroupWrite, NewEntry, SessionId};
 
-use crate::checkpoints::WalPressure;
+use ctxd_store::WalPressure;
 
 /// Answered with the outcome of the commit that held the job.
 pub type Ack = tokio::sync::oneshot::Sender<Result<(), String>>;
@@ -798,8 +798,7 @@ mod tests {
             .unwrap();
         let wal = WalPressure::default();
         let checkpoints =
-            crate::checkpoints::Checkpoints::start_with_limit(&store, &path, wal.clone(), LIMIT)
-                .unwrap();
+            ctxd_store::Checkpoints::start_with_limit(&store, &path, wal.clone(), LIMIT).unwrap();
         let engine: Arc<Engine<dyn Backend>> = Arc::new(Engine::from_boxed(Box::new(store)));
         let writer = Writer::start(engine.clone(), false, wal).unwrap();
         let h = writer.handle();

@@ -26,6 +26,13 @@ pub enum StoreError {
         expected: String,
         found: Option<String>,
     },
+    /// A gateway holds the SQLite store's serve lock ([`crate::ServeLock`]).
+    #[error(
+        "the store {store} is already served by another ctxd serve{holder}: one gateway per \
+         store (its indexed sessions would not see the other's writes); stop it or use \
+         another --store"
+    )]
+    AlreadyServed { store: String, holder: String },
     #[error("store: a stored entry is unreadable ({id}): {message}")]
     Corrupt { id: String, message: String },
 }

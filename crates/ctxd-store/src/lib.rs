@@ -3,7 +3,8 @@
 //! [`Store`] is what the engine needs from storage: sessions per tenant, atomic appends of entry
 //! batches, the leaf, and reading a session back. [`SqliteStore`] implements it on one embedded
 //! SQLite file (WAL, `synchronous=FULL` by default, one writer, versioned migrations, FTS5).
-//! [`PgStore`] implements the same traits on PostgreSQL, for several gateways on one database. Entries are never updated or deleted.
+//! `PgStore` (the `postgres` feature, on by default) implements the same traits on PostgreSQL,
+//! for several gateways on one database. Entries are never updated or deleted.
 //!
 //! ```
 //! use ctxd_store::{SqliteStore, Store, NewEntry};
@@ -17,27 +18,30 @@
 //! assert_eq!(store.load(s.id).unwrap().entries.len(), 1);
 //! ```
 
-mod backend;
-mod dump;
+mod contract;
 mod error;
-mod notes;
+mod location;
+#[cfg(feature = "postgres")]
 mod postgres;
-mod same;
-mod schema;
 mod sqlite;
 
 use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
 use ctxd_core::spend::{Counter, Spend};
 use serde::Serialize;
 
-pub use backend::{open, redact, Backend, GroupStore, Head, Location};
-pub use dump::{Dump, NoteRow, NoteVersionRow, NotesDump};
+pub use contract::backend::{Backend, Durability, GroupStore, Head, StoreKind};
+pub use contract::dump::{Dump, NoteRow, NoteVersionRow, NotesDump};
+pub use contract::group::{GroupResult, GroupWrite};
+pub(crate) use contract::history::RANKED_BLOCK;
+pub use contract::history::{HistoryRow, HistoryStore, Visit, WindowRow};
+pub use contract::notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
 pub use error::StoreError;
-pub use notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
+pub use location::{open, redact, serve, Location, Serving};
+#[cfg(feature = "postgres")]
 pub use postgres::{PgStore, DEFAULT_POOL, PG_SCHEMA_VERSION};
-pub use schema::SCHEMA_VERSION;
-pub use sqlite::history::{HistoryRow, HistoryStore, Visit, WindowRow};
-pub use sqlite::{Checkpointer, Durability, GroupResult, GroupWrite, SqliteStore, WAL_SIZE_LIMIT};
+pub use sqlite::{
+    Checkpointer, Checkpoints, ServeLock, SqliteStore, WalPressure, SCHEMA_VERSION, WAL_SIZE_LIMIT,
+};
 
 /// The store's own id of a session (stable for the life of the store).
 pub type SessionId = i64;

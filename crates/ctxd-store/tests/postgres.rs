@@ -1,3 +1,4 @@
+#![cfg(feature = "postgres")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 //! What only the PostgreSQL backend has to show: calls from inside a tokio runtime, several
@@ -271,7 +272,8 @@ fn an_unreachable_server_is_unavailable_and_the_password_never_shows() {
 fn open_by_location_gives_a_postgres_backend() {
     let Some(db) = TempDb::create() else { return };
     let store: Box<dyn Backend> = open(&Location::parse(&db.url), Durability::Full).unwrap();
-    assert_eq!(store.kind(), "postgres");
+    assert_eq!(store.kind(), ctxd_store::StoreKind::Postgres);
+    assert!(!store.quick_commit());
     assert_eq!(store.location(), db.url);
     assert!(store.shared());
     let s = store

@@ -440,6 +440,7 @@ async fn a_full_disk_refuses_before_paying_and_recovers_when_space_is_freed() {
 
 /// A retry racing its original through two gateways on one PostgreSQL store (a load balancer
 /// retrying): both are answered, and the request's entries are stored once.
+#[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_request_through_two_gateways_at_once_is_answered_by_both_and_stored_once() {
     let url = match std::env::var("CTXD_TEST_POSTGRES") {

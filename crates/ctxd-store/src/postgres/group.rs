@@ -1,7 +1,6 @@
-//! Group commit on PostgreSQL: the same contract as `sqlite/group.rs`. The group's sessions are
-//! locked first, in id order, so two gateways' groups over the same sessions wait for each other
-//! instead of deadlocking; a group with a failing write is rolled back and replayed one write per
-//! transaction.
+//! Group commit on PostgreSQL ([`crate::contract::group`]). The group's sessions are locked
+//! first, in id order, so two gateways' groups over the same sessions wait for each other
+//! instead of deadlocking.
 
 use ctxd_core::model::EntryId;
 use postgres::{Client, Transaction};
@@ -9,7 +8,8 @@ use postgres::{Client, Transaction};
 use super::prepared::Prepared;
 use super::sessions::{append_in, set_leaf_in};
 use super::{pg, PgStore};
-use crate::sqlite::sessions::Indexing;
+use crate::contract::entry::Indexing;
+use crate::contract::group::commit_group;
 use crate::{GroupResult, GroupWrite, NewEntry, SessionId, StoreError};
 
 /// A [`GroupWrite`] with its data owned, to cross to a connection thread.
@@ -68,31 +68,34 @@ fn owned(writes: &[GroupWrite<'_>]) -> Vec<Owned> {
 }
 
 fn write_group_in(c: &mut Client, writes: &[Owned]) -> GroupResult {
-    if writes.len() > 1 {
-        let mut tx = c.transaction().map_err(pg)?;
-        let mut sessions: Vec<SessionId> = writes.iter().map(Owned::session).collect();
-        sessions.sort_unstable();
-        sessions.dedup();
-        tx.execute_cached(
-            "SELECT id FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE",
-            &[&sessions],
-        )?;
-        if writes.iter().try_for_each(|w| apply(&mut tx, w)).is_ok() {
+    commit_group(
+        c,
+        writes,
+        |c, writes| {
+            let mut tx = c.transaction().map_err(pg)?;
+            let mut sessions: Vec<SessionId> = writes.iter().map(Owned::session).collect();
+            sessions.sort_unstable();
+            sessions.dedup();
+            tx.execute_cached(
+                "SELECT id FROM sessions WHERE id = ANY($1) ORDER BY id FOR UPDATE",
+                &[&sessions],
+            )?;
+            if writes.iter().try_for_each(|w| apply(&mut tx, w)).is_err() {
+                // Dropped: rolled back.
+                return Ok(false);
+            }
             tx.commit().map_err(pg)?;
-            return Ok(writes.iter().map(|_| Ok(())).collect());
-        }
-        // Dropped: rolled back; replayed one write per transaction to isolate the failure.
-    }
-    let mut results = Vec::with_capacity(writes.len());
-    for write in writes {
-        let mut tx = c.transaction().map_err(pg)?;
-        let result = apply(&mut tx, write);
-        if result.is_ok() {
-            tx.commit().map_err(pg)?;
-        }
-        results.push(result);
-    }
-    Ok(results)
+            Ok(true)
+        },
+        |c, write| {
+            let mut tx = c.transaction().map_err(pg)?;
+            let result = apply(&mut tx, write);
+            if result.is_ok() {
+                tx.commit().map_err(pg)?;
+            }
+            Ok(result)
+        },
+    )
 }
 
 fn apply(tx: &mut Transaction<'_>, write: &Owned) -> Result<(), StoreError> {

@@ -8,13 +8,14 @@ mod ranked;
 use postgres::types::ToSql;
 use postgres::{Client, Row};
 
-use ctxd_core::history::{find_literal, item_facts, BranchLanes, ItemFilter, RankedQuery};
-use ctxd_core::model::{EntryKind, SessionMeta};
+use ctxd_core::history::{BranchLanes, ItemFilter, RankedQuery};
+use ctxd_core::model::SessionMeta;
 
 use super::prepared::Prepared;
-use super::sessions::{entry_row, lock_session, parse_meta};
+use super::sessions::{entry_row, lock_session};
 use super::{pg, PgStore};
-use crate::sqlite::history::{split_tools, ItemCols};
+use crate::contract::entry::{decode_kind, decode_meta};
+use crate::contract::history::{split_tools, walk_branch, ItemCols, WindowTally};
 use crate::{HistoryRow, HistoryStore, SessionId, StoreError, Visit, WindowRow};
 
 /// An item's `history_items` columns, then its entry's `id, parent, ts, sidechain, body`.
@@ -43,18 +44,7 @@ fn kept(
     branch: Option<&BranchLanes>,
     literal: Option<&str>,
 ) -> Result<Option<HistoryRow>, StoreError> {
-    let cols = item_cols(r, 0);
-    if !cols.accepted(filter, branch) {
-        return Ok(None);
-    }
-    let entry = entry_row(r, 8)?;
-    if let Some(q) = literal {
-        let text = item_facts(&entry.kind, &|_| None).map(|f| f.text);
-        if text.is_none_or(|t| find_literal(&t, q).is_none()) {
-            return Ok(None);
-        }
-    }
-    Ok(Some(cols.with_entry(entry, None)))
+    item_cols(r, 0).kept(filter, branch, literal, |_| entry_row(r, 8))
 }
 
 /// Rows fetched from the server at a time while streaming: a visitor that wants the last 20
@@ -130,7 +120,7 @@ impl HistoryStore for PgStore {
                 "SELECT meta FROM sessions WHERE id = $1 AND tenant = $2",
                 &[&session, &tenant],
             )?;
-            row.map(|r| parse_meta(session, r.get(0))).transpose()
+            row.map(|r| decode_meta(session, r.get(0))).transpose()
         })
     }
 
@@ -319,10 +309,7 @@ fn sync_index(c: &mut Client, session: SessionId, limit: u64) -> Result<(u64, bo
         let id: String = r.get(1);
         let parent: Option<String> = r.get(2);
         let body: String = r.get(4);
-        let kind: EntryKind = serde_json::from_str(&body).map_err(|e| StoreError::Corrupt {
-            id: id.clone(),
-            message: e.to_string(),
-        })?;
+        let kind = decode_kind(&id, &body)?;
         upto = r.get(0);
         indexer.add(&mut tx, upto, &id, parent.as_deref(), r.get(3), &kind)?;
     }
@@ -356,18 +343,11 @@ fn branch(c: &mut Client, session: SessionId) -> Result<BranchLanes, StoreError>
     let lane_of = c
         .statement("SELECT lane, (SELECT parent_seq FROM history_items p WHERE p.session_id = $1 AND p.seq = h.lane) \
                   FROM history_items h WHERE h.session_id = $1 AND h.seq = $2")?;
-    let mut lanes = BranchLanes::default();
-    let mut at = leaf_seq;
-    while let Some(seq) = at {
-        let Some(r) = c.query_opt(&lane_of, &[&session, &seq]).map_err(pg)? else {
-            break;
-        };
-        let lane: i64 = r.get(0);
-        lanes.push(lane, seq);
-        // Parents always have smaller seqs, so this walk ends.
-        at = r.get::<_, Option<i64>>(1).filter(|&p| p < lane);
-    }
-    Ok(lanes)
+    walk_branch(leaf_seq, |seq| {
+        Ok(c.query_opt(&lane_of, &[&session, &seq])
+            .map_err(pg)?
+            .map(|r| (r.get(0), r.get(1))))
+    })
 }
 
 fn windows(
@@ -375,14 +355,10 @@ fn windows(
     session: SessionId,
     lanes: Option<Vec<(i64, i64)>>,
 ) -> Result<Vec<WindowRow>, StoreError> {
-    let mut acc: std::collections::BTreeMap<i64, (u64, i64, i64)> = Default::default();
+    let mut tally = WindowTally::default();
     let mut add = |rows: Vec<Row>| {
         for r in rows {
-            let (w, n, lo, hi): (i64, i64, i64, i64) = (r.get(0), r.get(1), r.get(2), r.get(3));
-            let slot = acc.entry(w).or_insert((0, lo, hi));
-            slot.0 += n as u64;
-            slot.1 = slot.1.min(lo);
-            slot.2 = slot.2.max(hi);
+            tally.add(r.get(0), r.get(1), r.get(2), r.get(3));
         }
     };
     match lanes {
@@ -404,18 +380,10 @@ fn windows(
     let start = c.statement(
         "SELECT id, parent, ts, sidechain, body FROM entries WHERE session_id = $1 AND seq = $2",
     )?;
-    let mut out = Vec::with_capacity(acc.len());
-    for (window_seq, (items, first_seq, last_seq)) in acc {
-        let Some(r) = c.query_opt(&start, &[&session, &window_seq]).map_err(pg)? else {
-            continue;
-        };
-        out.push(WindowRow {
-            window_seq,
-            start: entry_row(&r, 0)?,
-            items,
-            first_seq,
-            last_seq,
-        });
-    }
-    Ok(out)
+    tally.rows(|window_seq| {
+        c.query_opt(&start, &[&session, &window_seq])
+            .map_err(pg)?
+            .map(|r| entry_row(&r, 0))
+            .transpose()
+    })
 }

@@ -5,6 +5,7 @@
 //! an append locks its session's row first, so appends to one session from several gateways
 //! are serialised by the database and their seq numbers stay dense and ordered.
 
+mod backend;
 mod group;
 mod history;
 mod notes;
@@ -209,7 +210,7 @@ pub(crate) fn follow(
     })
 }
 
-impl crate::dump::Dump for PgStore {
+impl crate::contract::dump::Dump for PgStore {
     fn settings(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         self.pool.run(|c| {
             Ok(
@@ -221,8 +222,8 @@ impl crate::dump::Dump for PgStore {
         })
     }
 
-    fn notes_dump(&self) -> Result<crate::dump::NotesDump, StoreError> {
-        use crate::dump::{NoteRow, NoteVersionRow, NotesDump};
+    fn notes_dump(&self) -> Result<crate::contract::dump::NotesDump, StoreError> {
+        use crate::contract::dump::{NoteRow, NoteVersionRow, NotesDump};
         self.pool.run(|c| {
             let notes = c
                 .query_cached(
@@ -266,7 +267,7 @@ impl crate::dump::Dump for PgStore {
         })
     }
 
-    fn notes_restore(&self, dump: &crate::dump::NotesDump) -> Result<(), StoreError> {
+    fn notes_restore(&self, dump: &crate::contract::dump::NotesDump) -> Result<(), StoreError> {
         let dump = dump.clone();
         self.pool.run(move |c| {
             let mut tx = c.transaction().map_err(pg)?;

@@ -1,16 +1,18 @@
-//! Notes on PostgreSQL: `sqlite/notes.rs`'s tables and rules. Each operation is one
-//! transaction; a change takes an advisory lock on its note path first, so two gateways
-//! changing one path take its version numbers one after the other.
+//! Notes on PostgreSQL: SQLite's tables, the rules of [`crate::contract::versions`]. Each
+//! operation is one transaction; a change takes an advisory lock on its note path first, so two
+//! gateways changing one path take its version numbers one after the other.
 
-use postgres::{GenericClient, Row, Transaction};
+use postgres::{Row, Transaction};
 
 use ctxd_core::notes::list::{Direction, ListOrder, OrderBy};
 use ctxd_core::notes::text;
-use ctxd_core::notes::NoteError;
 
 use super::prepared::Prepared;
 use super::{pg, PgStore};
-use crate::notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
+use crate::contract::notes::{
+    Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written,
+};
+use crate::contract::versions::{self, At, NoteRows, State, VersionRow};
 use crate::StoreError;
 
 const META_COLUMNS: &str = "home, path, bytes, lines, version, stale, created_ms, updated_ms";
@@ -35,31 +37,12 @@ fn note_row(row: &Row) -> Note {
     }
 }
 
-/// The note's current state, its row locked until the transaction ends.
-fn current(
-    tx: &mut impl GenericClient,
-    tenant: &str,
-    home: &str,
-    path: &str,
-) -> Result<Option<Note>, StoreError> {
-    Ok(tx
-        .query_opt_cached(
-            &format!(
-                "SELECT {META_COLUMNS}, body FROM notes \
-                 WHERE tenant = $1 AND home = $2 AND path = $3 FOR UPDATE"
-            ),
-            &[&tenant, &home, &path],
-        )?
-        .map(|r| note_row(&r)))
-}
-
 /// Serialise the writers of one note path (whether the note exists or not): its versions are
 /// numbered from the highest one, and two gateways must not both take the next.
 fn lock_path(
     tx: &mut Transaction<'_>,
     tenant: &str,
-    home: &str,
-    path: &str,
+    (home, path): At<'_>,
 ) -> Result<(), StoreError> {
     let key = format!("{tenant}\n{home}\n{path}");
     tx.execute_cached(
@@ -69,51 +52,54 @@ fn lock_path(
     Ok(())
 }
 
-struct VersionRow<'a> {
-    op: &'a str,
-    body: Option<&'a str>,
-    other: Option<&'a str>,
+/// One tenant's note rows inside a transaction holding the paths' locks.
+struct Rows<'a, 't> {
+    tx: &'a mut Transaction<'t>,
+    tenant: &'a str,
 }
 
-fn record(
-    tx: &mut Transaction<'_>,
-    (tenant, home, path): (&str, &str, &str),
-    at_ms: i64,
-    row: VersionRow<'_>,
-) -> Result<i64, StoreError> {
-    let version: i64 = tx
-        .query_one_cached(
-            "SELECT COALESCE(MAX(version), 0)::BIGINT + 1 FROM note_versions \
-             WHERE tenant = $1 AND home = $2 AND path = $3",
-            &[&tenant, &home, &path],
-        )?
-        .get(0);
-    tx.execute_cached(
-        "INSERT INTO note_versions (tenant, home, path, version, op, body, other, at_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        &[
-            &tenant, &home, &path, &version, &row.op, &row.body, &row.other, &at_ms,
-        ],
-    )?;
-    Ok(version)
-}
+impl NoteRows for Rows<'_, '_> {
+    /// The note's current state, its row locked until the transaction ends.
+    fn current(&mut self, (home, path): At<'_>) -> Result<Option<Note>, StoreError> {
+        Ok(self
+            .tx
+            .query_opt_cached(
+                &format!(
+                    "SELECT {META_COLUMNS}, body FROM notes \
+                     WHERE tenant = $1 AND home = $2 AND path = $3 FOR UPDATE"
+                ),
+                &[&self.tenant, &home, &path],
+            )?
+            .map(|r| note_row(&r)))
+    }
 
-/// The state a note is put in.
-struct State<'a> {
-    body: &'a str,
-    version: i64,
-    stale: bool,
-    created_ms: i64,
-    updated_ms: i64,
-}
+    fn record(
+        &mut self,
+        (home, path): At<'_>,
+        at_ms: i64,
+        row: VersionRow<'_>,
+    ) -> Result<i64, StoreError> {
+        let tenant = self.tenant;
+        let version: i64 = self
+            .tx
+            .query_one_cached(
+                "SELECT COALESCE(MAX(version), 0)::BIGINT + 1 FROM note_versions \
+                 WHERE tenant = $1 AND home = $2 AND path = $3",
+                &[&tenant, &home, &path],
+            )?
+            .get(0);
+        self.tx.execute_cached(
+            "INSERT INTO note_versions (tenant, home, path, version, op, body, other, at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[
+                &tenant, &home, &path, &version, &row.op, &row.body, &row.other, &at_ms,
+            ],
+        )?;
+        Ok(version)
+    }
 
-fn put(
-    tx: &mut Transaction<'_>,
-    (tenant, home, path): (&str, &str, &str),
-    s: State<'_>,
-) -> Result<NoteMeta, StoreError> {
-    let row = tx
-        .query_one_cached(
+    fn put(&mut self, (home, path): At<'_>, s: State<'_>) -> Result<NoteMeta, StoreError> {
+        let row = self.tx.query_one_cached(
             &format!(
                 "INSERT INTO notes (tenant, home, path, body, bytes, lines, version, stale, created_ms, updated_ms) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
@@ -123,7 +109,7 @@ fn put(
                  RETURNING {META_COLUMNS}"
             ),
             &[
-                &tenant,
+                &self.tenant,
                 &home,
                 &path,
                 &s.body,
@@ -135,7 +121,63 @@ fn put(
                 &s.updated_ms,
             ],
         )?;
-    Ok(meta_row(&row))
+        Ok(meta_row(&row))
+    }
+
+    fn remove(&mut self, (home, path): At<'_>) -> Result<(), StoreError> {
+        self.tx.execute_cached(
+            "DELETE FROM notes WHERE tenant = $1 AND home = $2 AND path = $3",
+            &[&self.tenant, &home, &path],
+        )?;
+        Ok(())
+    }
+
+    fn flag(
+        &mut self,
+        (home, path): At<'_>,
+        stale: bool,
+        version: i64,
+    ) -> Result<Option<NoteMeta>, StoreError> {
+        let row = self.tx.query_one_cached(
+            &format!(
+                "UPDATE notes SET stale = $4, version = $5 \
+                 WHERE tenant = $1 AND home = $2 AND path = $3 RETURNING {META_COLUMNS}"
+            ),
+            &[&self.tenant, &home, &path, &stale, &version],
+        )?;
+        Ok(Some(meta_row(&row)))
+    }
+}
+
+impl PgStore {
+    /// Run `change` on `tenant`'s note rows in one transaction holding the locks of `paths`
+    /// (taken in one order for every caller, so two changes cannot deadlock), committed unless
+    /// it failed.
+    fn notes_tx<T: Send + 'static>(
+        &self,
+        tenant: &str,
+        paths: &[At<'_>],
+        change: impl FnOnce(&mut Rows<'_, '_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let tenant = tenant.to_owned();
+        let mut paths: Vec<(String, String)> = paths
+            .iter()
+            .map(|(h, p)| ((*h).to_owned(), (*p).to_owned()))
+            .collect();
+        paths.sort();
+        self.pool.run(move |c| {
+            let mut tx = c.transaction().map_err(pg)?;
+            for (home, path) in &paths {
+                lock_path(&mut tx, &tenant, (home, path))?;
+            }
+            let out = change(&mut Rows {
+                tx: &mut tx,
+                tenant: &tenant,
+            })?;
+            tx.commit().map_err(pg)?;
+            Ok(out)
+        })
+    }
 }
 
 fn order_sql(order: ListOrder) -> String {
@@ -165,45 +207,11 @@ impl NotesStore for PgStore {
         if let Err(e) = text::check_size(path, body) {
             return Ok(Err(e));
         }
-        let (tenant, home, path, body) = (
-            tenant.to_owned(),
-            home.to_owned(),
-            path.to_owned(),
-            body.to_owned(),
-        );
-        self.pool.run(move |c| {
-            let at = (tenant.as_str(), home.as_str(), path.as_str());
-            let mut tx = c.transaction().map_err(pg)?;
-            lock_path(&mut tx, at.0, at.1, at.2)?;
-            let existing = current(&mut tx, at.0, at.1, at.2)?;
-            let version = record(
-                &mut tx,
-                at,
-                at_ms,
-                VersionRow {
-                    op: "write",
-                    body: Some(&body),
-                    other: None,
-                },
-            )?;
-            let created_ms = existing.as_ref().map_or(at_ms, |n| n.meta.created_at_ms);
-            let meta = put(
-                &mut tx,
-                at,
-                State {
-                    body: &body,
-                    version,
-                    stale: false,
-                    created_ms,
-                    updated_ms: at_ms,
-                },
-            )?;
-            tx.commit().map_err(pg)?;
-            Ok(Ok(Written {
-                meta,
-                replaced: existing.is_some(),
-            }))
+        let (h, p, body) = (home.to_owned(), path.to_owned(), body.to_owned());
+        self.notes_tx(tenant, &[(home, path)], move |rows| {
+            versions::write(rows, (&h, &p), &body, at_ms)
         })
+        .map(Ok)
     }
 
     fn note_append(
@@ -214,55 +222,9 @@ impl NotesStore for PgStore {
         text_in: &str,
         at_ms: i64,
     ) -> NoteResult<Appended> {
-        let (tenant, home, path, text_in) = (
-            tenant.to_owned(),
-            home.to_owned(),
-            path.to_owned(),
-            text_in.to_owned(),
-        );
-        self.pool.run(move |c| {
-            let at = (tenant.as_str(), home.as_str(), path.as_str());
-            let mut tx = c.transaction().map_err(pg)?;
-            lock_path(&mut tx, at.0, at.1, at.2)?;
-            let existing = current(&mut tx, at.0, at.1, at.2)?;
-            let old = existing.as_ref().map_or("", |n| n.body.as_str());
-            let (body, delta) = match text::append(at.2, old, &text_in) {
-                Ok(done) => done,
-                Err(e) => return Ok(Err(e)),
-            };
-            // A note created by an append records its whole body, as on SQLite.
-            let row = if existing.is_some() {
-                VersionRow {
-                    op: "append",
-                    body: Some(&delta),
-                    other: None,
-                }
-            } else {
-                VersionRow {
-                    op: "write",
-                    body: Some(&body),
-                    other: None,
-                }
-            };
-            let version = record(&mut tx, at, at_ms, row)?;
-            let created_ms = existing.as_ref().map_or(at_ms, |n| n.meta.created_at_ms);
-            let meta = put(
-                &mut tx,
-                at,
-                State {
-                    body: &body,
-                    version,
-                    stale: false,
-                    created_ms,
-                    updated_ms: at_ms,
-                },
-            )?;
-            tx.commit().map_err(pg)?;
-            Ok(Ok(Appended {
-                meta,
-                created: existing.is_none(),
-                added_bytes: delta.len(),
-            }))
+        let (h, p, text_in) = (home.to_owned(), path.to_owned(), text_in.to_owned());
+        self.notes_tx(tenant, &[(home, path)], move |rows| {
+            versions::append(rows, (&h, &p), &text_in, at_ms)
         })
     }
 
@@ -349,30 +311,9 @@ impl NotesStore for PgStore {
         path: &str,
         at_ms: i64,
     ) -> Result<Option<NoteMeta>, StoreError> {
-        let (tenant, home, path) = (tenant.to_owned(), home.to_owned(), path.to_owned());
-        self.pool.run(move |c| {
-            let at = (tenant.as_str(), home.as_str(), path.as_str());
-            let mut tx = c.transaction().map_err(pg)?;
-            lock_path(&mut tx, at.0, at.1, at.2)?;
-            let Some(existing) = current(&mut tx, at.0, at.1, at.2)? else {
-                return Ok(None);
-            };
-            record(
-                &mut tx,
-                at,
-                at_ms,
-                VersionRow {
-                    op: "delete",
-                    body: None,
-                    other: None,
-                },
-            )?;
-            tx.execute_cached(
-                "DELETE FROM notes WHERE tenant = $1 AND home = $2 AND path = $3",
-                &[&at.0, &at.1, &at.2],
-            )?;
-            tx.commit().map_err(pg)?;
-            Ok(Some(existing.meta))
+        let (h, p) = (home.to_owned(), path.to_owned());
+        self.notes_tx(tenant, &[(home, path)], move |rows| {
+            versions::delete(rows, (&h, &p), at_ms)
         })
     }
 
@@ -383,75 +324,13 @@ impl NotesStore for PgStore {
         to: (&str, &str),
         at_ms: i64,
     ) -> NoteResult<NoteMeta> {
-        if from == to {
-            return Ok(Err(NoteError::Argument(
-                "the new address is the same as the old one".to_owned(),
-            )));
+        if let Err(e) = versions::check_rename(from, to) {
+            return Ok(Err(e));
         }
-        let tenant = tenant.to_owned();
         let (from_home, from_path) = (from.0.to_owned(), from.1.to_owned());
         let (to_home, to_path) = (to.0.to_owned(), to.1.to_owned());
-        self.pool.run(move |c| {
-            let src = (tenant.as_str(), from_home.as_str(), from_path.as_str());
-            let dst = (tenant.as_str(), to_home.as_str(), to_path.as_str());
-            let mut tx = c.transaction().map_err(pg)?;
-            // Both paths, in one order for every caller, so two renames cannot deadlock.
-            let (first, second) = if (src.1, src.2) < (dst.1, dst.2) {
-                (src, dst)
-            } else {
-                (dst, src)
-            };
-            lock_path(&mut tx, first.0, first.1, first.2)?;
-            lock_path(&mut tx, second.0, second.1, second.2)?;
-            let Some(source) = current(&mut tx, src.0, src.1, src.2)? else {
-                return Ok(Err(NoteError::NotFound {
-                    address: from_path.clone(),
-                }));
-            };
-            if current(&mut tx, dst.0, dst.1, dst.2)?.is_some() {
-                return Ok(Err(NoteError::Exists {
-                    address: to_path.clone(),
-                }));
-            }
-            let to_label = format!("{to_home}\t{to_path}");
-            let from_label = format!("{from_home}\t{from_path}");
-            record(
-                &mut tx,
-                src,
-                at_ms,
-                VersionRow {
-                    op: "rename_out",
-                    body: None,
-                    other: Some(&to_label),
-                },
-            )?;
-            tx.execute_cached(
-                "DELETE FROM notes WHERE tenant = $1 AND home = $2 AND path = $3",
-                &[&src.0, &src.1, &src.2],
-            )?;
-            let version = record(
-                &mut tx,
-                dst,
-                at_ms,
-                VersionRow {
-                    op: "rename_in",
-                    body: Some(&source.body),
-                    other: Some(&from_label),
-                },
-            )?;
-            let meta = put(
-                &mut tx,
-                dst,
-                State {
-                    body: &source.body,
-                    version,
-                    stale: source.meta.stale,
-                    created_ms: source.meta.created_at_ms,
-                    updated_ms: at_ms,
-                },
-            )?;
-            tx.commit().map_err(pg)?;
-            Ok(Ok(meta))
+        self.notes_tx(tenant, &[from, to], move |rows| {
+            versions::rename(rows, (&from_home, &from_path), (&to_home, &to_path), at_ms)
         })
     }
 
@@ -463,37 +342,9 @@ impl NotesStore for PgStore {
         stale: bool,
         at_ms: i64,
     ) -> Result<Option<NoteMeta>, StoreError> {
-        let (tenant, home, path) = (tenant.to_owned(), home.to_owned(), path.to_owned());
-        self.pool.run(move |c| {
-            let at = (tenant.as_str(), home.as_str(), path.as_str());
-            let mut tx = c.transaction().map_err(pg)?;
-            lock_path(&mut tx, at.0, at.1, at.2)?;
-            let Some(existing) = current(&mut tx, at.0, at.1, at.2)? else {
-                return Ok(None);
-            };
-            if existing.meta.stale == stale {
-                return Ok(Some(existing.meta));
-            }
-            let op = if stale { "stale" } else { "fresh" };
-            let version = record(
-                &mut tx,
-                at,
-                at_ms,
-                VersionRow {
-                    op,
-                    body: None,
-                    other: None,
-                },
-            )?;
-            let row = tx.query_one_cached(
-                &format!(
-                    "UPDATE notes SET stale = $4, version = $5 \
-                         WHERE tenant = $1 AND home = $2 AND path = $3 RETURNING {META_COLUMNS}"
-                ),
-                &[&at.0, &at.1, &at.2, &stale, &version],
-            )?;
-            tx.commit().map_err(pg)?;
-            Ok(Some(meta_row(&row)))
+        let (h, p) = (home.to_owned(), path.to_owned());
+        self.notes_tx(tenant, &[(home, path)], move |rows| {
+            versions::set_stale(rows, (&h, &p), stale, at_ms)
         })
     }
 
@@ -538,7 +389,7 @@ impl NotesStore for PgStore {
                 &[&tenant, &home, &path, &version],
             )?;
             let rows = rows.iter().map(|r| Ok((r.get(0), r.get(1), r.get(2))));
-            crate::notes::body_at(rows, version, &home, &path)
+            crate::contract::notes::body_at(rows, version, &home, &path)
         })
     }
 }

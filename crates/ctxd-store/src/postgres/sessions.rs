@@ -8,7 +8,10 @@ use ctxd_core::spend::{Counter, Spend};
 use super::history::index::{indexed_upto, Indexer};
 use super::prepared::Prepared;
 use super::{pg, PgStore, NOW};
-use crate::sqlite::sessions::{check_leaf, decode_entry, kind_tag, sql_amount, Indexing};
+use crate::contract::entry::{
+    check_leaf, decode_entry, decode_meta, encode_kind, encode_meta, kind_tag, new_leaf,
+    sql_amount, stored_amount, Indexing,
+};
 use crate::{NewEntry, SessionId, SessionRecord, Store, StoreError};
 
 const SESSION_COLUMNS: &str = "s.id, s.tenant, s.key, s.meta, s.created_at, s.updated_at, s.leaf, \
@@ -21,18 +24,11 @@ fn session_row(row: &Row) -> Result<SessionRecord, StoreError> {
         id,
         tenant: row.get(1),
         key: row.get(2),
-        meta: parse_meta(id, &meta)?,
+        meta: decode_meta(id, &meta)?,
         created_at: row.get(4),
         updated_at: row.get(5),
         leaf: row.get::<_, Option<String>>(6).map(EntryId),
         entry_count: row.get::<_, i64>(7) as u64,
-    })
-}
-
-pub(super) fn parse_meta(session: SessionId, meta: &str) -> Result<SessionMeta, StoreError> {
-    serde_json::from_str(meta).map_err(|e| StoreError::Corrupt {
-        id: format!("session {session}"),
-        message: e.to_string(),
     })
 }
 
@@ -71,10 +67,7 @@ impl Store for PgStore {
         key: &str,
         meta: &SessionMeta,
     ) -> Result<SessionRecord, StoreError> {
-        let meta_json = serde_json::to_string(meta).map_err(|e| StoreError::Corrupt {
-            id: key.to_owned(),
-            message: e.to_string(),
-        })?;
+        let meta_json = encode_meta(key, meta)?;
         let agent = meta.agent.map(|a| a.as_str().to_owned());
         let (tenant, key) = (tenant.to_owned(), key.to_owned());
         self.pool.run(move |c| {
@@ -172,7 +165,7 @@ impl Store for PgStore {
             let row = c
                 .query_opt_cached("SELECT meta, leaf FROM sessions WHERE id = $1", &[&session])?
                 .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
-            let meta = parse_meta(session, row.get(0))?;
+            let meta = decode_meta(session, row.get(0))?;
             let leaf: Option<String> = row.get(1);
             // Seq numbers start at 1: the entries after 0 are all of them.
             let entries = entries_after(c, session, 0)?;
@@ -331,7 +324,7 @@ const SPEND_ROW: &str = "SELECT used_tokens, used_micro_usd, reserved_tokens, re
 
 /// A `spend` row's four amounts as a counter.
 fn counter_row(r: &Row) -> Counter {
-    let amount = |i: usize| u64::try_from(r.get::<_, i64>(i)).unwrap_or(0);
+    let amount = |i: usize| stored_amount(r.get::<_, i64>(i));
     Counter {
         used: Spend {
             tokens: amount(0),
@@ -389,7 +382,7 @@ pub(super) fn append_in(
 ) -> Result<i64, StoreError> {
     check_leaf(expect_leaf, lock_session(tx, session)?)?;
     let columns = Columns::of(batch)?;
-    let new_leaf = leaf.map(|l| l.0.as_str()).or(columns.id.last().copied());
+    let new_leaf = new_leaf(leaf, batch);
     if let Some(l) = new_leaf.filter(|l| !columns.id.contains(l)) {
         require_entry(tx, session, l)?;
     }
@@ -454,7 +447,7 @@ pub(super) fn append_in(
             .collect();
         for &i in &held {
             let same = stored.get(columns.id[i]).is_some_and(|(parent, body)| {
-                crate::same::stands_for(
+                crate::contract::same::stands_for(
                     parent.as_deref(),
                     body,
                     columns.parent[i],
@@ -505,12 +498,7 @@ impl<'a> Columns<'a> {
         };
         for new in batch {
             let e = &new.entry;
-            c.body.push(
-                serde_json::to_string(&e.kind).map_err(|err| StoreError::Corrupt {
-                    id: e.id.0.clone(),
-                    message: err.to_string(),
-                })?,
-            );
+            c.body.push(encode_kind(e)?);
             c.id.push(&e.id.0);
             c.parent.push(e.parent.as_ref().map(|p| p.0.as_str()));
             c.ts.push(e.timestamp.as_deref());

@@ -1,39 +1,15 @@
-//! Group commit: many writers' batches in one transaction. A commit costs an fsync (about a
+//! Group commit on SQLite ([`crate::contract::group`]). A commit costs an fsync (about a
 //! millisecond here at `synchronous=FULL`); a busy gateway queues several batches per
-//! millisecond, so it pays once for all of them. The group writes the log only: the full-text
-//! and history indexes are derived, and flushing and merging their segments at every commit
-//! made a commit cost milliseconds (measured: p99 of the wait 10-40 ms); they are caught up
-//! after, in larger batches, by [`SqliteStore::index_pending`]. A group with a failing write is rolled back and
-//! replayed one write per transaction, so the failure is reported in its place and the others
-//! still commit.
+//! millisecond, so it pays once for all of them. The group writes the log only: flushing and
+//! merging the full-text and history indexes' segments at every commit made a commit cost
+//! milliseconds (measured: p99 of the wait 10-40 ms); they are caught up after, in larger
+//! batches, by [`SqliteStore::index_pending`].
 
-use ctxd_core::model::EntryId;
-
-use super::sessions::{append_in, set_leaf_in, Indexing};
+use super::sessions::{append_in, set_leaf_in};
 use super::SqliteStore;
-use crate::{NewEntry, SessionId, StoreError};
-
-/// One write of a group.
-#[derive(Clone, Copy, Debug)]
-pub enum GroupWrite<'a> {
-    /// [`crate::Store::append`] with the leaf moving to the batch's last entry. The derived
-    /// indexes are not written (`Indexing::Deferred`): [`SqliteStore::index_pending`] or the
-    /// next history read catches them up, so the commit holds the log alone.
-    Append {
-        session: SessionId,
-        entries: &'a [NewEntry],
-        /// Only while the session's leaf is this entry (checked under the write's lock):
-        /// otherwise `StoreError::LeafMoved` and nothing of the batch is written. For writes
-        /// that must not land behind another writer's back (a distillation pass's edits, on a
-        /// store several gateways write).
-        expect_leaf: Option<&'a EntryId>,
-    },
-    /// [`crate::Store::set_leaf`].
-    SetLeaf {
-        session: SessionId,
-        leaf: &'a EntryId,
-    },
-}
+use crate::contract::entry::Indexing;
+use crate::contract::group::commit_group;
+use crate::{GroupResult, GroupWrite, StoreError};
 
 impl SqliteStore {
     /// Apply `writes` in order. The outer error is a transaction's own (a commit that failed);
@@ -52,29 +28,28 @@ impl SqliteStore {
     }
 }
 
-/// Each write's result in order, or the error of a transaction itself (a failed commit).
-pub type GroupResult = Result<Vec<Result<(), StoreError>>, StoreError>;
-
 fn write_group_in(conn: &mut rusqlite::Connection, writes: &[GroupWrite<'_>]) -> GroupResult {
-    if writes.len() > 1 {
-        let tx = super::write_transaction(conn)?;
-        if writes.iter().try_for_each(|w| apply(&tx, w)).is_ok() {
+    commit_group(
+        conn,
+        writes,
+        |conn, writes| {
+            let tx = super::write_transaction(conn)?;
+            if writes.iter().try_for_each(|w| apply(&tx, w)).is_err() {
+                // Dropped: rolled back.
+                return Ok(false);
+            }
             tx.commit()?;
-            return Ok(writes.iter().map(|_| Ok(())).collect());
-        }
-        // Dropped: rolled back. Rare (a write the gateway's own checks let through), so the
-        // group is simply replayed one write per transaction to isolate it.
-    }
-    let mut results = Vec::with_capacity(writes.len());
-    for write in writes {
-        let tx = super::write_transaction(conn)?;
-        let result = apply(&tx, write);
-        if result.is_ok() {
-            tx.commit()?;
-        }
-        results.push(result);
-    }
-    Ok(results)
+            Ok(true)
+        },
+        |conn, write| {
+            let tx = super::write_transaction(conn)?;
+            let result = apply(&tx, write);
+            if result.is_ok() {
+                tx.commit()?;
+            }
+            Ok(result)
+        },
+    )
 }
 
 fn apply(conn: &rusqlite::Connection, write: &GroupWrite<'_>) -> Result<(), StoreError> {
@@ -100,8 +75,8 @@ fn apply(conn: &rusqlite::Connection, write: &GroupWrite<'_>) -> Result<(), Stor
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::Store;
-    use ctxd_core::model::{Entry, EntryKind, Message, Role, SessionMeta};
+    use crate::{NewEntry, Store};
+    use ctxd_core::model::{Entry, EntryId, EntryKind, Message, Role, SessionMeta};
 
     fn entry(id: &str, parent: Option<&str>) -> NewEntry {
         NewEntry::new(Entry {

@@ -7,197 +7,38 @@
 //! lanes, windows, filters) are the core's ([`ctxd_core::history`]); this module only stores and
 //! queries.
 
-pub(crate) mod index;
+pub(super) mod index;
 mod ranked;
 
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
 
-use ctxd_core::history::{find_literal, item_facts, BranchLanes, ItemFilter, ItemRow, RankedQuery};
-use ctxd_core::model::{Entry, EntryKind, SessionMeta};
+use ctxd_core::history::{BranchLanes, ItemFilter, RankedQuery};
+use ctxd_core::model::SessionMeta;
 
-use super::sessions::decode_entry;
 use super::SqliteStore;
-use crate::{SessionId, StoreError};
-
-/// One indexed item with its entry.
-#[derive(Clone, Debug, PartialEq)]
-pub struct HistoryRow {
-    pub seq: i64,
-    pub lane: i64,
-    pub window_seq: i64,
-    pub item_key: u64,
-    pub kind: String,
-    pub role: String,
-    pub tools: Vec<String>,
-    pub sidechain: bool,
-    pub entry: Entry,
-    /// Ranked search only: bm25 relevance (higher is better).
-    pub score: Option<f64>,
-}
-
-/// One window: its opening entry and what it holds (on the branch asked for).
-#[derive(Clone, Debug, PartialEq)]
-pub struct WindowRow {
-    pub window_seq: i64,
-    /// The entry that opened the window (a root, or a window marker).
-    pub start: Entry,
-    pub items: u64,
-    pub first_seq: i64,
-    pub last_seq: i64,
-}
-
-/// How many matches a ranked search ranks together, newest block first. Ranking costs about
-/// 5-10 µs a row (bm25 reads each row's length from the index), and a common word matches
-/// nearly every item: a block bounds the cost of a page (under 20 ms at a million items).
-pub const RANKED_BLOCK: usize = 1_000;
-
-/// A visitor of rows in order; returns `false` to stop.
-pub type Visit<'a> = &'a mut dyn FnMut(HistoryRow) -> bool;
-
-/// History queries over the stored log. Every method takes a session the caller already checked
-/// belongs to its tenant.
-pub trait HistoryStore {
-    /// The metadata of `session` when it belongs to `tenant` (a cheap check, without counting
-    /// entries as [`crate::Store::session`] does).
-    fn history_owned(
-        &self,
-        tenant: &str,
-        session: SessionId,
-    ) -> Result<Option<SessionMeta>, StoreError>;
-
-    /// Index the session's entries the derived indexes lack (appended by the gateway, which
-    /// leaves indexing to after its commit, or stored by a build that did not index on
-    /// append). Every history read calls it first. Returns how many were indexed: 0 once the
-    /// indexes are current.
-    fn history_sync(&self, session: SessionId) -> Result<u64, StoreError>;
-
-    /// The active branch (from the session's leaf) as lanes.
-    fn history_branch(&self, session: SessionId) -> Result<BranchLanes, StoreError>;
-
-    /// Every window opener of the session: (seq, entry id), in order.
-    fn history_window_starts(&self, session: SessionId) -> Result<Vec<(i64, String)>, StoreError>;
-
-    /// Windows in order of their opening entry; on `branch` when given.
-    fn history_windows(
-        &self,
-        session: SessionId,
-        branch: Option<&BranchLanes>,
-    ) -> Result<Vec<WindowRow>, StoreError>;
-
-    /// Items in append order (or the reverse), filtered.
-    fn history_items(
-        &self,
-        session: SessionId,
-        filter: &ItemFilter,
-        branch: Option<&BranchLanes>,
-        recent_first: bool,
-        visit: Visit<'_>,
-    ) -> Result<(), StoreError>;
-
-    /// The items whose key is `key` (one, or none; more only on a hash collision).
-    fn history_item(&self, session: SessionId, key: u64) -> Result<Vec<HistoryRow>, StoreError>;
-
-    /// Items whose text contains `query` (case-sensitive), in order, filtered.
-    fn history_search_literal(
-        &self,
-        session: SessionId,
-        query: &str,
-        filter: &ItemFilter,
-        branch: Option<&BranchLanes>,
-        recent_first: bool,
-        visit: Visit<'_>,
-    ) -> Result<(), StoreError>;
-
-    /// Items holding every word of `query`, filtered, in blocks of [`RANKED_BLOCK`] matches,
-    /// newest block first, each best first. SQLite ranks by bm25: words in most of the store's
-    /// items carry no weight there and are left out of the ranking (see
-    /// `sqlite/history/ranked.rs`); when every word is that common, the newest come first with a
-    /// score of 0. PostgreSQL ranks by `ts_rank` (see `postgres/history/ranked.rs`).
-    fn history_search_ranked(
-        &self,
-        session: SessionId,
-        query: &RankedQuery,
-        filter: &ItemFilter,
-        branch: Option<&BranchLanes>,
-        visit: Visit<'_>,
-    ) -> Result<(), StoreError>;
-}
+use crate::contract::entry::{decode_entry, decode_kind, decode_meta};
+use crate::contract::history::{split_tools, walk_branch, ItemCols, WindowTally};
+use crate::contract::index::Indexer;
+use crate::{HistoryRow, HistoryStore, SessionId, StoreError, Visit, WindowRow};
 
 pub(crate) const ROW_COLUMNS: &str =
     "h.seq, h.lane, h.window_seq, h.item_key, h.kind, h.role, h.tools, \
      h.sidechain, e.id, e.parent, e.timestamp, e.body";
 
-/// The `history_items` columns of an item, without its entry: enough to filter and to rank, so
-/// a search reads an entry's body only for the items it returns.
-#[derive(Clone, Debug)]
-pub(crate) struct ItemCols {
-    pub(crate) seq: i64,
-    pub(crate) lane: i64,
-    pub(crate) window_seq: i64,
-    pub(crate) item_key: i64,
-    pub(crate) kind: String,
-    pub(crate) role: String,
-    pub(crate) tools: Vec<String>,
-    pub(crate) sidechain: bool,
-}
-
-impl ItemCols {
-    /// Read the 8 columns `h.seq, h.lane, h.window_seq, h.item_key, h.kind, h.role, h.tools,
-    /// h.sidechain` starting at column `at`.
-    pub(crate) fn read(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Self> {
-        let tools_text: String = r.get(at + 6)?;
-        Ok(Self {
-            tools: split_tools(&tools_text),
-            seq: r.get(at)?,
-            lane: r.get(at + 1)?,
-            window_seq: r.get(at + 2)?,
-            item_key: r.get::<_, Option<i64>>(at + 3)?.unwrap_or_default(),
-            kind: r.get::<_, Option<String>>(at + 4)?.unwrap_or_default(),
-            role: r.get::<_, Option<String>>(at + 5)?.unwrap_or_default(),
-            sidechain: r.get(at + 7)?,
-        })
-    }
-
-    pub(crate) fn sidechain(&self) -> bool {
-        self.sidechain
-    }
-
-    pub(crate) fn accepted(&self, filter: &ItemFilter, branch: Option<&BranchLanes>) -> bool {
-        filter.accepts(
-            &ItemRow {
-                lane: self.lane,
-                seq: self.seq,
-                window_seq: self.window_seq,
-                role: &self.role,
-                tools: &self.tools,
-                sidechain: self.sidechain,
-            },
-            branch,
-        )
-    }
-
-    pub(crate) fn with_entry(self, entry: Entry, score: Option<f64>) -> HistoryRow {
-        HistoryRow {
-            seq: self.seq,
-            lane: self.lane,
-            window_seq: self.window_seq,
-            item_key: self.item_key as u64,
-            kind: self.kind,
-            role: self.role,
-            tools: self.tools,
-            sidechain: self.sidechain,
-            entry,
-            score,
-        }
-    }
-}
-
-/// Tool names stored one per line.
-pub(crate) fn split_tools(text: &str) -> Vec<String> {
-    text.split('\n')
-        .filter(|t| !t.is_empty())
-        .map(str::to_owned)
-        .collect()
+/// Read the 8 columns `h.seq, h.lane, h.window_seq, h.item_key, h.kind, h.role, h.tools,
+/// h.sidechain` starting at column `at`.
+pub(crate) fn item_cols(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<ItemCols> {
+    let tools_text: String = r.get(at + 6)?;
+    Ok(ItemCols {
+        tools: split_tools(&tools_text),
+        seq: r.get(at)?,
+        lane: r.get(at + 1)?,
+        window_seq: r.get(at + 2)?,
+        item_key: r.get::<_, Option<i64>>(at + 3)?.unwrap_or_default(),
+        kind: r.get::<_, Option<String>>(at + 4)?.unwrap_or_default(),
+        role: r.get::<_, Option<String>>(at + 5)?.unwrap_or_default(),
+        sidechain: r.get(at + 7)?,
+    })
 }
 
 /// Read rows of a query selecting [`ROW_COLUMNS`], apply the filter before decoding the entry,
@@ -210,19 +51,11 @@ fn visit_rows(
     visit: Visit<'_>,
 ) -> Result<(), StoreError> {
     while let Some(r) = rows.next()? {
-        let cols = ItemCols::read(r, 0)?;
-        if !cols.accepted(filter, branch) {
-            continue;
-        }
-        let body: String = r.get(11)?;
-        let entry = decode_entry(r.get(8)?, r.get(9)?, r.get(10)?, cols.sidechain, &body)?;
-        if let Some(q) = literal {
-            let text = item_facts(&entry.kind, &|_| None).map(|f| f.text);
-            if text.is_none_or(|t| find_literal(&t, q).is_none()) {
-                continue;
-            }
-        }
-        if !visit(cols.with_entry(entry, None)) {
+        let kept = item_cols(r, 0)?.kept(filter, branch, literal, |cols| {
+            let body: String = r.get(11)?;
+            decode_entry(r.get(8)?, r.get(9)?, r.get(10)?, cols.sidechain, &body)
+        })?;
+        if kept.is_some_and(|row| !visit(row)) {
             break;
         }
     }
@@ -243,13 +76,7 @@ impl HistoryStore for SqliteStore {
                 |r| r.get(0),
             )
             .optional()?;
-        meta.map(|m| {
-            serde_json::from_str(&m).map_err(|e| StoreError::Corrupt {
-                id: format!("session {session}"),
-                message: e.to_string(),
-            })
-        })
-        .transpose()
+        meta.map(|m| decode_meta(session, &m)).transpose()
     }
 
     fn history_sync(&self, session: SessionId) -> Result<u64, StoreError> {
@@ -286,29 +113,24 @@ impl HistoryStore for SqliteStore {
                 |r| r.get(0),
             )?;
         }
-        let mut lanes = BranchLanes::default();
-        let mut at = leaf_seq;
         let mut lane_of = conn
             .prepare_cached("SELECT lane FROM history_items WHERE session_id = ?1 AND seq = ?2")?;
         let mut parent_of = conn.prepare_cached(
             "SELECT parent_seq FROM history_items WHERE session_id = ?1 AND seq = ?2",
         )?;
-        while let Some(seq) = at {
+        walk_branch(leaf_seq, |seq| {
             let Some(lane) = lane_of
                 .query_row(params![session, seq], |r| r.get::<_, i64>(0))
                 .optional()?
             else {
-                break;
+                return Ok(None);
             };
-            lanes.push(lane, seq);
-            // Parents always have smaller seqs, so this walk ends.
-            at = parent_of
+            let parent = parent_of
                 .query_row(params![session, lane], |r| r.get::<_, Option<i64>>(0))
                 .optional()?
-                .flatten()
-                .filter(|&p| p < lane);
-        }
-        Ok(lanes)
+                .flatten();
+            Ok(Some((lane, parent)))
+        })
     }
 
     fn history_window_starts(&self, session: SessionId) -> Result<Vec<(i64, String)>, StoreError> {
@@ -330,16 +152,10 @@ impl HistoryStore for SqliteStore {
         branch: Option<&BranchLanes>,
     ) -> Result<Vec<WindowRow>, StoreError> {
         let conn = self.conn();
-        let mut acc: std::collections::BTreeMap<i64, (u64, i64, i64)> = Default::default();
+        let mut tally = WindowTally::default();
         let mut add = |rows: &mut rusqlite::Rows<'_>| -> Result<(), StoreError> {
             while let Some(r) = rows.next()? {
-                let w: i64 = r.get(0)?;
-                let n: i64 = r.get(1)?;
-                let (lo, hi): (i64, i64) = (r.get(2)?, r.get(3)?);
-                let slot = acc.entry(w).or_insert((0, lo, hi));
-                slot.0 += n as u64;
-                slot.1 = slot.1.min(lo);
-                slot.2 = slot.2.max(hi);
+                tally.add(r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
             }
             Ok(())
         };
@@ -364,9 +180,8 @@ impl HistoryStore for SqliteStore {
         let mut start = conn.prepare_cached(
             "SELECT id, parent, timestamp, sidechain, body FROM entries WHERE session_id = ?1 AND seq = ?2",
         )?;
-        let mut out = Vec::with_capacity(acc.len());
-        for (window_seq, (items, first_seq, last_seq)) in acc {
-            let entry = start
+        tally.rows(|window_seq| {
+            start
                 .query_row(params![session, window_seq], |r| {
                     Ok((
                         r.get(0)?,
@@ -376,19 +191,10 @@ impl HistoryStore for SqliteStore {
                         r.get::<_, String>(4)?,
                     ))
                 })
-                .optional()?;
-            let Some((id, parent, ts, side, body)) = entry else {
-                continue;
-            };
-            out.push(WindowRow {
-                window_seq,
-                start: decode_entry(id, parent, ts, side, &body)?,
-                items,
-                first_seq,
-                last_seq,
-            });
-        }
-        Ok(out)
+                .optional()?
+                .map(|(id, parent, ts, side, body)| decode_entry(id, parent, ts, side, &body))
+                .transpose()
+        })
     }
 
     fn history_items(
@@ -526,19 +332,25 @@ fn sync_index(
             "SELECT seq, id, parent, sidechain, body FROM entries \
              WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
         )?;
-        let mut indexer = index::Indexer::new(&tx, session);
+        let mut indexer = Indexer::new(session);
+        let mut index_rows = index::Rows(&tx);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut rows = entries.query(params![session, indexed, limit])?;
         while let Some(r) = rows.next()? {
             let id: String = r.get(1)?;
             let parent: Option<String> = r.get(2)?;
             let body: String = r.get(4)?;
-            let kind: EntryKind = serde_json::from_str(&body).map_err(|e| StoreError::Corrupt {
-                id: id.clone(),
-                message: e.to_string(),
-            })?;
+            let kind = decode_kind(&id, &body)?;
             upto = r.get(0)?;
-            indexer.add(upto, &id, parent.as_deref(), r.get(3)?, &kind)?;
+            let sidechain = r.get(3)?;
+            indexer.add(
+                &mut index_rows,
+                upto,
+                &id,
+                parent.as_deref(),
+                sidechain,
+                &kind,
+            )?;
             count += 1;
         }
     }

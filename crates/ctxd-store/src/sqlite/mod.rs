@@ -1,34 +1,31 @@
 //! The SQLite implementation: one file, WAL, one writer behind a mutex.
 
+mod backend;
+mod checkpoints;
 mod group;
-pub(crate) mod history;
-pub use group::{GroupResult, GroupWrite};
+mod history;
 mod notes;
-pub(crate) mod sessions;
+mod schema;
+mod serve_lock;
+mod sessions;
+
+pub use checkpoints::{Checkpoints, WalPressure};
+pub use schema::SCHEMA_VERSION;
+pub use serve_lock::ServeLock;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::Connection;
 
-use crate::{schema, StoreError};
-
-/// How hard a commit waits for the disk.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Durability {
-    /// `synchronous=FULL`: an acknowledged batch survives power loss (the default).
-    #[default]
-    Full,
-    /// `synchronous=NORMAL`: survives a process crash; the last batches may be lost on power
-    /// loss. Faster appends.
-    Normal,
-}
+use crate::{Durability, StoreError};
 
 /// The embedded store. Cheap to share behind an `Arc`; every call takes the one connection.
 pub struct SqliteStore {
     conn: Mutex<Connection>,
     /// The file, `None` in memory.
     path: Option<PathBuf>,
+    durability: Durability,
 }
 
 impl SqliteStore {
@@ -83,7 +80,13 @@ impl SqliteStore {
         Ok(Self {
             conn: Mutex::new(conn),
             path,
+            durability,
         })
+    }
+
+    /// How hard its commits wait for the disk.
+    pub fn durability(&self) -> Durability {
+        self.durability
     }
 
     /// The store's file, `None` for an in-memory store.
@@ -201,9 +204,7 @@ impl Checkpointer {
 
 /// A write transaction that takes the write lock at once (`BEGIN IMMEDIATE`), so a second
 /// writer (another process) waits for the busy timeout instead of failing on upgrade.
-pub(crate) fn write_transaction(
-    conn: &mut Connection,
-) -> rusqlite::Result<rusqlite::Transaction<'_>> {
+fn write_transaction(conn: &mut Connection) -> rusqlite::Result<rusqlite::Transaction<'_>> {
     conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
 }
 

@@ -5,10 +5,12 @@ use rusqlite::{params, OptionalExtension, Row, Transaction};
 
 use ctxd_core::notes::list::{Direction, ListOrder, OrderBy};
 use ctxd_core::notes::text;
-use ctxd_core::notes::NoteError;
 
 use super::SqliteStore;
-use crate::notes::{Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written};
+use crate::contract::notes::{
+    Appended, Note, NoteMeta, NoteResult, NoteVersion, NotesStore, Written,
+};
+use crate::contract::versions::{self, At, NoteRows, State, VersionRow};
 use crate::StoreError;
 
 const META_COLUMNS: &str = "home, path, bytes, lines, version, stale, created_ms, updated_ms";
@@ -33,93 +35,118 @@ fn note_row(row: &Row<'_>) -> rusqlite::Result<Note> {
     })
 }
 
-fn current(
-    tx: &Transaction<'_>,
-    tenant: &str,
-    home: &str,
-    path: &str,
-) -> rusqlite::Result<Option<Note>> {
-    tx.query_row(
-        &format!(
-            "SELECT {META_COLUMNS}, body FROM notes WHERE tenant = ?1 AND home = ?2 AND path = ?3"
-        ),
-        params![tenant, home, path],
-        note_row,
-    )
-    .optional()
+/// One tenant's note rows inside a write transaction (which holds the store's write lock).
+struct Rows<'a> {
+    tx: &'a Transaction<'a>,
+    tenant: &'a str,
 }
 
-/// The next version number of a path: numbering continues across deletes and renames.
-fn next_version(
-    tx: &Transaction<'_>,
-    tenant: &str,
-    home: &str,
-    path: &str,
-) -> rusqlite::Result<i64> {
-    tx.query_row(
-        "SELECT COALESCE(MAX(version), 0) + 1 FROM note_versions \
-         WHERE tenant = ?1 AND home = ?2 AND path = ?3",
-        params![tenant, home, path],
-        |r| r.get(0),
-    )
+impl NoteRows for Rows<'_> {
+    fn current(&mut self, (home, path): At<'_>) -> Result<Option<Note>, StoreError> {
+        Ok(self
+            .tx
+            .query_row(
+                &format!(
+                    "SELECT {META_COLUMNS}, body FROM notes WHERE tenant = ?1 AND home = ?2 AND path = ?3"
+                ),
+                params![self.tenant, home, path],
+                note_row,
+            )
+            .optional()?)
+    }
+
+    fn record(
+        &mut self,
+        (home, path): At<'_>,
+        at_ms: i64,
+        row: VersionRow<'_>,
+    ) -> Result<i64, StoreError> {
+        let version: i64 = self.tx.query_row(
+            "SELECT COALESCE(MAX(version), 0) + 1 FROM note_versions \
+             WHERE tenant = ?1 AND home = ?2 AND path = ?3",
+            params![self.tenant, home, path],
+            |r| r.get(0),
+        )?;
+        self.tx.execute(
+            "INSERT INTO note_versions (tenant, home, path, version, op, body, other, at_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                self.tenant,
+                home,
+                path,
+                version,
+                row.op,
+                row.body,
+                row.other,
+                at_ms
+            ],
+        )?;
+        Ok(version)
+    }
+
+    fn put(&mut self, at: At<'_>, s: State<'_>) -> Result<NoteMeta, StoreError> {
+        let (home, path) = at;
+        self.tx.execute(
+            "INSERT INTO notes (tenant, home, path, body, bytes, lines, version, stale, created_ms, updated_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+             ON CONFLICT (tenant, home, path) DO UPDATE SET body = excluded.body, \
+             bytes = excluded.bytes, lines = excluded.lines, version = excluded.version, \
+             stale = excluded.stale, created_ms = excluded.created_ms, updated_ms = excluded.updated_ms",
+            params![
+                self.tenant,
+                home,
+                path,
+                s.body,
+                s.body.len() as i64,
+                text::line_count(s.body) as i64,
+                s.version,
+                s.stale,
+                s.created_ms,
+                s.updated_ms
+            ],
+        )?;
+        self.current(at)?
+            .map(|n| n.meta)
+            .ok_or_else(|| StoreError::NoEntry(path.to_owned()))
+    }
+
+    fn remove(&mut self, (home, path): At<'_>) -> Result<(), StoreError> {
+        self.tx.execute(
+            "DELETE FROM notes WHERE tenant = ?1 AND home = ?2 AND path = ?3",
+            params![self.tenant, home, path],
+        )?;
+        Ok(())
+    }
+
+    fn flag(
+        &mut self,
+        at: At<'_>,
+        stale: bool,
+        version: i64,
+    ) -> Result<Option<NoteMeta>, StoreError> {
+        let (home, path) = at;
+        self.tx.execute(
+            "UPDATE notes SET stale = ?4, version = ?5 WHERE tenant = ?1 AND home = ?2 AND path = ?3",
+            params![self.tenant, home, path, stale, version],
+        )?;
+        Ok(self.current(at)?.map(|n| n.meta))
+    }
 }
 
-struct VersionRow<'a> {
-    op: &'a str,
-    body: Option<&'a str>,
-    other: Option<&'a str>,
-}
-
-fn record(
-    tx: &Transaction<'_>,
-    tenant: &str,
-    home: &str,
-    path: &str,
-    at_ms: i64,
-    row: VersionRow<'_>,
-) -> rusqlite::Result<i64> {
-    let version = next_version(tx, tenant, home, path)?;
-    tx.execute(
-        "INSERT INTO note_versions (tenant, home, path, version, op, body, other, at_ms) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![tenant, home, path, version, row.op, row.body, row.other, at_ms],
-    )?;
-    Ok(version)
-}
-
-/// Insert or replace the current state of a note.
-#[allow(clippy::too_many_arguments)]
-fn put(
-    tx: &Transaction<'_>,
-    tenant: &str,
-    home: &str,
-    path: &str,
-    body: &str,
-    version: i64,
-    stale: bool,
-    created_ms: i64,
-    updated_ms: i64,
-) -> rusqlite::Result<()> {
-    tx.execute(
-        "INSERT INTO notes (tenant, home, path, body, bytes, lines, version, stale, created_ms, updated_ms) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
-         ON CONFLICT (tenant, home, path) DO UPDATE SET body = excluded.body, \
-         bytes = excluded.bytes, lines = excluded.lines, version = excluded.version, \
-         stale = excluded.stale, created_ms = excluded.created_ms, updated_ms = excluded.updated_ms",
-        params![
-            tenant,
-            home,
-            path,
-            body,
-            body.len() as i64,
-            text::line_count(body) as i64,
-            version,
-            stale,
-            created_ms,
-            updated_ms
-        ],
-    )?;
-    Ok(())
+impl SqliteStore {
+    /// Run `change` on `tenant`'s note rows in one write transaction, committed unless it
+    /// failed.
+    fn notes_tx<T>(
+        &self,
+        tenant: &str,
+        change: impl FnOnce(&mut Rows<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn();
+        let tx = super::write_transaction(&mut conn)?;
+        let out = change(&mut Rows { tx: &tx, tenant })?;
+        tx.commit()?;
+        Ok(out)
+    }
 }
 
 fn order_sql(order: ListOrder) -> String {
@@ -151,33 +178,10 @@ impl NotesStore for SqliteStore {
         if let Err(e) = text::check_size(path, body) {
             return Ok(Err(e));
         }
-        let mut conn = self.conn();
-        let tx = super::write_transaction(&mut conn)?;
-        let existing = current(&tx, tenant, home, path)?;
-        let version = record(
-            &tx,
-            tenant,
-            home,
-            path,
-            at_ms,
-            VersionRow {
-                op: "write",
-                body: Some(body),
-                other: None,
-            },
-        )?;
-        let created_ms = existing.as_ref().map_or(at_ms, |n| n.meta.created_at_ms);
-        put(
-            &tx, tenant, home, path, body, version, false, created_ms, at_ms,
-        )?;
-        let meta = current(&tx, tenant, home, path)?
-            .map(|n| n.meta)
-            .ok_or_else(|| StoreError::NoEntry(path.to_owned()))?;
-        tx.commit()?;
-        Ok(Ok(Written {
-            meta,
-            replaced: existing.is_some(),
-        }))
+        self.notes_tx(tenant, |rows| {
+            versions::write(rows, (home, path), body, at_ms)
+        })
+        .map(Ok)
     }
 
     fn note_append(
@@ -188,43 +192,9 @@ impl NotesStore for SqliteStore {
         text_in: &str,
         at_ms: i64,
     ) -> NoteResult<Appended> {
-        let mut conn = self.conn();
-        let tx = super::write_transaction(&mut conn)?;
-        let existing = current(&tx, tenant, home, path)?;
-        let old = existing.as_ref().map_or("", |n| n.body.as_str());
-        let (body, delta) = match text::append(path, old, text_in) {
-            Ok(done) => done,
-            Err(e) => return Ok(Err(e)),
-        };
-        // A note created by an append records its whole body, so every version can be rebuilt
-        // from the last whole body before it.
-        let row = if existing.is_some() {
-            VersionRow {
-                op: "append",
-                body: Some(&delta),
-                other: None,
-            }
-        } else {
-            VersionRow {
-                op: "write",
-                body: Some(&body),
-                other: None,
-            }
-        };
-        let version = record(&tx, tenant, home, path, at_ms, row)?;
-        let created_ms = existing.as_ref().map_or(at_ms, |n| n.meta.created_at_ms);
-        put(
-            &tx, tenant, home, path, &body, version, false, created_ms, at_ms,
-        )?;
-        let meta = current(&tx, tenant, home, path)?
-            .map(|n| n.meta)
-            .ok_or_else(|| StoreError::NoEntry(path.to_owned()))?;
-        tx.commit()?;
-        Ok(Ok(Appended {
-            meta,
-            created: existing.is_none(),
-            added_bytes: delta.len(),
-        }))
+        self.notes_tx(tenant, |rows| {
+            versions::append(rows, (home, path), text_in, at_ms)
+        })
     }
 
     fn note_read(&self, tenant: &str, home: &str, path: &str) -> Result<Option<Note>, StoreError> {
@@ -309,29 +279,7 @@ impl NotesStore for SqliteStore {
         path: &str,
         at_ms: i64,
     ) -> Result<Option<NoteMeta>, StoreError> {
-        let mut conn = self.conn();
-        let tx = super::write_transaction(&mut conn)?;
-        let Some(existing) = current(&tx, tenant, home, path)? else {
-            return Ok(None);
-        };
-        record(
-            &tx,
-            tenant,
-            home,
-            path,
-            at_ms,
-            VersionRow {
-                op: "delete",
-                body: None,
-                other: None,
-            },
-        )?;
-        tx.execute(
-            "DELETE FROM notes WHERE tenant = ?1 AND home = ?2 AND path = ?3",
-            params![tenant, home, path],
-        )?;
-        tx.commit()?;
-        Ok(Some(existing.meta))
+        self.notes_tx(tenant, |rows| versions::delete(rows, (home, path), at_ms))
     }
 
     fn note_rename(
@@ -341,71 +289,10 @@ impl NotesStore for SqliteStore {
         to: (&str, &str),
         at_ms: i64,
     ) -> NoteResult<NoteMeta> {
-        let (from_home, from_path) = from;
-        let (to_home, to_path) = to;
-        if from == to {
-            return Ok(Err(NoteError::Argument(
-                "the new address is the same as the old one".to_owned(),
-            )));
+        if let Err(e) = versions::check_rename(from, to) {
+            return Ok(Err(e));
         }
-        let mut conn = self.conn();
-        let tx = super::write_transaction(&mut conn)?;
-        let Some(source) = current(&tx, tenant, from_home, from_path)? else {
-            return Ok(Err(NoteError::NotFound {
-                address: from_path.to_owned(),
-            }));
-        };
-        if current(&tx, tenant, to_home, to_path)?.is_some() {
-            return Ok(Err(NoteError::Exists {
-                address: to_path.to_owned(),
-            }));
-        }
-        let to_label = format!("{to_home}\t{to_path}");
-        let from_label = format!("{from_home}\t{from_path}");
-        record(
-            &tx,
-            tenant,
-            from_home,
-            from_path,
-            at_ms,
-            VersionRow {
-                op: "rename_out",
-                body: None,
-                other: Some(&to_label),
-            },
-        )?;
-        tx.execute(
-            "DELETE FROM notes WHERE tenant = ?1 AND home = ?2 AND path = ?3",
-            params![tenant, from_home, from_path],
-        )?;
-        let version = record(
-            &tx,
-            tenant,
-            to_home,
-            to_path,
-            at_ms,
-            VersionRow {
-                op: "rename_in",
-                body: Some(&source.body),
-                other: Some(&from_label),
-            },
-        )?;
-        put(
-            &tx,
-            tenant,
-            to_home,
-            to_path,
-            &source.body,
-            version,
-            source.meta.stale,
-            source.meta.created_at_ms,
-            at_ms,
-        )?;
-        let meta = current(&tx, tenant, to_home, to_path)?
-            .map(|n| n.meta)
-            .ok_or_else(|| StoreError::NoEntry(to_path.to_owned()))?;
-        tx.commit()?;
-        Ok(Ok(meta))
+        self.notes_tx(tenant, |rows| versions::rename(rows, from, to, at_ms))
     }
 
     fn note_set_stale(
@@ -416,33 +303,9 @@ impl NotesStore for SqliteStore {
         stale: bool,
         at_ms: i64,
     ) -> Result<Option<NoteMeta>, StoreError> {
-        let mut conn = self.conn();
-        let tx = super::write_transaction(&mut conn)?;
-        let Some(existing) = current(&tx, tenant, home, path)? else {
-            return Ok(None);
-        };
-        if existing.meta.stale == stale {
-            return Ok(Some(existing.meta));
-        }
-        let version = record(
-            &tx,
-            tenant,
-            home,
-            path,
-            at_ms,
-            VersionRow {
-                op: if stale { "stale" } else { "fresh" },
-                body: None,
-                other: None,
-            },
-        )?;
-        tx.execute(
-            "UPDATE notes SET stale = ?4, version = ?5 WHERE tenant = ?1 AND home = ?2 AND path = ?3",
-            params![tenant, home, path, stale, version],
-        )?;
-        let meta = current(&tx, tenant, home, path)?.map(|n| n.meta);
-        tx.commit()?;
-        Ok(meta)
+        self.notes_tx(tenant, |rows| {
+            versions::set_stale(rows, (home, path), stale, at_ms)
+        })
     }
 
     fn note_versions(
@@ -485,7 +348,7 @@ impl NotesStore for SqliteStore {
         let rows = stmt.query_map(params![tenant, home, path, version], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?))
         })?;
-        crate::notes::body_at(
+        crate::contract::notes::body_at(
             rows.map(|r| r.map_err(StoreError::from)),
             version,
             home,
@@ -494,7 +357,7 @@ impl NotesStore for SqliteStore {
     }
 }
 
-impl crate::dump::Dump for SqliteStore {
+impl crate::contract::dump::Dump for SqliteStore {
     fn settings(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare("SELECT key, value FROM settings ORDER BY key")?;
@@ -504,8 +367,8 @@ impl crate::dump::Dump for SqliteStore {
         Ok(rows)
     }
 
-    fn notes_dump(&self) -> Result<crate::dump::NotesDump, StoreError> {
-        use crate::dump::{NoteRow, NoteVersionRow, NotesDump};
+    fn notes_dump(&self) -> Result<crate::contract::dump::NotesDump, StoreError> {
+        use crate::contract::dump::{NoteRow, NoteVersionRow, NotesDump};
         let conn = self.conn();
         let notes = conn
             .prepare(
@@ -548,7 +411,7 @@ impl crate::dump::Dump for SqliteStore {
         Ok(NotesDump { notes, versions })
     }
 
-    fn notes_restore(&self, dump: &crate::dump::NotesDump) -> Result<(), StoreError> {
+    fn notes_restore(&self, dump: &crate::contract::dump::NotesDump) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let tx = super::write_transaction(&mut conn)?;
         {

@@ -2,10 +2,16 @@
 
 use rusqlite::{params, OptionalExtension, Row};
 
-use ctxd_core::model::{Entry, EntryId, EntryKind, Session, SessionMeta};
+use ctxd_core::model::{Entry, EntryId, Session, SessionMeta};
 use ctxd_core::spend::{Counter, Spend};
 
+use super::history::index::Rows as IndexRows;
 use super::{SqliteStore, NOW};
+use crate::contract::entry::{
+    check_leaf, decode_entry, decode_meta, encode_kind, encode_meta, kind_tag, new_leaf,
+    sql_amount, stored_amount, Indexing,
+};
+use crate::contract::index::Indexer;
 use crate::{NewEntry, SessionId, SessionRecord, Store, StoreError};
 
 const SESSION_COLUMNS: &str = "s.id, s.tenant, s.key, s.meta, s.created_at, s.updated_at, s.leaf, \
@@ -29,49 +35,8 @@ fn session_row(row: &Row<'_>) -> rusqlite::Result<(SessionRecord, String)> {
 }
 
 fn with_meta((mut record, meta): (SessionRecord, String)) -> Result<SessionRecord, StoreError> {
-    record.meta = serde_json::from_str(&meta).map_err(|e| StoreError::Corrupt {
-        id: format!("session {}", record.id),
-        message: e.to_string(),
-    })?;
+    record.meta = decode_meta(record.id, &meta)?;
     Ok(record)
-}
-
-/// The serde tag of an entry kind, stored beside the body for queries.
-pub(crate) fn kind_tag(kind: &EntryKind) -> &'static str {
-    match kind {
-        EntryKind::Message(_) => "message",
-        EntryKind::SystemPrompt { .. } => "system_prompt",
-        EntryKind::ToolDefs { .. } => "tool_defs",
-        EntryKind::Compaction(_) => "compaction",
-        EntryKind::BranchSummary { .. } => "branch_summary",
-        EntryKind::ContextEdit { .. } => "context_edit",
-        EntryKind::ArgsEdit { .. } => "args_edit",
-        EntryKind::ModelChange { .. } => "model_change",
-        EntryKind::Usage { .. } => "usage",
-        EntryKind::WindowMarker { .. } => "window_marker",
-        EntryKind::WindowBoot { .. } => "window_boot",
-        EntryKind::Event { .. } => "event",
-    }
-}
-
-pub(crate) fn decode_entry(
-    id: String,
-    parent: Option<String>,
-    timestamp: Option<String>,
-    sidechain: bool,
-    body: &str,
-) -> Result<Entry, StoreError> {
-    let kind: EntryKind = serde_json::from_str(body).map_err(|e| StoreError::Corrupt {
-        id: id.clone(),
-        message: e.to_string(),
-    })?;
-    Ok(Entry {
-        id: EntryId(id),
-        parent: parent.map(EntryId),
-        timestamp,
-        sidechain,
-        kind,
-    })
 }
 
 impl Store for SqliteStore {
@@ -81,10 +46,7 @@ impl Store for SqliteStore {
         key: &str,
         meta: &SessionMeta,
     ) -> Result<SessionRecord, StoreError> {
-        let meta_json = serde_json::to_string(meta).map_err(|e| StoreError::Corrupt {
-            id: key.to_owned(),
-            message: e.to_string(),
-        })?;
+        let meta_json = encode_meta(key, meta)?;
         {
             let conn = self.conn();
             conn.execute(
@@ -170,10 +132,7 @@ impl Store for SqliteStore {
             )
             .optional()?
             .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
-        let meta: SessionMeta = serde_json::from_str(&meta).map_err(|e| StoreError::Corrupt {
-            id: format!("session {session}"),
-            message: e.to_string(),
-        })?;
+        let meta = decode_meta(session, &meta)?;
         // Seq numbers start at 1: the tail after 0 is every entry.
         let entries = tail(&conn, session, 0)?;
         Ok(Session {
@@ -336,30 +295,6 @@ impl Store for SqliteStore {
     }
 }
 
-/// `LeafMoved` when an append expects the leaf at `expected` and the session's is `current`.
-pub(crate) fn check_leaf(
-    expected: Option<&EntryId>,
-    current: Option<String>,
-) -> Result<(), StoreError> {
-    match expected {
-        Some(e) if current.as_deref() != Some(e.as_str()) => Err(StoreError::LeafMoved {
-            expected: e.0.clone(),
-            found: current,
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// Whether an append writes the derived indexes (full-text, history) in its own transaction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Indexing {
-    /// In the append's transaction (one-shot writers: the CLI, import).
-    Inline,
-    /// Later, by [`crate::HistoryStore::history_sync`] or [`SqliteStore::index_pending`]: the
-    /// commit holds only the log, so a writer someone waits for commits fast (the gateway).
-    Deferred,
-}
-
 /// [`Store::append`] inside the caller's transaction (or savepoint); with `expect_leaf`, only
 /// while the session's leaf is that entry ([`crate::GroupWrite::Append`]).
 pub(crate) fn append_in(
@@ -392,7 +327,7 @@ pub(crate) fn append_in(
     let index_current =
         indexing == Indexing::Inline && super::history::index::indexed_upto(conn, session)? == seq;
     {
-        let mut indexer = super::history::index::Indexer::new(conn, session);
+        let mut indexer = Indexer::new(session);
         let mut insert = conn.prepare_cached(
                 "INSERT INTO entries (session_id, seq, id, parent, timestamp, sidechain, kind, body, raw, batch) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -400,10 +335,7 @@ pub(crate) fn append_in(
         for (i, new) in batch.iter().enumerate() {
             seq += 1;
             let e = &new.entry;
-            let body = serde_json::to_string(&e.kind).map_err(|err| StoreError::Corrupt {
-                id: e.id.0.clone(),
-                message: err.to_string(),
-            })?;
+            let body = encode_kind(e)?;
             let result = insert.execute(params![
                 session,
                 seq,
@@ -434,6 +366,7 @@ pub(crate) fn append_in(
             };
             if index_current {
                 indexer.add(
+                    &mut IndexRows(conn),
                     seq,
                     &e.id.0,
                     e.parent.as_ref().map(|p| p.0.as_str()),
@@ -453,9 +386,7 @@ pub(crate) fn append_in(
             return Err(StoreError::NoEntry(l.0.clone()));
         }
     }
-    let new_leaf = leaf
-        .map(|l| l.0.as_str())
-        .or_else(|| batch.last().map(|n| n.entry.id.0.as_str()));
+    let new_leaf = new_leaf(leaf, batch);
     conn.prepare_cached(&format!(
         "UPDATE sessions SET leaf = COALESCE(?2, leaf), updated_at = {NOW} WHERE id = ?1"
     ))?
@@ -463,7 +394,7 @@ pub(crate) fn append_in(
     Ok(batch_no)
 }
 
-/// Whether the session holds `entry` already (`crate::same`).
+/// Whether the session holds `entry` already (`crate::contract::same`).
 fn stored_as(
     conn: &rusqlite::Connection,
     session: SessionId,
@@ -474,7 +405,7 @@ fn stored_as(
         .query_row(params![session, entry.id.0], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     Ok(found.is_some_and(|(parent, stored)| {
-        crate::same::stands_for(
+        crate::contract::same::stands_for(
             parent.as_deref(),
             &stored,
             entry.parent.as_ref().map(|p| p.0.as_str()),
@@ -532,14 +463,9 @@ pub(crate) fn tail(
 const SPEND_ROW: &str = "SELECT used_tokens, used_micro_usd, reserved_tokens, reserved_micro_usd \
                          FROM spend WHERE scope = ?1 AND period = ?2";
 
-/// An amount as SQL's 64-bit integer (an unbounded limit, `u64::MAX`, as the largest).
-pub(crate) fn sql_amount(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
 /// A `spend` row's four amounts as a counter.
 fn counter_row(r: &Row) -> rusqlite::Result<Counter> {
-    let amount = |i: usize| r.get::<_, i64>(i).map(|v| u64::try_from(v).unwrap_or(0));
+    let amount = |i: usize| r.get::<_, i64>(i).map(stored_amount);
     Ok(Counter {
         used: Spend {
             tokens: amount(0)?,

@@ -1,19 +1,24 @@
 //! One place for running a store test on every backend: a fresh SQLite store, then, when
 //! `CTXD_TEST_POSTGRES` holds an admin URL (`postgres://user@127.0.0.1:port/postgres`), a fresh
 //! PostgreSQL database created for the test and dropped after it. Unset, the PostgreSQL half is
-//! skipped with a note, except under `CI`, where it fails: CI never skips it silently.
+//! skipped with a note, except under `CI`, where it fails: CI never skips it silently. A build
+//! without the `postgres` feature runs the SQLite half only.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::atomic::{AtomicU32, Ordering};
+#[cfg(feature = "postgres")]
 use std::sync::Arc;
 
-use ctxd_store::{Backend, PgStore, SqliteStore};
+#[cfg(feature = "postgres")]
+use ctxd_store::PgStore;
+use ctxd_store::{Backend, SqliteStore};
 
 pub const ENV: &str = "CTXD_TEST_POSTGRES";
 
 /// Run `test` on a fresh in-memory SQLite store, then on a fresh PostgreSQL database.
 pub fn each_backend(test: impl Fn(&dyn Backend)) {
     test(&SqliteStore::open_in_memory().unwrap());
+    #[cfg(feature = "postgres")]
     if let Some(db) = TempDb::create() {
         test(&db.open());
     }
@@ -25,6 +30,7 @@ pub fn each_backend_pair(test: impl Fn(&dyn Backend, &dyn Backend)) {
         &SqliteStore::open_in_memory().unwrap(),
         &SqliteStore::open_in_memory().unwrap(),
     );
+    #[cfg(feature = "postgres")]
     if let (Some(a), Some(b)) = (TempDb::create(), TempDb::create()) {
         test(&a.open(), &b.open());
     }
@@ -69,10 +75,12 @@ impl TempDb {
         Some(Self { admin, name, url })
     }
 
+    #[cfg(feature = "postgres")]
     pub fn open(&self) -> PgStore {
         PgStore::open(&self.url).unwrap()
     }
 
+    #[cfg(feature = "postgres")]
     pub fn open_arc(&self) -> Arc<dyn Backend> {
         Arc::new(self.open())
     }

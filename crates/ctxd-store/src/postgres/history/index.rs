@@ -1,17 +1,16 @@
-//! Writing the derived indexes (`entry_text`, `history_items`, `history_calls`) on PostgreSQL:
-//! `sqlite/history/index.rs`'s walk, with the rules from [`ctxd_core::history`].
+//! The derived indexes' rows on PostgreSQL (`entry_text`, `history_items`, `history_calls`), for
+//! the walk of [`crate::contract::index`], and the `tsvector` text of ranked search.
 
-use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use postgres::{GenericClient, Statement, Transaction};
 
-use ctxd_core::history::{item_facts, place, ranked_words, tool_calls, ParentPlace, Place};
+use ctxd_core::history::{ranked_words, ParentPlace, Place};
 use ctxd_core::model::EntryKind;
-use ctxd_core::text::entry_text;
 
 use super::super::pg;
+use crate::contract::index::{IndexRows, Indexer as Walk, ItemIndexRow, Parent};
 use crate::postgres::prepared::Prepared;
 use crate::{SessionId, StoreError};
 
@@ -79,12 +78,10 @@ pub(crate) fn tsvector(text: &str) -> Option<String> {
     Some(out)
 }
 
-/// Indexes the entries of one session, each after the one before it, inside the caller's
-/// transaction (which holds the session's row lock).
+/// Indexes the entries of one session ([`crate::contract::index`]), each after the one before
+/// it, inside the caller's transaction (which holds the session's row lock).
 pub(crate) struct Indexer {
-    session: SessionId,
-    /// The previous entry (id, seq, place, has a child).
-    prev: Option<(String, i64, Place, bool)>,
+    walk: Walk,
     /// Prepared on the first entry, reused for the others (a round trip each saved).
     statements: Option<Statements>,
 }
@@ -130,8 +127,7 @@ impl Statements {
 impl Indexer {
     pub(crate) fn new(session: SessionId) -> Self {
         Self {
-            session,
-            prev: None,
+            walk: Walk::new(session),
             statements: None,
         }
     }
@@ -146,92 +142,88 @@ impl Indexer {
         sidechain: bool,
         kind: &EntryKind,
     ) -> Result<(), StoreError> {
-        let session = self.session;
         if self.statements.is_none() {
             self.statements = Some(Statements::prepare(tx)?);
         }
         let Some(st) = &self.statements else {
             return Ok(());
         };
-        if let Some(words) = tsvector(&entry_text(kind)) {
-            tx.execute(&st.text, &[&session, &seq, &words])
+        self.walk
+            .add(&mut Rows { tx, st }, seq, id, parent, sidechain, kind)
+    }
+}
+
+/// The index rows, through the prepared statements.
+struct Rows<'a, 't> {
+    tx: &'a mut Transaction<'t>,
+    st: &'a Statements,
+}
+
+impl IndexRows for Rows<'_, '_> {
+    fn text(&mut self, session: SessionId, seq: i64, text: &str) -> Result<(), StoreError> {
+        if let Some(words) = tsvector(text) {
+            self.tx
+                .execute(&self.st.text, &[&session, &seq, &words])
                 .map_err(pg)?;
         }
-        let parent_place: Option<(i64, ParentPlace)> = match parent {
-            None => None,
-            Some(p) => match &mut self.prev {
-                Some((pid, pseq, pplace, has_child)) if pid == p => {
-                    let found = (
-                        *pseq,
-                        ParentPlace {
-                            place: *pplace,
-                            has_child: *has_child,
+        Ok(())
+    }
+
+    fn parent(&mut self, session: SessionId, id: &str) -> Result<Option<Parent>, StoreError> {
+        Ok(self
+            .tx
+            .query_opt(&self.st.parent, &[&session, &id])
+            .map_err(pg)?
+            .map(|r| {
+                (
+                    r.get::<_, i64>(0),
+                    ParentPlace {
+                        place: Place {
+                            lane: r.get(1),
+                            window_seq: r.get(2),
                         },
-                    );
-                    *has_child = true;
-                    Some(found)
-                }
-                _ => tx
-                    .query_opt(&st.parent, &[&session, &p])
-                    .map_err(pg)?
-                    .map(|r| {
-                        (
-                            r.get::<_, i64>(0),
-                            ParentPlace {
-                                place: Place {
-                                    lane: r.get(1),
-                                    window_seq: r.get(2),
-                                },
-                                has_child: r.get(3),
-                            },
-                        )
-                    }),
-            },
-        };
-        let here = place(seq, kind, parent_place.map(|(_, p)| p));
-        for (call_id, name) in tool_calls(kind) {
-            tx.execute(&st.call, &[&session, &call_id, &name])
-                .map_err(pg)?;
-        }
-        let facts = {
-            let cell = RefCell::new(&mut *tx);
-            item_facts(kind, &|call_id| {
-                cell.borrow_mut()
-                    .query_opt(&st.call_name, &[&session, &call_id])
-                    .ok()
-                    .flatten()
-                    .and_then(|r| r.try_get::<_, String>(0).ok())
-            })
-        };
-        let key = facts
-            .as_ref()
-            .map(|_| ctxd_core::history::item_key(session, id) as i64);
+                        has_child: r.get(3),
+                    },
+                )
+            }))
+    }
+
+    fn call(&mut self, session: SessionId, call_id: &str, name: &str) -> Result<(), StoreError> {
+        self.tx
+            .execute(&self.st.call, &[&session, &call_id, &name])
+            .map_err(pg)?;
+        Ok(())
+    }
+
+    fn call_name(&mut self, session: SessionId, call_id: &str) -> Option<String> {
+        self.tx
+            .query_opt(&self.st.call_name, &[&session, &call_id])
+            .ok()
+            .flatten()
+            .and_then(|r| r.try_get::<_, String>(0).ok())
+    }
+
+    fn item(&mut self, session: SessionId, row: &ItemIndexRow<'_>) -> Result<(), StoreError> {
         // PostgreSQL's text holds no NUL: one in an item's text is searched as a space.
-        let text = facts
-            .as_ref()
-            .filter(|f| !f.text.is_empty())
-            .map(|f| f.text.replace('\0', " "));
-        tx.execute(
-            &st.item,
-            &[
-                &session,
-                &seq,
-                &parent_place.map(|(s, _)| s),
-                &here.lane,
-                &here.window_seq,
-                &key,
-                &facts.as_ref().map(|f| f.kind),
-                &facts.as_ref().map(|f| f.role),
-                &facts
-                    .as_ref()
-                    .map(|f| f.tools.join("\n"))
-                    .unwrap_or_default(),
-                &sidechain,
-                &text,
-            ],
-        )
-        .map_err(pg)?;
-        self.prev = Some((id.to_owned(), seq, here, false));
+        let text = row.text.map(|t| t.replace('\0', " "));
+        self.tx
+            .execute(
+                &self.st.item,
+                &[
+                    &session,
+                    &row.seq,
+                    &row.parent_seq,
+                    &row.place.lane,
+                    &row.place.window_seq,
+                    &row.key,
+                    &row.kind,
+                    &row.role,
+                    &row.tools,
+                    &row.sidechain,
+                    &text,
+                ],
+            )
+            .map_err(pg)?;
         Ok(())
     }
 }

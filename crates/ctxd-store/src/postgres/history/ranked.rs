@@ -16,8 +16,7 @@ use super::index::{lexeme, quoted};
 use super::{item_cols, pg};
 use crate::postgres::prepared::Prepared;
 use crate::postgres::sessions::entry_row;
-use crate::sqlite::history::RANKED_BLOCK;
-use crate::{HistoryRow, SessionId, StoreError};
+use crate::{HistoryRow, SessionId, StoreError, RANKED_BLOCK};
 
 pub(super) const BLOCK: usize = RANKED_BLOCK;
 

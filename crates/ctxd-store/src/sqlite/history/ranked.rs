@@ -1,5 +1,5 @@
 //! Ranked (FTS5 bm25) history search with a bounded cost at a million items. Matches are taken
-//! newest first in blocks of [`RANKED_BLOCK`](super::RANKED_BLOCK); each block is
+//! newest first in blocks of [`RANKED_BLOCK`](crate::RANKED_BLOCK); each block is
 //!
 //! 1. **read** from the full-text index and `entry_text` only (rowid, seq: no `history_items`
 //!    row, no entry body, no JSON);
@@ -20,14 +20,14 @@ use rusqlite::{params, Connection};
 
 use ctxd_core::history::{BranchLanes, ItemFilter, RankedQuery};
 
-use super::{ItemCols, Visit, ROW_COLUMNS};
-use crate::sqlite::sessions::decode_entry;
-use crate::{SessionId, StoreError};
+use super::{item_cols, ROW_COLUMNS};
+use crate::contract::entry::decode_entry;
+use crate::{SessionId, StoreError, Visit};
 
 /// How a ranked search works through the matches.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Tuning {
-    /// Matches ranked together ([`RANKED_BLOCK`](super::RANKED_BLOCK)).
+    /// Matches ranked together ([`RANKED_BLOCK`](crate::RANKED_BLOCK)).
     pub block: usize,
     /// Below this many rows in the index every word is scored (counting them is cheap).
     pub min_rows: i64,
@@ -41,7 +41,7 @@ pub(super) struct Tuning {
 }
 
 pub(super) const TUNING: Tuning = Tuning {
-    block: super::RANKED_BLOCK,
+    block: crate::RANKED_BLOCK,
     min_rows: 20_000,
     slices: 4,
     slice_rows: 1_024,
@@ -113,7 +113,7 @@ pub(super) fn search_with(
             let Some(r) = rows.next()? else {
                 continue;
             };
-            let cols = ItemCols::read(r, 0)?;
+            let cols = item_cols(r, 0)?;
             if !cols.accepted(filter, branch) {
                 continue;
             }
@@ -264,7 +264,7 @@ fn plain_phrases(expr: &str) -> Option<Vec<&str>> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::sqlite::history::HistoryStore;
+    use crate::HistoryStore;
     use crate::{NewEntry, SqliteStore, Store};
     use ctxd_core::model::{Entry, EntryId, EntryKind, Message, Role, SessionMeta};
 

@@ -40,7 +40,7 @@ pub(crate) fn refuse_newer(conn: &Connection) -> Result<u32, StoreError> {
 pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let current = refuse_newer(conn)?;
     for &(version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > current) {
-        let tx = crate::sqlite::write_transaction(conn)?;
+        let tx = super::write_transaction(conn)?;
         tx.execute_batch(sql)?;
         tx.pragma_update(None, "user_version", version)?;
         tx.commit()?;

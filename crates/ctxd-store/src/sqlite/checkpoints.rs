@@ -1,7 +1,7 @@
-//! WAL checkpoints off the commit path. SQLite's default checkpoints inside the commit that
-//! crosses 1,000 WAL pages, on the committing thread: the response waiting for that commit
-//! (durable before acknowledged) would wait for a copy of every page and an fsync. The gateway
-//! turns that off on the store's connection and checkpoints here, on a thread and a connection
+//! WAL checkpoints off the commit path, for a gateway serving a SQLite store. SQLite's default
+//! checkpoints inside the commit that crosses 1,000 WAL pages, on the committing thread: the
+//! response waiting for that commit (durable before acknowledged) would wait for a copy of every
+//! page and an fsync. [`Checkpoints`] turns that off on the store's connection and checkpoints, on a thread and a connection
 //! of its own; WAL lets commits go on meanwhile. A passive checkpoint never shrinks the WAL
 //! file: once the store is at rest (nothing written since the last tick, everything copied) the
 //! thread truncates it to zero. Under a load that never pauses, the WAL is never reset by itself
@@ -19,7 +19,8 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ctxd_store::{Checkpointer, SqliteStore, StoreError, WAL_SIZE_LIMIT};
+use super::{Checkpointer, SqliteStore, WAL_SIZE_LIMIT};
+use crate::StoreError;
 
 /// How often the WAL is copied back into the database. A passive checkpoint of a WAL already
 /// copied costs a few system calls; one second of a busy gateway's writes is a few MB at most.
@@ -49,13 +50,14 @@ impl WalPressure {
     }
 }
 
+/// The checkpoint thread; [`Checkpoints::stop`] ends it after one last checkpoint.
 pub struct Checkpoints {
     stop: mpsc::Sender<()>,
     thread: JoinHandle<()>,
 }
 
 impl Checkpoints {
-    /// Take checkpoints away from `store`'s commits and run them every [`EVERY`]; `pressure`
+    /// Take checkpoints away from `store`'s commits and run them every `EVERY`; `pressure`
     /// tells the writer when to cut the WAL back.
     pub fn start(
         store: &SqliteStore,
@@ -65,8 +67,9 @@ impl Checkpoints {
         Self::start_with_limit(store, path, pressure, WAL_SIZE_LIMIT as u64)
     }
 
-    /// [`Checkpoints::start`], with the WAL's limit under load of `limit` bytes.
-    pub(crate) fn start_with_limit(
+    /// [`Checkpoints::start`], with the WAL's limit under load of `limit` bytes (a test's
+    /// small one).
+    pub fn start_with_limit(
         store: &SqliteStore,
         path: &Path,
         pressure: WalPressure,
@@ -183,26 +186,4 @@ impl Files {
 
 fn len(path: &Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len())
-}
-
-/// Bytes free (for an unprivileged writer) and the size of the file system holding `path`;
-/// `None` where that cannot be read.
-pub fn disk_space(path: &Path) -> Option<(u64, u64)> {
-    #[cfg(unix)]
-    {
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let st = rustix::fs::statvfs(dir).ok()?;
-        Some((
-            st.f_bavail.saturating_mul(st.f_frsize),
-            st.f_blocks.saturating_mul(st.f_frsize),
-        ))
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = path;
-        None
-    }
 }

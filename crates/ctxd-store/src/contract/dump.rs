@@ -19,7 +19,7 @@ pub struct NoteRow {
     pub updated_ms: i64,
 }
 
-/// One change of a note path, as stored (see `schema/v1_notes.sql`).
+/// One change of a note path, as stored (see `sqlite/schema/v1_notes.sql`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NoteVersionRow {
     pub tenant: String,

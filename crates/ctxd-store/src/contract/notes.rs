@@ -68,7 +68,7 @@ pub struct NoteVersion {
     pub at_ms: i64,
 }
 
-/// Notes per tenant and home. Implemented by [`crate::SqliteStore`].
+/// Notes per tenant and home.
 pub trait NotesStore {
     /// Create or replace the note (and clear its stale flag). Refused over the size limit.
     fn note_write(
