@@ -5,7 +5,7 @@
 //! caught up by `history_sync` or `index_pending`, to the same rows.
 
 use ctxd_core::history::{ItemFilter, RankedQuery};
-use ctxd_core::model::{ContentBlock, Entry, EntryId, EntryKind, Message, Role, SessionMeta};
+use ctxd_core::model::{ContentBlock, Entry, EntryKind, Message, Role, SessionMeta};
 use ctxd_store::{Backend, Durability, HistoryStore, NewEntry, SessionId, SqliteStore, Store};
 
 mod common;
@@ -13,11 +13,8 @@ use common::each_backend;
 
 fn entry(id: &str, parent: Option<&str>, sidechain: bool, kind: EntryKind) -> NewEntry {
     NewEntry::new(Entry {
-        id: EntryId::new(id),
-        parent: parent.map(EntryId::new),
-        timestamp: None,
         sidechain,
-        kind,
+        ..ctxd_test_support::entry(id, parent, kind)
     })
 }
 

@@ -12,20 +12,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::TempDb;
-use ctxd_core::model::{Entry, EntryId, EntryKind, Message, Role, SessionMeta};
+use ctxd_core::model::{Role, SessionMeta};
 use ctxd_store::{
     open, Backend, Durability, GroupWrite, Location, NewEntry, PgStore, Store, StoreError,
     PG_SCHEMA_VERSION,
 };
 
 fn entry(id: &str, parent: Option<&str>) -> NewEntry {
-    NewEntry::new(Entry {
-        id: EntryId::new(id),
-        parent: parent.map(EntryId::new),
-        timestamp: None,
-        sidechain: false,
-        kind: EntryKind::Message(Message::text(Role::User, format!("says {id}"))),
-    })
+    NewEntry::new(ctxd_test_support::entry(
+        id,
+        parent,
+        ctxd_test_support::text(Role::User, &format!("says {id}")),
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,19 +1,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use ctxd_core::model::{Entry, EntryId, EntryKind, Message, Role, SessionMeta};
+use ctxd_core::model::{EntryId, EntryKind, Role, SessionMeta};
 use ctxd_store::{Durability, GroupWrite, Head, NewEntry, SqliteStore, Store, StoreError};
 
 mod common;
 use common::each_backend;
 
 fn entry(id: &str, parent: Option<&str>, text: &str) -> NewEntry {
-    NewEntry::new(Entry {
-        id: EntryId::new(id),
-        parent: parent.map(EntryId::new),
-        timestamp: None,
-        sidechain: false,
-        kind: EntryKind::Message(Message::text(Role::User, text)),
-    })
+    NewEntry::new(ctxd_test_support::entry(
+        id,
+        parent,
+        ctxd_test_support::text(Role::User, text),
+    ))
 }
 
 #[test]
