@@ -35,7 +35,8 @@ pub fn config_keys(serve: &clap::Command) -> Vec<String> {
         .filter_map(|a| a.get_long())
         // The file says these as `reminders = false`, `resets = false`, `distill = false`,
         // `digests = false`, `write-facts = false`, `amnesia = false`, `lazy-tools = false`, a
-        // `[model-windows]` table and a `[classifier]` table (see the help below).
+        // `[model-windows]` table, a `[classifier]` table, `[[budgets]]` and `[[routes]]` (see the
+        // help below).
         .filter(|l| {
             !matches!(
                 *l,
@@ -52,6 +53,7 @@ pub fn config_keys(serve: &clap::Command) -> Vec<String> {
                     | "no-cache-plan"
                     | "model-window"
                     | "budget"
+                    | "route"
             ) && !l.starts_with("classifier")
         })
         .map(str::to_owned)
@@ -73,7 +75,8 @@ pub fn with_config_help(cli: clap::Command) -> clap::Command {
              names to windows (\"claude-sonnet-4-5\" = 1000000) as --model-window does; a \
              `[classifier]` table (kind, base_url, model, api_key_env, timeout_ms, concurrency, \
              price_per_mtok) does what the --classifier flags do; `[[budgets]]` tables (scope, \
-             period, usd or tokens, warn-at, hard) do what --budget does; a `[prices]` table maps \
+             period, usd or tokens, warn-at, hard) do what --budget does; `[[routes]]` tables \
+             (model, api, upstream, name) do what --route does; a `[prices]` table maps \
              model-name prefixes to `{{ input, output, cache-read, cache-write }}` dollars per \
              million tokens, before the built-in list prices; a `[tenants]` table names tenants \
              (NAME = \"b3:...\", from `ctxd tenant-key NAME`). Flags and environment variables \

@@ -21,6 +21,13 @@ pub struct ServeArgs {
     /// The OpenAI API origin Chat Completions and Responses requests go to [default: https://api.openai.com].
     #[arg(long, env = "CTXD_UPSTREAM_OPENAI", value_name = "URL")]
     pub upstream_openai: Option<String>,
+    /// The requests of models matching MODEL (a name, or a prefix ending in `*`) go to URL
+    /// instead, those of API only when given (`anthropic`, `chat`, `responses`, `openai`);
+    /// the most specific match wins; the client's credentials go along (repeatable; config:
+    /// `[[routes]]` tables of model, api, upstream, name). E.g.
+    /// `--route 'anthropic:deepseek-*=https://api.deepseek.com/anthropic'`.
+    #[arg(long = "route", value_name = "[API:]MODEL=URL", value_parser = ctxd_gateway::routes::Route::parse)]
+    pub routes: Vec<ctxd_gateway::routes::Route>,
     /// A TOML settings file (keys: the long flags' names; the full help lists them, built by
     /// `cli::with_config_help`).
     #[arg(long, env = "CTXD_CONFIG", value_name = "FILE")]
@@ -369,6 +376,7 @@ fn server_flags(args: &ServeArgs, settings: &mut Settings) {
     if let Some(u) = &args.upstream_openai {
         settings.upstream_openai.clone_from(u);
     }
+    settings.routes.extend(args.routes.iter().cloned());
     if let Some(n) = args.max_body_bytes {
         settings.max_body_bytes = n;
     }

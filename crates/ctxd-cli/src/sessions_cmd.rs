@@ -216,8 +216,8 @@ fn run_store(args: &SessionsArgs, store: &StoreChoice) -> anyhow::Result<()> {
     if !args.json {
         writeln!(
             out,
-            "{:>5} {:<10} {:<14} {:<24} {:>6} {:>8} {:>8}  KEY",
-            "ID", "TENANT", "AGENT", "UPDATED", "TURNS", "ENTRIES", "PEAK"
+            "{:>5} {:<10} {:<14} {:<24} {:>6} {:>8} {:>8}  {:<16} KEY",
+            "ID", "TENANT", "AGENT", "UPDATED", "TURNS", "ENTRIES", "PEAK", "UPSTREAM"
         )?;
     }
     for record in records.iter().take(args.limit) {
@@ -230,6 +230,11 @@ fn run_store(args: &SessionsArgs, store: &StoreChoice) -> anyhow::Result<()> {
             .map(|t| t.provider.unwrap_or(t.estimate))
             .max()
             .unwrap_or(r.composition.total);
+        // Where its requests went: a route's name, or `-` for the API's upstream.
+        let upstreams: Vec<String> = ctxd_core::savings::record::upstreams(&session)
+            .into_iter()
+            .map(|u| u.unwrap_or_else(|| "-".to_owned()))
+            .collect();
         if args.json {
             let doc = serde_json::json!({
                 "id": record.id,
@@ -242,13 +247,14 @@ fn run_store(args: &SessionsArgs, store: &StoreChoice) -> anyhow::Result<()> {
                 "turns": r.session.turn_count,
                 "peak_context": peak,
                 "model": r.session.model,
+                "upstreams": upstreams,
             });
             serde_json::to_writer(&mut out, &doc)?;
             writeln!(out)?;
         } else {
             writeln!(
                 out,
-                "{:>5} {:<10} {:<14} {:<24} {:>6} {:>8} {:>8}  {}",
+                "{:>5} {:<10} {:<14} {:<24} {:>6} {:>8} {:>8}  {:<16} {}",
                 record.id,
                 tenant_label(&record.tenant),
                 record.meta.agent.map_or("?", |a| a.as_str()),
@@ -256,6 +262,11 @@ fn run_store(args: &SessionsArgs, store: &StoreChoice) -> anyhow::Result<()> {
                 r.session.turn_count,
                 record.entry_count,
                 report::text::tokens(peak),
+                if upstreams.is_empty() {
+                    "-".to_owned()
+                } else {
+                    upstreams.join(",")
+                },
                 record.key
             )?;
         }

@@ -1,4 +1,4 @@
-//! `ctxd stats [SESSION] [--by project|agent|model|tenant|day] [--json]`: the tokens ctxd's
+//! `ctxd stats [SESSION] [--by project|agent|model|tenant|day|upstream] [--json]`: the tokens ctxd's
 //! mechanisms saved, read back from the request records (`ctxd.request`) in the store: every
 //! session with a sum, one session request by request, or every request summed by one
 //! attribute. The same views as the gateway's `GET /stats` (`ctxd_gateway::stats`),
@@ -31,6 +31,8 @@ pub enum By {
     Model,
     Tenant,
     Day,
+    /// The route each request went to (`--route`, `[[routes]]`).
+    Upstream,
 }
 
 impl From<By> for ctxd_gateway::stats::GroupBy {
@@ -41,6 +43,7 @@ impl From<By> for ctxd_gateway::stats::GroupBy {
             By::Model => Self::Model,
             By::Tenant => Self::Tenant,
             By::Day => Self::Day,
+            By::Upstream => Self::Upstream,
         }
     }
 }

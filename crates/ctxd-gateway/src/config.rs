@@ -17,6 +17,8 @@ pub struct Settings {
     pub upstream_anthropic: String,
     /// Origin (and optional path prefix) of the OpenAI API.
     pub upstream_openai: String,
+    /// Upstreams per model pattern and API, over the two above (`crate::routes`).
+    pub routes: Vec<crate::routes::Route>,
     pub store: ctxd_store::Location,
     /// Largest request body accepted (after decompression too).
     pub max_body_bytes: usize,
@@ -437,6 +439,7 @@ impl Settings {
             listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
             upstream_anthropic: "https://api.anthropic.com".into(),
             upstream_openai: "https://api.openai.com".into(),
+            routes: Vec::new(),
             store: store.into(),
             max_body_bytes: 64 * 1024 * 1024,
             connect_timeout: Duration::from_secs(10),
@@ -490,6 +493,12 @@ impl Settings {
         }
         if let Some(u) = file.upstream_openai {
             self.upstream_openai = u;
+        }
+        for route in file.routes.unwrap_or_default() {
+            let route = route
+                .checked()
+                .map_err(|e| format!("config {}: [[routes]]: {e}", path.display()))?;
+            self.routes.push(route);
         }
         if let Some(s) = file.store {
             self.store = ctxd_store::Location::parse(&s);
@@ -759,6 +768,8 @@ struct FileSettings {
     listen: Option<String>,
     upstream_anthropic: Option<String>,
     upstream_openai: Option<String>,
+    /// `[[routes]]`: model = PATTERN, api = NAME (optional), upstream = URL, name (optional).
+    routes: Option<Vec<crate::routes::Route>>,
     /// A file path, or a `postgres://` URL.
     store: Option<String>,
     max_body_bytes: Option<usize>,
@@ -862,6 +873,47 @@ struct FileSettings {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn routes_from_the_file_are_checked_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctxd.toml");
+        std::fs::write(
+            &path,
+            "[[routes]]\nmodel = \"deepseek-*\"\napi = \"anthropic\"\nupstream = \"https://api.deepseek.com/anthropic/\"\n\n\
+             [[routes]]\nmodel = \"*\"\napi = \"chat\"\nupstream = \"http://127.0.0.1:8080\"\nname = \"local\"\n",
+        )
+        .unwrap();
+        let mut s = Settings::new("x.db");
+        s.apply_file(&path).unwrap();
+        let names: Vec<_> = s
+            .routes
+            .iter()
+            .map(|r| (r.name(), r.upstream.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("api.deepseek.com", "https://api.deepseek.com/anthropic"),
+                ("local", "http://127.0.0.1:8080")
+            ]
+        );
+        for (bad, says) in [
+            (
+                "[[routes]]\nmodel = \"a*b\"\nupstream = \"http://x\"\n",
+                "prefix ending",
+            ),
+            (
+                "[[routes]]\nmodel = \"x\"\napi = \"gemini\"\nupstream = \"http://x\"\n",
+                "gemini",
+            ),
+            ("[[routes]]\nmodel = \"x\"\nurl = \"http://x\"\n", "url"),
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            let e = Settings::new("x.db").apply_file(&path).unwrap_err();
+            assert!(e.contains(says), "{e}");
+        }
+    }
 
     #[test]
     fn a_file_overrides_defaults_and_typos_are_errors() {

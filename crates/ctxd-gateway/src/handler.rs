@@ -32,6 +32,7 @@ use crate::served::{Insert, Offer};
 use crate::server::Gateway;
 use crate::sessions::{Loaded, Slot};
 use crate::turn;
+use crate::upstream::Target;
 use crate::writer::Job;
 
 /// Read the body within the size limit and the body timeout (a client trickling its body
@@ -967,23 +968,27 @@ async fn forward(
     let mut body = upstream_body;
     let mut encoded = encoded;
     let mut recovered = false;
+    let model = completion.caller().model.clone();
+    let target = app.upstream.target(api, model.as_deref());
     loop {
         let sent = Instant::now();
         let upstream = app
             .upstream
-            .send(api, method.clone(), path, headers, body, encoded)
+            .send(target, method.clone(), path, headers, body, encoded)
             .await;
         let resp = match upstream {
             Ok(r) => r,
             Err(e) => {
                 completion.finish(Outcome::Failed, Duration::ZERO);
-                return upstream_failed(app, api, &e).into_response();
+                return upstream_failed(target, api, &e).into_response();
             }
         };
         let waited = sent.elapsed();
         let status =
             StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-        let out_headers = client_headers(resp.headers(), status, rewritten, unmanaged, &completion);
+        let mut out_headers =
+            client_headers(resp.headers(), status, rewritten, unmanaged, &completion);
+        routed_header(&mut out_headers, target);
         let is_sse = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
@@ -1092,15 +1097,35 @@ async fn forward(
 
 /// The provider could not be reached or did not answer in time: 504 on a timeout, else 502,
 /// naming the cause but never the URL.
-fn upstream_failed(app: &Gateway, api: Api, e: &reqwest::Error) -> ApiError {
+fn upstream_failed(target: Target<'_>, api: Api, e: &reqwest::Error) -> ApiError {
     let status = if e.is_timeout() {
         StatusCode::GATEWAY_TIMEOUT
     } else {
         StatusCode::BAD_GATEWAY
     };
     let cause = crate::upstream::describe(e);
-    tracing::warn!(error = %cause, upstream = app.upstream.base(api), "upstream request failed");
+    tracing::warn!(error = %cause, upstream = target.base, "upstream request failed");
     ApiError::new(api, status, format!("ctxd: the upstream request {cause}"))
+}
+
+/// `x-ctxd-upstream`: the route a request took, when one did (`crate::routes`).
+fn routed_header(h: &mut HeaderMap, target: Target<'_>) {
+    if let Some(v) = target.route.and_then(|r| HeaderValue::from_str(r).ok()) {
+        h.insert("x-ctxd-upstream", v);
+    }
+}
+
+/// The model a body relayed untouched names, for its route (`count_tokens` names one): read
+/// only when the body is plain JSON; a compressed one goes to its API's upstream.
+fn model_named(headers: &HeaderMap, raw: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        model: Option<String>,
+    }
+    if headers.contains_key(header::CONTENT_ENCODING) || !is_json(headers) {
+        return None;
+    }
+    serde_json::from_slice::<Named>(raw).ok()?.model
 }
 
 /// The provider's headers as the client gets them, with ctxd's own: whether the body was
@@ -1241,15 +1266,18 @@ async fn relay_unmanaged(
     raw: Bytes,
 ) -> Response {
     let started = Instant::now();
+    let model = model_named(headers, &raw);
+    let target = app.upstream.target(api, model.as_deref());
     match app
         .upstream
-        .send(api, method, path, headers, raw, true)
+        .send(target, method, path, headers, raw, true)
         .await
     {
         Ok(resp) => {
             let status =
                 StatusCode::from_u16(resp.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
-            let headers = crate::upstream::response_headers(resp.headers());
+            let mut headers = crate::upstream::response_headers(resp.headers());
+            routed_header(&mut headers, target);
             metrics::histogram!("ctxd_upstream_seconds", "route" => "passthrough")
                 .record(started.elapsed().as_secs_f64());
             let mut response = Response::new(Body::from_stream(resp.bytes_stream()));

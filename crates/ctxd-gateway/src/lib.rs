@@ -28,6 +28,7 @@ pub mod replay;
 pub mod request;
 mod request_id;
 pub mod rewrite;
+pub mod routes;
 pub mod served;
 mod server;
 mod sessions;

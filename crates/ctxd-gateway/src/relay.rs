@@ -107,7 +107,13 @@ impl Completion {
     }
 
     /// The request as measured for what goes upstream (its headers, and its record).
-    pub fn measured(&mut self, record: ctxd_core::savings::Record) {
+    /// The request's record, naming the route it takes (the gateway's to know, not the turn's).
+    pub fn measured(&mut self, mut record: ctxd_core::savings::Record) {
+        let target = self
+            .app
+            .upstream
+            .target(self.api, self.caller.model.as_deref());
+        record.upstream = target.route.map(str::to_owned);
         self.request = Some(record);
     }
 
@@ -213,7 +219,11 @@ impl Completion {
             .is_some();
         self.app.telemetry.request(crate::telemetry::RequestSpan {
             api: self.api,
-            upstream: self.app.upstream.base(self.api),
+            upstream: self
+                .app
+                .upstream
+                .target(self.api, self.caller.model.as_deref())
+                .base,
             started: ended - self.started.elapsed(),
             ended,
             caller: &self.caller,

@@ -239,6 +239,8 @@ pub enum GroupBy {
     Tenant,
     /// The UTC day of each request.
     Day,
+    /// The route each request went to (`crate::routes`), or its API's upstream.
+    Upstream,
 }
 
 impl GroupBy {
@@ -249,6 +251,7 @@ impl GroupBy {
             GroupBy::Model => "model",
             GroupBy::Tenant => "tenant",
             GroupBy::Day => "day",
+            GroupBy::Upstream => "upstream",
         }
     }
 
@@ -260,6 +263,10 @@ impl GroupBy {
             GroupBy::Agent => known(r.meta.agent.map(|a| a.as_str().to_owned())),
             GroupBy::Model => known(rec.model.clone().or_else(|| r.meta.model.clone())),
             GroupBy::Tenant => r.tenant.clone(),
+            GroupBy::Upstream => rec
+                .upstream
+                .clone()
+                .unwrap_or_else(|| DEFAULT_UPSTREAM.to_owned()),
             GroupBy::Day => known(
                 timestamp
                     .filter(|t| t.len() >= 10)
@@ -271,6 +278,8 @@ impl GroupBy {
 
 /// The group of requests whose project, agent, model or time is not recorded.
 const UNKNOWN: &str = "(unknown)";
+/// The group of requests no route took: their API's upstream.
+const DEFAULT_UPSTREAM: &str = "(the API's upstream)";
 
 /// One group's sum.
 #[derive(Clone, Debug, Serialize)]

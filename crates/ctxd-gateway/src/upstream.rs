@@ -13,6 +13,14 @@ pub struct Upstream {
     client: reqwest::Client,
     anthropic: String,
     openai: String,
+    routes: Vec<crate::routes::Route>,
+}
+
+/// Where one request goes: a base URL, and the route's name when a route took it.
+#[derive(Clone, Copy, Debug)]
+pub struct Target<'a> {
+    pub base: &'a str,
+    pub route: Option<&'a str>,
 }
 
 /// Headers that describe one connection or one body, not the request.
@@ -49,28 +57,39 @@ impl Upstream {
             client,
             anthropic: settings.upstream_anthropic.clone(),
             openai: settings.upstream_openai.clone(),
+            routes: settings.routes.clone(),
         })
     }
 
-    pub fn base(&self, api: Api) -> &str {
-        match api {
+    /// Where a request of `api` naming `model` goes: the route that takes it, else the API's
+    /// upstream.
+    pub fn target(&self, api: Api, model: Option<&str>) -> Target<'_> {
+        if let Some(route) = crate::routes::pick(&self.routes, api, model) {
+            return Target {
+                base: &route.upstream,
+                route: Some(route.name()),
+            };
+        }
+        let base = match api {
             Api::Anthropic => &self.anthropic,
             Api::Chat | Api::Responses => &self.openai,
-        }
+        };
+        Target { base, route: None }
     }
 
-    /// Send a request upstream. `encoded` says whether `body` still carries the client's
-    /// `content-encoding` (it does when passed through untouched; a rewritten body is plain).
+    /// Send a request upstream, to `target`. `encoded` says whether `body` still carries the
+    /// client's `content-encoding` (it does when passed through untouched; a rewritten body is
+    /// plain).
     pub async fn send(
         &self,
-        api: Api,
+        target: Target<'_>,
         method: Method,
         path_and_query: &str,
         headers: &HeaderMap,
         body: Bytes,
         encoded: bool,
     ) -> Result<reqwest::Response, reqwest::Error> {
-        let url = format!("{}{}", self.base(api), path_and_query);
+        let url = format!("{}{}", target.base, path_and_query);
         let mut out = HeaderMap::with_capacity(headers.len());
         for (name, value) in headers {
             if !crosses(name) {

@@ -29,6 +29,9 @@ pub struct Record {
     /// The model the request named (prices the saving).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The configured route the request went to; absent: its API's upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
 }
 
 impl Record {
@@ -39,6 +42,7 @@ impl Record {
             whole: m.whole,
             saved: m.saved,
             model: model.map(str::to_owned),
+            upstream: None,
         }
     }
 
@@ -114,6 +118,18 @@ pub fn requests(session: &Session) -> Vec<(usize, Record)> {
         .enumerate()
         .filter_map(|(pos, e)| Record::from_entry(&e.kind).map(|r| (pos, r)))
         .collect()
+}
+
+/// Where the session's requests went, each route once in the order first taken; `None` for
+/// its API's upstream.
+pub fn upstreams(session: &Session) -> Vec<Option<String>> {
+    let mut out: Vec<Option<String>> = Vec::new();
+    for (_, r) in requests(session) {
+        if !out.contains(&r.upstream) {
+            out.push(r.upstream);
+        }
+    }
+    out
 }
 
 /// The session's totals: every record it holds.

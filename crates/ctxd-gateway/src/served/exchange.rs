@@ -296,7 +296,9 @@ impl Context {
                 .app
                 .upstream
                 .send(
-                    self.api,
+                    self.app
+                        .upstream
+                        .target(self.api, self.caller.model.as_deref()),
                     self.method.clone(),
                     &self.path,
                     &self.headers,

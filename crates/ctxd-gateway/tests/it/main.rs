@@ -18,6 +18,7 @@ mod limits;
 mod loops;
 mod passthrough;
 mod prefix;
+mod routes;
 mod served;
 mod shapes;
 mod stats;
