@@ -1266,7 +1266,12 @@ async fn relay_unmanaged(
     raw: Bytes,
 ) -> Response {
     let started = Instant::now();
-    let model = model_named(headers, &raw);
+    // Only a route needs the model: without one the body is not parsed at all.
+    let model = app
+        .upstream
+        .routed()
+        .then(|| model_named(headers, &raw))
+        .flatten();
     let target = app.upstream.target(api, model.as_deref());
     match app
         .upstream

@@ -61,6 +61,11 @@ impl Upstream {
         })
     }
 
+    /// Whether any route is configured: without one, no request's model needs reading.
+    pub fn routed(&self) -> bool {
+        !self.routes.is_empty()
+    }
+
     /// Where a request of `api` naming `model` goes: the route that takes it, else the API's
     /// upstream.
     pub fn target(&self, api: Api, model: Option<&str>) -> Target<'_> {
