@@ -62,6 +62,8 @@ pub enum WireApi {
     AnthropicMessages,
     OpenaiChat,
     OpenaiResponses,
+    /// Google's Gemini API (`generateContent`).
+    GeminiGenerateContent,
 }
 
 /// Facts about the session as a whole, read from the file's header lines.

@@ -23,14 +23,23 @@ use crate::detect::{api_of_body, Format};
 use crate::error::{ImportError, Warning};
 use crate::jsonl::LineImporter;
 use crate::util::str_field;
-use crate::wire::{anthropic, openai_chat, openai_responses, Request};
+use crate::wire::{anthropic, gemini, openai_chat, openai_responses, Request};
 
-fn parse(api: WireApi, body: &Value) -> Request {
+fn parse(api: WireApi, body: &Value, path: &str) -> Request {
     match api {
         WireApi::AnthropicMessages => anthropic::request(body),
         WireApi::OpenaiChat => openai_chat::request(body),
         WireApi::OpenaiResponses => openai_responses::request(body),
+        WireApi::GeminiGenerateContent => gemini::request(body, gemini_model_of_path(path)),
     }
+}
+
+/// The model a Gemini request names in its path: `/v1beta/models/{model}:generateContent`.
+fn gemini_model_of_path(path: &str) -> Option<&str> {
+    let path = path.split('?').next().unwrap_or_default();
+    let after = &path[path.rfind("/models/")? + "/models/".len()..];
+    let model = after.split(':').next().unwrap_or(after);
+    (!model.is_empty()).then_some(model)
 }
 
 /// One request body as a linear session: system prompt, tools, messages (ids `L1`, `L2`, ...,
@@ -40,7 +49,7 @@ pub(crate) fn import_body(
     doc: &Value,
     _warnings: &mut Vec<Warning>,
 ) -> Result<Session, ImportError> {
-    let request = parse(api, doc);
+    let request = parse(api, doc, "");
     let model = request.model.clone();
     let kinds = request.into_entry_kinds();
     if kinds.is_empty() {
@@ -91,10 +100,11 @@ impl LineImporter for CaptureImporter {
             return Err("not a JSON object".into());
         };
         let captured = obj.contains_key("body") && obj.contains_key("method");
+        let path = str_field(&value, "path").unwrap_or_default();
         let (body, timestamp, reply) = if captured {
-            let path = str_field(&value, "path").unwrap_or_default();
             if str_field(&value, "method").is_some_and(|m| !m.eq_ignore_ascii_case("POST"))
                 || path.contains("count_tokens")
+                || path.contains(":countTokens")
             {
                 // Preflights, model lists and token counts are not turns of the conversation.
                 return Ok(());
@@ -110,7 +120,7 @@ impl LineImporter for CaptureImporter {
         let Some(api) = body.as_object().and_then(api_of_body) else {
             return Ok(());
         };
-        let request = parse(api, body);
+        let request = parse(api, body, path);
         if request.model.is_some() {
             self.builder.session.meta.model.clone_from(&request.model);
         }
@@ -266,6 +276,16 @@ fn response_message(api: WireApi, r: &Value) -> Option<Message> {
             let mut m = Message::new(Role::Assistant, content);
             m.usage = r.get("usage").map(openai_responses::usage);
             m
+        }
+        WireApi::GeminiGenerateContent => {
+            let candidate = r.get("candidates")?.get(0)?;
+            let mut m = gemini::content(candidate.get("content")?);
+            m.usage = r.get("usageMetadata").map(gemini::usage);
+            m.stop_reason = str_field(candidate, "finishReason").map(str::to_owned);
+            m.model = str_field(r, "modelVersion").map(str::to_owned);
+            m.response_id = str_field(r, "responseId").map(str::to_owned);
+            m.role = Role::Assistant;
+            return Some(m);
         }
     };
     message.role = Role::Assistant;

@@ -38,6 +38,7 @@ impl Format {
             Format::ApiRequest(WireApi::AnthropicMessages) => "anthropic-messages request",
             Format::ApiRequest(WireApi::OpenaiChat) => "openai-chat request",
             Format::ApiRequest(WireApi::OpenaiResponses) => "openai-responses request",
+            Format::ApiRequest(WireApi::GeminiGenerateContent) => "gemini request",
             Format::CapturedRequests => "captured requests",
         }
     }
@@ -246,6 +247,9 @@ pub(crate) fn detect_object(obj: &Map<String, Value>) -> Option<Format> {
 
 /// Which wire API a request body is for, from its shape.
 pub fn api_of_body(obj: &Map<String, Value>) -> Option<WireApi> {
+    if obj.get("contents").is_some_and(Value::is_array) && !obj.contains_key("messages") {
+        return Some(WireApi::GeminiGenerateContent);
+    }
     if obj.get("input").is_some() && (obj.contains_key("model") || obj.contains_key("instructions"))
     {
         return Some(WireApi::OpenaiResponses);

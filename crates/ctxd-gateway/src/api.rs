@@ -1,9 +1,9 @@
-//! The three wire APIs the gateway speaks: what differs between them (the array that holds the
+//! The four wire APIs the gateway speaks: what differs between them (the array that holds the
 //! conversation, how one element parses, how errors look) in one place.
 
 use axum::http::StatusCode;
 use ctxd_core::model::Message;
-use ctxd_formats::wire::{anthropic, openai_chat, openai_responses, stream};
+use ctxd_formats::wire::{anthropic, gemini, openai_chat, openai_responses, stream};
 use serde_json::{json, Value};
 
 /// A wire API.
@@ -15,6 +15,42 @@ pub enum Api {
     Chat,
     /// OpenAI Responses (`POST /v1/responses`).
     Responses,
+    /// Google's Gemini API (`POST /v1beta/models/{model}:generateContent`, and
+    /// `:streamGenerateContent`).
+    Gemini,
+}
+
+/// What a Gemini URL names: `/v1beta/models/{model}:{action}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GeminiTarget<'a> {
+    pub model: &'a str,
+    /// `generateContent`, `streamGenerateContent`, `countTokens`, ...
+    pub action: &'a str,
+}
+
+impl<'a> GeminiTarget<'a> {
+    /// The model and action of a path (a query after `?` is ignored).
+    pub fn of_path(path: &'a str) -> Option<Self> {
+        let path = path.split('?').next()?;
+        let last = &path[path.rfind("/models/")? + "/models/".len()..];
+        let (model, action) = last.rsplit_once(':')?;
+        (!model.is_empty() && !model.contains('/')).then_some(GeminiTarget { model, action })
+    }
+
+    /// Whether the action asks the model for a turn.
+    pub fn is_conversation(self) -> bool {
+        matches!(self.action, "generateContent" | "streamGenerateContent")
+    }
+}
+
+/// Whether a Gemini stream request asks for SSE (`alt=sse`); without it the API streams one
+/// JSON array.
+pub fn gemini_wants_sse(path: &str) -> bool {
+    path.split_once('?').is_some_and(|(_, query)| {
+        query
+            .split('&')
+            .any(|pair| pair.eq_ignore_ascii_case("alt=sse"))
+    })
 }
 
 impl Api {
@@ -24,6 +60,7 @@ impl Api {
             Api::Anthropic => "messages",
             Api::Chat => "chat_completions",
             Api::Responses => "responses",
+            Api::Gemini => "generate_content",
         }
     }
 
@@ -32,6 +69,7 @@ impl Api {
         match self {
             Api::Anthropic | Api::Chat => "messages",
             Api::Responses => "input",
+            Api::Gemini => "contents",
         }
     }
 
@@ -43,6 +81,7 @@ impl Api {
             Api::Anthropic => anthropic::message(element),
             Api::Chat => openai_chat::message(element),
             Api::Responses => openai_responses::item(element),
+            Api::Gemini => gemini::content(element),
         }
     }
 
@@ -51,6 +90,7 @@ impl Api {
             Api::Anthropic => stream::Api::Anthropic,
             Api::Chat => stream::Api::OpenAiChat,
             Api::Responses => stream::Api::OpenAiResponses,
+            Api::Gemini => stream::Api::Gemini,
         }
     }
 
@@ -69,6 +109,7 @@ impl Api {
                     "code": null,
                 },
             }),
+            Api::Gemini => google_error(status, message),
         }
     }
 
@@ -87,6 +128,10 @@ impl Api {
             Api::Responses => format!(
                 "event: error\ndata: {}\n\n",
                 json!({"type": "error", "code": "server_error", "message": message, "param": null})
+            ),
+            Api::Gemini => format!(
+                "data: {}\r\n\r\n",
+                google_error(StatusCode::INTERNAL_SERVER_ERROR, message)
             ),
         }
     }
@@ -140,7 +185,34 @@ impl Api {
                     serde_json::Value::from(openai_error_type(status)) } else { code },
                     "message": message, "param": null})
             ),
+            Api::Gemini => {
+                let mut body = google_error(status, &message);
+                if let Some(s) = error.get("status").filter(|s| s.is_string()) {
+                    body["error"]["status"] = s.clone();
+                }
+                format!("data: {body}\r\n\r\n")
+            }
         }
+    }
+}
+
+/// Google's error shape: `{"error": {"code", "message", "status"}}`, the status a gRPC code name.
+fn google_error(status: StatusCode, message: &str) -> Value {
+    json!({"error": {"code": status.as_u16(), "message": message, "status": google_status(status)}})
+}
+
+fn google_status(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 413 | 415 | 422 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        409 => "ABORTED",
+        429 => "RESOURCE_EXHAUSTED",
+        501 => "UNIMPLEMENTED",
+        503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        _ => "INTERNAL",
     }
 }
 
@@ -181,8 +253,23 @@ mod tests {
         let o = Api::Chat.error_body(StatusCode::BAD_REQUEST, "bad json");
         assert_eq!(o["error"]["type"], "invalid_request_error");
         assert_eq!(o["error"]["message"], "bad json");
+        let g = Api::Gemini.error_body(StatusCode::TOO_MANY_REQUESTS, "slow down");
+        assert_eq!(g["error"]["code"], 429);
+        assert_eq!(g["error"]["status"], "RESOURCE_EXHAUSTED");
         let ev = Api::Anthropic.sse_error_event("upstream reset");
         assert!(ev.starts_with("event: error\ndata: {"));
         assert!(ev.ends_with("\n\n"));
+    }
+
+    #[test]
+    fn a_gemini_path_names_its_model_and_action() {
+        let t = GeminiTarget::of_path("/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse&key=k")
+            .unwrap();
+        assert_eq!((t.model, t.action), ("gemini-2.5-pro", "streamGenerateContent"));
+        assert!(t.is_conversation());
+        assert!(gemini_wants_sse("/v1beta/models/m:streamGenerateContent?alt=sse&key=k"));
+        assert!(!gemini_wants_sse("/v1beta/models/m:streamGenerateContent?key=alt=sse"));
+        assert_eq!(GeminiTarget::of_path("/v1beta/models"), None);
+        assert!(!GeminiTarget::of_path("/v1beta/models/m:countTokens").unwrap().is_conversation());
     }
 }

@@ -7,7 +7,7 @@ use std::ops::Range;
 use ctxd_core::model::{Message, ToolDef};
 use ctxd_engine::turn::hash::{self, Hash};
 use ctxd_engine::turn::ClientRequest;
-use ctxd_formats::wire::{anthropic, openai_chat, openai_responses};
+use ctxd_formats::wire::{anthropic, gemini, openai_chat, openai_responses};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -86,6 +86,8 @@ struct Top<'a> {
     messages: Option<&'a RawValue>,
     #[serde(borrow, default)]
     input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    contents: Option<&'a RawValue>,
 }
 
 /// The one-pass split: the conversation's elements collected while the body is scanned.
@@ -96,7 +98,11 @@ struct FastTop<'a> {
     #[serde(borrow, default)]
     input: Option<Conversation<'a>>,
     #[serde(borrow, default)]
+    contents: Option<Conversation<'a>>,
+    #[serde(borrow, default)]
     system: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "systemInstruction")]
+    system_instruction: Option<&'a RawValue>,
     #[serde(borrow, default)]
     instructions: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -198,6 +204,7 @@ fn general_split(api: Api, body: &[u8]) -> Result<Split, RequestError> {
     let array_raw = match api {
         Api::Anthropic | Api::Chat => general.messages,
         Api::Responses => general.input,
+        Api::Gemini => general.contents,
     };
     Ok(match array_raw {
         None => (None, false, Vec::new()),
@@ -345,6 +352,7 @@ impl ParsedRequest {
         let conversation = match api {
             Api::Anthropic | Api::Chat => &top.messages,
             Api::Responses => &top.input,
+            Api::Gemini => &top.contents,
         };
         if !matches!(conversation, Some(Conversation::Elements(e)) if e.is_empty()) {
             return None;
@@ -371,6 +379,7 @@ impl ParsedRequest {
         let system_raw = match api {
             Api::Anthropic => located(top.system)?,
             Api::Responses => located(top.instructions)?,
+            Api::Gemini => located(top.system_instruction)?,
             Api::Chat => None,
         };
         let tools_raw = located(top.tools)?;
@@ -405,6 +414,7 @@ impl ParsedRequest {
         let conversation = match api {
             Api::Anthropic | Api::Chat => top.messages.take(),
             Api::Responses => top.input.take(),
+            Api::Gemini => top.contents.take(),
         };
         let fast_split = match conversation {
             None => Some((None, false, Vec::new())),
@@ -425,6 +435,7 @@ impl ParsedRequest {
         let system_raw = match api {
             Api::Anthropic => located(top.system),
             Api::Responses => located(top.instructions),
+            Api::Gemini => located(top.system_instruction),
             Api::Chat => None,
         };
         let tools_raw = located(top.tools);
@@ -443,6 +454,18 @@ impl ParsedRequest {
         })
     }
 
+    /// Gemini names the model and whether to stream in the URL
+    /// (`/v1beta/models/{model}:streamGenerateContent`), not the body.
+    pub fn at_path(mut self, path: &str) -> Self {
+        if self.api == Api::Gemini {
+            if let Some(target) = crate::api::GeminiTarget::of_path(path) {
+                self.model = Some(target.model.to_owned());
+                self.stream = target.action == "streamGenerateContent";
+            }
+        }
+        self
+    }
+
     /// The system prompt's raw JSON bytes (Anthropic `system`, Responses `instructions`).
     pub fn system_bytes<'a>(&self, body: &'a [u8]) -> Option<&'a [u8]> {
         body.get(self.system_raw.as_ref()?.0.clone())
@@ -455,6 +478,7 @@ impl ParsedRequest {
         match self.api {
             Api::Anthropic => anthropic::system(&v),
             Api::Responses => v.as_str().map(str::to_owned),
+            Api::Gemini => gemini::system(&v),
             Api::Chat => None,
         }
     }
@@ -474,6 +498,7 @@ impl ParsedRequest {
             Api::Anthropic => anthropic::tools(&v),
             Api::Chat => openai_chat::tools(&v),
             Api::Responses => openai_responses::tools(&v),
+            Api::Gemini => gemini::tools(&v),
         }
     }
 
@@ -487,6 +512,15 @@ impl ParsedRequest {
         if self.input_is_string {
             let text: String = serde_json::from_slice(bytes).unwrap_or_default();
             return Message::text(ctxd_core::model::Role::User, text);
+        }
+        if self.api == Api::Gemini {
+            // A function response takes its id from the call in the content before it.
+            let previous = i
+                .checked_sub(1)
+                .and_then(|p| serde_json::from_slice::<Value>(self.element_bytes(body, p)).ok());
+            if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
+                return gemini::content_after(previous.as_ref(), &v);
+            }
         }
         match serde_json::from_slice::<Value>(bytes) {
             Ok(v) => self.api.parse_element(&v),

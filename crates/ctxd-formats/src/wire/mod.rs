@@ -4,6 +4,7 @@
 //! still counts and nothing is dropped. The gateway and the importers share these parsers.
 
 pub mod anthropic;
+pub mod gemini;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod stream;

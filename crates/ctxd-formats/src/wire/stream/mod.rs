@@ -20,6 +20,7 @@
 
 mod anthropic;
 mod chat;
+mod gemini;
 mod responses;
 mod sse;
 #[cfg(test)]
@@ -30,6 +31,7 @@ use serde_json::Value;
 
 use ctxd_core::model::{Message, Usage, WireApi};
 
+pub use gemini::JsonArraySplitter;
 pub use sse::{SseEvent, SseParser};
 
 /// The wire API a response was written in.
@@ -38,6 +40,8 @@ pub enum Api {
     Anthropic,
     OpenAiChat,
     OpenAiResponses,
+    /// Google's Gemini API (`generateContent` / `streamGenerateContent`).
+    Gemini,
 }
 
 impl From<WireApi> for Api {
@@ -46,6 +50,7 @@ impl From<WireApi> for Api {
             WireApi::AnthropicMessages => Api::Anthropic,
             WireApi::OpenaiChat => Api::OpenAiChat,
             WireApi::OpenaiResponses => Api::OpenAiResponses,
+            WireApi::GeminiGenerateContent => Api::Gemini,
         }
     }
 }
@@ -99,6 +104,7 @@ enum Inner {
     Anthropic(anthropic::Stream),
     Chat(chat::Stream),
     Responses(responses::Stream),
+    Gemini(gemini::Stream),
 }
 
 impl Assembler {
@@ -107,6 +113,7 @@ impl Assembler {
             Api::Anthropic => Inner::Anthropic(anthropic::Stream::default()),
             Api::OpenAiChat => Inner::Chat(chat::Stream::default()),
             Api::OpenAiResponses => Inner::Responses(responses::Stream::default()),
+            Api::Gemini => Inner::Gemini(gemini::Stream::default()),
         };
         Self { inner }
     }
@@ -118,6 +125,7 @@ impl Assembler {
             Inner::Anthropic(s) => s.push(ev),
             Inner::Chat(s) => s.push(ev),
             Inner::Responses(s) => s.push(ev),
+            Inner::Gemini(s) => s.push(ev),
         }
     }
 
@@ -127,6 +135,7 @@ impl Assembler {
             Inner::Anthropic(s) => s.done,
             Inner::Chat(s) => s.done,
             Inner::Responses(s) => s.done,
+            Inner::Gemini(s) => s.done,
         }
     }
 
@@ -135,6 +144,7 @@ impl Assembler {
             Inner::Anthropic(s) => s.finish(),
             Inner::Chat(s) => s.finish(),
             Inner::Responses(s) => s.finish(),
+            Inner::Gemini(s) => s.finish(),
         }
     }
 }
@@ -150,6 +160,7 @@ pub fn assemble_json(api: Api, body: &[u8]) -> Result<Assembled, StreamError> {
         Api::Anthropic => anthropic::json(&v),
         Api::OpenAiChat => chat::json(&v),
         Api::OpenAiResponses => responses::json(&v),
+        Api::Gemini => gemini::json(&v),
     }
 }
 
@@ -163,7 +174,7 @@ fn error_in_body(v: &Value) -> Option<StreamError> {
 }
 
 /// The provider's error from an error event or body: `kind` is the error's `type` (Anthropic,
-/// Chat) or `code` (Responses).
+/// Chat), `code` (Responses) or `status` (Gemini).
 fn provider_error(v: &Value) -> StreamError {
     let e = v.get("error").filter(|e| e.is_object()).unwrap_or(v);
     let field = |k: &str| e.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
@@ -171,6 +182,7 @@ fn provider_error(v: &Value) -> StreamError {
         kind: field("type")
             .filter(|t| *t != "error")
             .or_else(|| field("code"))
+            .or_else(|| field("status"))
             .unwrap_or("error")
             .to_owned(),
         message: field("message").map_or_else(|| e.to_string(), str::to_owned),
