@@ -589,8 +589,11 @@ impl Importer {
     fn rewind(&mut self, id: &str) {
         let target = match self.live.get(id) {
             Some(Slot::Record(n)) => Some(*n),
-            // Inside a replaced history, or unknown: the CLI drops everything from there.
+            // Inside a replaced history: the whole history goes (it is one compaction entry, so
+            // keeping the messages before `id` would need a second one; a rewind into a
+            // compacted history was not seen in a real file).
             Some(Slot::Replaced(n, _)) => Some(*n),
+            // Unknown: the CLI drops everything.
             None => None,
         };
         let Some(target) = target else {
