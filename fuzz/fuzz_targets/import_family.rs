@@ -14,6 +14,8 @@ const HEADS: &[&str] = &[
     // Codex (current and legacy).
     r#"{"timestamp":"2025-01-01T00:00:00Z","type":"session_meta","payload":{"id":"x","timestamp":"2025-01-01T00:00:00Z","cwd":"/w","originator":"codex_cli_rs","cli_version":"0.5"}}"#,
     r#"{"id":"x","timestamp":"2025-01-01T00:00:00Z","instructions":null}"#,
+    // Gemini CLI JSONL (0.39+).
+    r#"{"sessionId":"s","projectHash":"h","startTime":"2026-01-01T00:00:00.000Z","lastUpdated":"2026-01-01T00:00:00.000Z","kind":"main"}"#,
     // Captured requests.
     r#"{"method":"POST","path":"/v1/messages","headers":{},"body":{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[]}}"#,
     r#"{"method":"POST","path":"/v1/chat/completions","headers":{},"body":{"model":"gpt-4o","messages":[]}}"#,

@@ -142,6 +142,9 @@ fn api_of(args: &EvalArgs, session: &ctxd_core::model::Session) -> ctxd_gateway:
     match session.meta.agent {
         Some(Agent::ClaudeCode | Agent::Pi) => ctxd_gateway::api::Api::Anthropic,
         Some(Agent::Codex) => ctxd_gateway::api::Api::Responses,
+        // Gemini's API: the Gemini wire API is added separately; until then its sessions
+        // replay over Chat Completions.
+        Some(Agent::GeminiCli) => ctxd_gateway::api::Api::Chat,
         _ => ctxd_gateway::api::Api::Chat,
     }
 }

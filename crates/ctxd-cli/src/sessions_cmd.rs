@@ -30,11 +30,16 @@ struct Row {
 
 /// The directories agents keep their sessions in, under `home`.
 fn default_dirs(home: &Path) -> Vec<PathBuf> {
-    [".claude/projects", ".pi/agent/sessions", ".codex/sessions"]
-        .iter()
-        .map(|d| home.join(d))
-        .filter(|d| d.is_dir())
-        .collect()
+    [
+        ".claude/projects",
+        ".pi/agent/sessions",
+        ".codex/sessions",
+        ".gemini/tmp",
+    ]
+    .iter()
+    .map(|d| home.join(d))
+    .filter(|d| d.is_dir())
+    .collect()
 }
 
 pub fn run(args: &SessionsArgs, store: &StoreChoice) -> anyhow::Result<()> {
@@ -111,7 +116,8 @@ pub fn run(args: &SessionsArgs, store: &StoreChoice) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Session-looking files under `dir` (JSONL and trajectories), depth-limited, links not followed.
+/// Session-looking files under `dir` (JSONL, trajectories, and Gemini CLI's JSON: `session-*.json`
+/// or any `.json` in a `chats` directory), depth-limited, links not followed.
 fn collect(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) {
     if depth > 8 {
         return;
@@ -129,7 +135,12 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .unwrap_or_default();
-            if name.ends_with(".jsonl") || name.ends_with(".traj") || name.ends_with(".traj.json") {
+            let in_chats = dir.file_name().is_some_and(|d| d == "chats");
+            if name.ends_with(".jsonl")
+                || name.ends_with(".traj")
+                || name.ends_with(".traj.json")
+                || (name.ends_with(".json") && (in_chats || name.starts_with("session-")))
+            {
                 out.push(path);
             }
         }

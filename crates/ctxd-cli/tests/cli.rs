@@ -13,7 +13,14 @@ use ctxd_test_support::shared;
 
 fn sessions() -> Vec<PathBuf> {
     let mut files = Vec::new();
-    for agent in ["pi", "claude-code", "codex", "swe-agent", "mini-swe-agent"] {
+    for agent in [
+        "pi",
+        "claude-code",
+        "codex",
+        "swe-agent",
+        "mini-swe-agent",
+        "gemini-cli",
+    ] {
         for entry in std::fs::read_dir(shared().join("sessions").join(agent)).unwrap() {
             files.push(entry.unwrap().path());
         }
@@ -123,6 +130,8 @@ fn sessions_with_usage_show_drift_and_billed_totals() {
             "mini-swe-agent/astropy__astropy-12907.traj.json",
             "mini-swe-agent",
         ),
+        ("gemini-cli/aim-control_pro.json", "gemini-cli"),
+        ("gemini-cli/vct-gemini-session.jsonl", "gemini-cli"),
     ];
     for (file, agent) in cases {
         let r = json_report(&shared().join("sessions").join(file), &[]);
@@ -139,6 +148,14 @@ fn sessions_with_usage_show_drift_and_billed_totals() {
     );
     assert_eq!(r["billed"]["responses"], 170);
     assert_eq!(r["billed"]["output"], 51933);
+    // Gemini CLI's usage is one per gemini message, a re-appended JSONL record counted once
+    // (python3 over the file: 6 ids, output + thoughts 4293).
+    let r = json_report(
+        &shared().join("sessions/gemini-cli/vct-gemini-session.jsonl"),
+        &[],
+    );
+    assert_eq!(r["billed"]["responses"], 6);
+    assert_eq!(r["billed"]["output"], 4293);
     // SWE-agent records only session totals.
     let r = json_report(
         &shared().join("sessions/swe-agent/pydicom__pydicom-1458.traj"),
@@ -277,7 +294,14 @@ fn several_files_give_one_json_line_each() {
 fn sessions_lists_each_session_under_a_directory() {
     let dir = temp_dir("sessions");
     for (i, path) in sessions().iter().enumerate() {
-        let sub = dir.join(format!("p{i}"));
+        // Gemini CLI keeps its JSON sessions in `chats` directories.
+        let gemini_json = path.extension().is_some_and(|e| e == "json")
+            && path.parent().unwrap().ends_with("gemini-cli");
+        let sub = if gemini_json {
+            dir.join(format!("p{i}/chats"))
+        } else {
+            dir.join(format!("p{i}"))
+        };
         std::fs::create_dir_all(&sub).unwrap();
         std::fs::copy(path, sub.join(path.file_name().unwrap())).unwrap();
     }
@@ -292,7 +316,14 @@ fn sessions_lists_each_session_under_a_directory() {
     assert_eq!(rows.len(), sessions().len() + 1);
     let agents: std::collections::BTreeSet<&str> =
         rows.iter().filter_map(|r| r["agent"].as_str()).collect();
-    for agent in ["pi", "claude-code", "codex", "swe-agent", "mini-swe-agent"] {
+    for agent in [
+        "pi",
+        "claude-code",
+        "codex",
+        "swe-agent",
+        "mini-swe-agent",
+        "gemini-cli",
+    ] {
         assert!(agents.contains(agent), "{agent} missing: {agents:?}");
     }
     let pi = rows.iter().find(|r| r["agent"] == "pi").unwrap();

@@ -84,6 +84,15 @@ const MINI_SWE_AGENT: Family = Family {
     model: "gpt-4o",
 };
 
+/// Over Chat Completions until the Gemini API is served.
+const GEMINI_CLI: Family = Family {
+    dir: "gemini-cli",
+    agent: Agent::GeminiCli,
+    name: "gemini-cli",
+    api: Api::Chat,
+    model: "gemini-2.5-pro",
+};
+
 /// Every Claude Code session of `../shared/sessions`, not only the first: the issue's
 /// figure (eval's cost within 0.02 of the gateway's) is for Claude Code.
 #[test]
@@ -115,6 +124,11 @@ fn swe_agent() {
 #[test]
 fn mini_swe_agent() {
     replay(&MINI_SWE_AGENT);
+}
+
+#[test]
+fn gemini_cli() {
+    replay(&GEMINI_CLI);
 }
 
 fn requests_limit() -> usize {

@@ -37,6 +37,7 @@ pub enum Agent {
     Codex,
     SweAgent,
     MiniSweAgent,
+    GeminiCli,
     /// A raw API request body (or a capture of several), from any client.
     Api,
 }
@@ -49,6 +50,7 @@ impl Agent {
             Agent::Codex => "codex",
             Agent::SweAgent => "swe-agent",
             Agent::MiniSweAgent => "mini-swe-agent",
+            Agent::GeminiCli => "gemini-cli",
             Agent::Api => "api",
         }
     }

@@ -94,7 +94,7 @@ pub fn compaction_threshold(agent: Option<Agent>, window: u64) -> Option<Thresho
             tokens: window / 10 * 9,
             rule: "codex: 90% of the window",
         }),
-        Agent::SweAgent | Agent::MiniSweAgent | Agent::Api => None,
+        Agent::SweAgent | Agent::MiniSweAgent | Agent::GeminiCli | Agent::Api => None,
     }
 }
 

@@ -21,6 +21,8 @@ pub enum Format {
     SweAgent,
     /// mini-swe-agent `.traj.json` (one JSON document).
     MiniSweAgent,
+    /// Gemini CLI chat recording: JSON (one document, up to 0.38) or JSONL (from 0.39).
+    GeminiCli,
     /// One raw API request body (one JSON document).
     ApiRequest(WireApi),
     /// JSONL of captured requests (`{method, path, headers, body}` a line) or of bare bodies.
@@ -35,6 +37,7 @@ impl Format {
             Format::Codex => "codex",
             Format::SweAgent => "swe-agent",
             Format::MiniSweAgent => "mini-swe-agent",
+            Format::GeminiCli => "gemini-cli",
             Format::ApiRequest(WireApi::AnthropicMessages) => "anthropic-messages request",
             Format::ApiRequest(WireApi::OpenaiChat) => "openai-chat request",
             Format::ApiRequest(WireApi::OpenaiResponses) => "openai-responses request",
@@ -43,11 +46,13 @@ impl Format {
         }
     }
 
-    /// Whether the format is one JSON document rather than JSON lines.
+    /// Whether the format is one JSON document rather than JSON lines. Gemini CLI writes
+    /// either ([`Format::GeminiCli`] is both; `import_reader` tells them apart by the first
+    /// line).
     pub fn is_document(self) -> bool {
         matches!(
             self,
-            Format::SweAgent | Format::MiniSweAgent | Format::ApiRequest(_)
+            Format::SweAgent | Format::MiniSweAgent | Format::GeminiCli | Format::ApiRequest(_)
         )
     }
 }
@@ -224,6 +229,9 @@ pub(crate) fn detect_object(obj: &Map<String, Value>) -> Option<Format> {
     {
         return Some(Format::ClaudeCode);
     }
+    if let Some(format) = gemini_cli(obj, ty) {
+        return Some(format);
+    }
     // Trajectories.
     if obj.get("trajectory").is_some_and(Value::is_array)
         && (obj.contains_key("history")
@@ -243,6 +251,25 @@ pub(crate) fn detect_object(obj: &Map<String, Value>) -> Option<Format> {
         return Some(Format::CapturedRequests);
     }
     api_of_body(obj).map(Format::ApiRequest)
+}
+
+/// Gemini CLI: the JSON layout's document (`sessionId` and `messages` of its types), or a
+/// JSONL line: the header (`sessionId` + `projectHash`), a `$set` patch or a `$rewindTo`, or
+/// a message record of a type only Gemini CLI writes (`gemini`).
+fn gemini_cli(obj: &Map<String, Value>, ty: Option<&str>) -> Option<Format> {
+    let session_id = str_of(obj, "sessionId").is_some();
+    if let Some(messages) = obj.get("messages").and_then(Value::as_array) {
+        let typed = messages.iter().take(8).any(|m| {
+            str_of_value(m, "type").is_some_and(|t| crate::gemini_cli::MESSAGE_TYPES.contains(&t))
+        });
+        return (session_id && (typed || messages.is_empty() && obj.contains_key("projectHash")))
+            .then_some(Format::GeminiCli);
+    }
+    let header = session_id && str_of(obj, "projectHash").is_some();
+    let patch = obj.len() == 1
+        && (obj.get("$set").is_some_and(Value::is_object) || str_of(obj, "$rewindTo").is_some());
+    let record = ty == Some("gemini") && str_of(obj, "id").is_some();
+    (header || patch || record).then_some(Format::GeminiCli)
 }
 
 /// Which wire API a request body is for, from its shape.
@@ -333,6 +360,27 @@ mod tests {
         );
         assert_eq!(
             fmt(r#"{"model":"m","messages":[{"role":"system","content":"x"}]}"#).ok(),
+            Some(Format::ApiRequest(WireApi::OpenaiChat))
+        );
+    }
+
+    #[test]
+    fn recognises_gemini_cli_in_both_layouts() {
+        let header = r#"{"sessionId":"s","projectHash":"h","startTime":"t","lastUpdated":"t"}"#;
+        assert_eq!(fmt(header).ok(), Some(Format::GeminiCli));
+        assert_eq!(
+            fmt(r#"{"$set":{"lastUpdated":"t"}}"#).ok(),
+            Some(Format::GeminiCli)
+        );
+        assert_eq!(
+            fmt(r#"{"id":"x","timestamp":"t","type":"gemini","content":""}"#).ok(),
+            Some(Format::GeminiCli)
+        );
+        let doc = r#"{"sessionId":"s","projectHash":"h","messages":[{"id":"1","type":"user","content":"hi"}]}"#;
+        assert_eq!(fmt(doc).ok(), Some(Format::GeminiCli));
+        // Chat bodies with `messages` are not Gemini CLI's.
+        assert_eq!(
+            fmt(r#"{"messages":[{"role":"user","content":"x"}]}"#).ok(),
             Some(Format::ApiRequest(WireApi::OpenaiChat))
         );
     }

@@ -2,7 +2,7 @@
 //!
 //! The format is chosen by content, never by file name ([`detect`]). JSONL formats are read
 //! line by line (a corrupt line becomes a [`Warning`] naming it, the rest imports); whole-document
-//! formats (SWE-agent trajectories, single request bodies) are parsed once.
+//! formats (SWE-agent trajectories, Gemini CLI's JSON, single request bodies) are parsed once.
 //!
 //! ```no_run
 //! let import = ctxd_formats::import_path(std::path::Path::new("session.jsonl")).unwrap();
@@ -16,6 +16,7 @@ mod claude_code;
 mod codex;
 mod detect;
 mod error;
+mod gemini_cli;
 mod jsonl;
 mod mini_swe_agent;
 mod pi;
@@ -58,6 +59,8 @@ pub fn import_reader<R: BufRead>(mut reader: R) -> Result<Import, ImportError> {
         .filter(|l| !l.trim_ascii().is_empty())
         .nth(1)
         .is_some();
+    let gemini_document =
+        detected == Some(Format::GeminiCli) && gemini_cli::is_one_document(&head.bytes);
     let input = std::io::Cursor::new(head.bytes).chain(reader);
     let mut warnings = Vec::new();
     let (format, session) = match detected {
@@ -80,6 +83,11 @@ pub fn import_reader<R: BufRead>(mut reader: R) -> Result<Import, ImportError> {
         Some(format @ Format::Codex) => (
             format,
             jsonl::run(input, codex::Importer::default(), &mut warnings)?,
+        ),
+        // Gemini CLI's JSONL; its JSON layout is one document (below).
+        Some(format @ Format::GeminiCli) if !gemini_document => (
+            format,
+            jsonl::run(input, gemini_cli::Importer::default(), &mut warnings)?,
         ),
         Some(format @ Format::CapturedRequests) => {
             let importer = api_request::CaptureImporter::default();
@@ -127,6 +135,7 @@ fn import_document(
     match format {
         Format::SweAgent => swe_agent::import(doc, warnings),
         Format::MiniSweAgent => mini_swe_agent::import(doc, warnings),
+        Format::GeminiCli => gemini_cli::import(doc, warnings),
         Format::ApiRequest(api) => api_request::import_body(api, doc, warnings),
         other => Err(ImportError::Malformed {
             format: other.name(),
