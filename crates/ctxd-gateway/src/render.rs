@@ -3,6 +3,7 @@
 //! results). Elements it does not change are never rendered: they go as the client's bytes.
 
 use ctxd_core::model::{ContentBlock, Image, Message, Role};
+use ctxd_formats::wire::gemini;
 use ctxd_formats::wire::openai_chat::text_of;
 use serde_json::{json, Value};
 
@@ -14,6 +15,7 @@ pub fn elements(api: Api, message: &Message) -> Vec<Value> {
         Api::Anthropic => vec![anthropic(message)],
         Api::Chat => chat(message),
         Api::Responses => responses(message),
+        Api::Gemini => vec![gemini(message)],
     }
 }
 
@@ -253,6 +255,96 @@ fn responses(m: &Message) -> Vec<Value> {
     out
 }
 
+/// A Gemini `Content`. A hidden thinking block that only carries a signature puts it back on
+/// the part after it, where the provider had it; ids ctxd derived are left out, as the parts
+/// came without them.
+fn gemini(m: &Message) -> Value {
+    let role = if m.role == Role::Assistant {
+        "model"
+    } else {
+        "user"
+    };
+    let mut parts: Vec<Value> = Vec::new();
+    let mut signature: Option<&str> = None;
+    for b in &m.content {
+        let mut part = match b {
+            ContentBlock::Thinking {
+                thinking,
+                signature: sig,
+                redacted: true,
+            } if thinking.is_empty() => {
+                signature = sig.as_deref().or(signature);
+                continue;
+            }
+            ContentBlock::Thinking {
+                thinking,
+                signature: sig,
+                ..
+            } => {
+                let mut p = json!({"text": thinking, "thought": true});
+                if let Some(sig) = sig {
+                    p["thoughtSignature"] = Value::from(sig.as_str());
+                }
+                p
+            }
+            ContentBlock::Text { text } => json!({"text": text}),
+            ContentBlock::Image(image) => gemini_image(image),
+            ContentBlock::ToolCall {
+                id,
+                name,
+                arguments,
+            } => {
+                let mut call = json!({"name": name, "args": arguments});
+                if !gemini::is_derived_id(id) {
+                    call["id"] = Value::from(id.as_str());
+                }
+                json!({"functionCall": call})
+            }
+            ContentBlock::ToolResult {
+                call_id,
+                tool_name,
+                content,
+                is_error,
+            } => {
+                let name = tool_name
+                    .clone()
+                    .unwrap_or_else(|| gemini_name_of_id(call_id));
+                let key = if *is_error { "error" } else { "output" };
+                let mut response = json!({"name": name, "response": {key: text_of(content)}});
+                if !gemini::is_derived_id(call_id) {
+                    response["id"] = Value::from(call_id.as_str());
+                }
+                json!({"functionResponse": response})
+            }
+        };
+        if let Some(sig) = signature.take() {
+            part["thoughtSignature"] = Value::from(sig);
+        }
+        parts.push(part);
+    }
+    if let Some(sig) = signature {
+        parts.push(json!({"text": "", "thoughtSignature": sig}));
+    }
+    json!({"role": role, "parts": parts})
+}
+
+/// The tool's name in an id ctxd derived (`~name~digest`), or the id itself.
+fn gemini_name_of_id(id: &str) -> String {
+    id.strip_prefix(gemini::DERIVED_ID_PREFIX)
+        .and_then(|rest| rest.split('~').next())
+        .unwrap_or(id)
+        .to_owned()
+}
+
+fn gemini_image(image: &Image) -> Value {
+    let mime = image.media_type.as_deref().unwrap_or("image/png");
+    match (&image.data, &image.url) {
+        (Some(data), _) => json!({"inlineData": {"mimeType": mime, "data": data}}),
+        (None, Some(url)) => json!({"fileData": {"mimeType": mime, "fileUri": url}}),
+        (None, None) => json!({"text": "[image]"}),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -277,7 +369,7 @@ mod tests {
                 ],
             ),
         ];
-        for api in [Api::Anthropic, Api::Chat] {
+        for api in [Api::Anthropic, Api::Chat, Api::Gemini] {
             for m in &messages {
                 let els = elements(api, m);
                 assert_eq!(els.len(), 1, "{api:?}");
@@ -301,6 +393,9 @@ mod tests {
         assert_eq!(c[0]["content"], "[distilled]");
         let r = elements(Api::Responses, &result);
         assert_eq!(r[0]["type"], "function_call_output");
+        let g = elements(Api::Gemini, &result);
+        assert_eq!(g[0]["role"], "user");
+        assert_eq!(g[0]["parts"][0]["functionResponse"]["response"]["output"], "[distilled]");
         let text = elements(Api::Responses, &messages[0]);
         assert_eq!(
             hash::message(&Api::Responses.parse_element(&text[0])),
