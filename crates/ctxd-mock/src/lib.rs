@@ -116,4 +116,6 @@ pub enum Api {
     Anthropic,
     OpenAiChat,
     OpenAiResponses,
+    /// Google Gemini `generateContent` / `streamGenerateContent` (`/v1beta/models/...`).
+    Gemini,
 }
