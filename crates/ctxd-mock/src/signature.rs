@@ -34,8 +34,13 @@ pub(crate) fn sign(id: &str, text: &str) -> String {
 
 /// Checks `signature` against `text`.
 pub(crate) fn verify(signature: &str, text: &str) -> Verdict {
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let Ok(plain) = b64.decode(signature.trim()) else {
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+    // A client may re-encode the bytes it was given (Gemini SDKs hold signatures as bytes).
+    let sig = signature.trim();
+    let decoded = [STANDARD, URL_SAFE, STANDARD_NO_PAD, URL_SAFE_NO_PAD]
+        .iter()
+        .find_map(|e| e.decode(sig).ok());
+    let Some(plain) = decoded else {
         return Verdict::Foreign;
     };
     let Some(rest) = plain.strip_prefix(PREFIX.as_bytes()) else {
@@ -118,6 +123,11 @@ mod tests {
         assert_eq!(verify("EqQBCkgIARABGAIiQ...", "x"), Verdict::Foreign);
         assert_eq!(verify(&b64.encode("something else"), "x"), Verdict::Foreign);
         assert_eq!(verify("", "x"), Verdict::Foreign);
+        // Re-encoded URL-safe or without padding: still the mock's.
+        let plain = b64.decode(&sig).unwrap();
+        let url = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&plain);
+        assert_eq!(verify(&url, "I think."), Verdict::Valid);
+        assert_eq!(verify(&url, "I think!"), Verdict::Invalid);
     }
 
     #[test]

@@ -142,12 +142,14 @@ pub(super) fn json(plan: &Plan) -> Vec<u8> {
     response(plan, parts(plan), true).to_string().into_bytes()
 }
 
-/// The chunks of a streamed reply: each text cut in at least two pieces (a thought's
-/// signature on its last piece), each call whole; the last chunk finishes.
+/// The chunks of a streamed reply: each answer text cut in at least two pieces; each thought
+/// and each call whole, with its signature (a client that keeps chunks as parts, unmerged,
+/// sends back a signature on the very text it was issued for); the last chunk finishes.
 fn chunks(plan: &Plan) -> Vec<Value> {
     let mut pieces: Vec<Value> = Vec::new();
     for part in parts(plan) {
-        let Some(text) = part.get("text").and_then(Value::as_str) else {
+        let text = part.get("text").and_then(Value::as_str);
+        let Some(text) = text.filter(|_| part.get("thoughtSignature").is_none()) else {
             pieces.push(part);
             continue;
         };
@@ -156,15 +158,9 @@ fn chunks(plan: &Plan) -> Vec<Value> {
         } else {
             halves(text).into_iter().flat_map(deltas).collect()
         };
-        let n = cuts.len();
-        for (k, cut) in cuts.into_iter().enumerate() {
+        for cut in cuts {
             let mut piece = part.clone();
             piece["text"] = json!(cut);
-            if k + 1 < n {
-                if let Some(o) = piece.as_object_mut() {
-                    o.remove("thoughtSignature");
-                }
-            }
             pieces.push(piece);
         }
     }

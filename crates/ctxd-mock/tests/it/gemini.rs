@@ -479,6 +479,16 @@ async fn thoughts_when_asked_are_signed_parts() {
     // Not asked: no thoughts.
     let r = ok(&post(&mock, FLASH, &body(json!([ask]))).await);
     assert!(parts_of(&r)[0].get("thought").is_none());
+
+    // Streamed, a thought comes whole with its signature: the chunks' parts, kept as they
+    // came, are a valid history.
+    let streamed = sse_chunks(&post(&mock, STREAM_SSE, &b).await.body);
+    let parts: Vec<Value> = streamed.iter().flat_map(|c| parts_of(c).clone()).collect();
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_eq!(parts[0]["thought"], true);
+    assert!(parts[0]["thoughtSignature"].is_string());
+    next["contents"][1]["parts"] = json!(parts);
+    ok(&post(&mock, FLASH, &next).await);
 }
 
 #[tokio::test]
