@@ -189,6 +189,15 @@ fn gemini_model_json(id: &str, s: &Shared) -> Value {
     })
 }
 
+/// A `/v1beta/` route, or a request carrying Google's credentials (`x-goog-api-key`, `?key=`).
+fn google_request(uri: &Uri, headers: &HeaderMap) -> bool {
+    uri.path().starts_with("/v1beta/")
+        || headers.contains_key("x-goog-api-key")
+        || uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("key=")))
+}
+
 /// `GET /v1beta/models`.
 async fn gemini_models(State(s): State<Arc<Shared>>) -> Response {
     let models: Vec<Value> = GEMINI_MODELS
@@ -198,11 +207,31 @@ async fn gemini_models(State(s): State<Arc<Shared>>) -> Response {
     axum::Json(json!({"models": models})).into_response()
 }
 
-/// `GET /v1beta/models/{model}`: a listed or any `gemini*` model, else Google's 404.
-async fn gemini_model(State(s): State<Arc<Shared>>, Path(segment): Path<String>) -> Response {
+/// `GET /v1beta/models/{model}`: a listed or any `gemini*` model, else a 404 (Google's, or
+/// OpenAI's for `/v1/models/gpt-5` without Google's credentials).
+async fn gemini_model(
+    State(s): State<Arc<Shared>>,
+    Path(segment): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     let id = segment.strip_prefix("models/").unwrap_or(&segment);
+    if id.contains(':') {
+        // `MODEL:generateContent` and the like are POST routes.
+        let message = format!("method GET not allowed on {}", uri.path());
+        return error(Api::Gemini, StatusCode::NOT_FOUND, &message, &s);
+    }
     if GEMINI_MODELS.contains(&id) || id.starts_with("gemini") {
         return axum::Json(gemini_model_json(id, &s)).into_response();
+    }
+    if !google_request(&uri, &headers) {
+        let message = format!("The model `{id}` does not exist");
+        return error(
+            api_of(uri.path(), &headers),
+            StatusCode::NOT_FOUND,
+            &message,
+            &s,
+        );
     }
     let message = format!(
         "models/{id} is not found for API version v1beta, or is not supported for \
@@ -215,11 +244,7 @@ async fn gemini_model(State(s): State<Arc<Shared>>, Path(segment): Path<String>)
 /// A model list with both OpenAI and Anthropic fields; Google's list for a request carrying
 /// Google's credentials (`x-goog-api-key`, `?key=`), as `/v1/models` is both APIs' route.
 async fn models(s: State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
-    let google = headers.contains_key("x-goog-api-key")
-        || uri
-            .query()
-            .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("key=")));
-    if google {
+    if google_request(&uri, &headers) {
         return gemini_models(s).await;
     }
     let models: Vec<Value> = ["mock-model", "claude-sonnet-4-5", "gpt-5"]

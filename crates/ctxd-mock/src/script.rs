@@ -90,7 +90,8 @@ pub struct Shape {
     /// Close the connection before the end of the body.
     pub truncate: Option<Truncate>,
     /// Pad the first text (one is added if the reply has none) so the body is this many bytes:
-    /// exactly for JSON and SSE (an SSE comment takes the last few bytes).
+    /// exactly for JSON and SSE (an SSE comment takes the last few bytes); a Gemini JSON-array
+    /// stream, which has no comments, within a few bytes under it.
     pub pad_to: Option<usize>,
     /// Extra response headers (name, value), on errors too: a 429's `retry-after`.
     pub headers: Vec<(String, String)>,

@@ -287,6 +287,19 @@ async fn count_tokens_and_models() {
     assert!(v1["models"].is_array(), "{v1}");
     let (_, openai) = get("/v1/models").await;
     assert_eq!(openai["object"], "list");
+    let (status, v1_one) = get("/v1/models/gemini-2.5-pro").await;
+    assert_eq!(
+        (status, v1_one["inputTokenLimit"].as_u64()),
+        (200, Some(1_048_576))
+    );
+    // Not Google's: OpenAI's 404 as before.
+    let (status, gpt) = get("/v1/models/gpt-5").await;
+    assert_eq!(
+        (status, gpt["error"]["code"].as_str()),
+        (404, Some("model_not_found"))
+    );
+    let (status, _) = get("/v1beta/models/gemini-2.5-pro:generateContent").await;
+    assert_eq!(status, 404);
 }
 
 #[tokio::test]
