@@ -2,12 +2,11 @@
 //! refuses (strict mode; before the script, so a refusal consumes no scripted reply), take the
 //! next scripted reply (or the turn logic's), render, and deliver with the reply's [`Shape`].
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use std::borrow::Cow;
-
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::Response;

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-/// The top level of a request body, any of the three APIs.
+/// The top level of a request body, any of the four APIs.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct Head<'a> {
     #[serde(borrow, default)]

@@ -54,7 +54,7 @@ pub(crate) struct Plan {
     pub gemini_sse: bool,
 }
 
-/// The thinking block (Anthropic) or reasoning item (Responses).
+/// The thinking block (Anthropic), reasoning item (Responses) or thought part (Gemini).
 #[derive(Clone, Debug)]
 pub(crate) struct Reasoned {
     pub id: String,
