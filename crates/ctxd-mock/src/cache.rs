@@ -230,6 +230,87 @@ impl Prompt {
     }
 }
 
+/// The parts of a Gemini body the implicit cache reads.
+#[derive(Deserialize)]
+struct GeminiBody<'a> {
+    #[serde(borrow, default)]
+    tools: Option<Vec<&'a RawValue>>,
+    #[serde(
+        borrow,
+        default,
+        rename = "systemInstruction",
+        alias = "system_instruction"
+    )]
+    system: Option<GeminiContent<'a>>,
+    #[serde(borrow, default)]
+    contents: Option<Vec<GeminiContent<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct GeminiContent<'a> {
+    #[serde(default)]
+    role: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    parts: Option<Vec<&'a RawValue>>,
+}
+
+impl Prompt {
+    /// Read a Gemini body through `memo`: its tools, system parts and each content's parts as
+    /// blocks, with an implicit breakpoint at the end of every content (Gemini caches any
+    /// prefix it has seen, without markers); `None` when it is not JSON.
+    pub(crate) fn read_gemini_with(
+        body: &[u8],
+        model: &str,
+        config: &Config,
+        memo: &mut Blocks,
+    ) -> Option<Prompt> {
+        let raw: GeminiBody<'_> = serde_json::from_slice(body).ok()?;
+        let mut prompt = Prompt {
+            blocks: Vec::new(),
+            markers: 0,
+        };
+        let mut h = DefaultHasher::new();
+        ("gemini", model).hash(&mut h);
+        let mut tokens = 0u64;
+        let mut push = |prompt: &mut Prompt, role: &str, c: Canon, mark: bool| {
+            role.hash(&mut h);
+            c.hash.hash(&mut h);
+            tokens += c.tokens;
+            prompt.blocks.push(Block {
+                prefix: h.finish(),
+                tokens,
+                ttl: mark.then_some(config.cache_ttl),
+            });
+        };
+        let tools = raw.tools.unwrap_or_default();
+        for (i, t) in tools.iter().enumerate() {
+            push(
+                &mut prompt,
+                "tool",
+                memo.canon(t, false)?,
+                i + 1 == tools.len(),
+            );
+        }
+        let system = raw.system.into_iter().map(|c| ("system".into(), c));
+        let contents = raw.contents.unwrap_or_default().into_iter().map(|c| {
+            let role = c.role.clone().unwrap_or_else(|| "user".into());
+            (role, c)
+        });
+        for (role, c) in system.chain(contents) {
+            let parts = c.parts.unwrap_or_default();
+            for (i, p) in parts.iter().enumerate() {
+                push(
+                    &mut prompt,
+                    &role,
+                    memo.canon(p, false)?,
+                    i + 1 == parts.len(),
+                );
+            }
+        }
+        Some(prompt)
+    }
+}
+
 /// The entries written so far: prefix hash → expiry and TTL.
 #[derive(Debug, Default)]
 pub(crate) struct Cache {
@@ -242,6 +323,38 @@ impl Cache {
     pub(crate) fn prompt(&self, body: &[u8], model: &str, config: &Config) -> Option<Prompt> {
         let mut memo = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
         Prompt::read_with(body, model, config, &mut memo)
+    }
+
+    /// Read a Gemini body through the cache's memo of blocks; `None` when it is not JSON.
+    pub(crate) fn gemini_prompt(
+        &self,
+        body: &[u8],
+        model: &str,
+        config: &Config,
+    ) -> Option<Prompt> {
+        let mut memo = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
+        Prompt::read_gemini_with(body, model, config, &mut memo)
+    }
+
+    /// Gemini's implicit cache: the longest prefix of `prompt` already seen (at a content's
+    /// end, within its TTL) is read; every content end long enough is written (Google bills
+    /// no writes, so none are reported).
+    pub(crate) fn serve_implicit(&self, prompt: &Prompt, config: &Config, now: Instant) -> Usage {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.retain(|_, (expires, _)| *expires > now);
+        let hit = (0..prompt.blocks.len())
+            .rev()
+            .find(|&j| entries.contains_key(&prompt.blocks[j].prefix));
+        for b in &prompt.blocks {
+            let Some(ttl) = b.ttl else { continue };
+            if b.tokens >= config.cache_min_tokens {
+                entries.insert(b.prefix, (now + ttl, ttl));
+            }
+        }
+        Usage {
+            read: hit.map_or(0, |j| prompt.blocks[j].tokens),
+            creation: 0,
+        }
     }
 
     /// Look `prompt` up and write its breakpoints' entries at `now`.
@@ -416,6 +529,37 @@ mod tests {
         let tiny = br#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}]}]}"#;
         let u = serve(&cache, tiny, t);
         assert_eq!(u, Usage::default());
+    }
+
+    #[test]
+    fn gemini_reads_the_longest_prefix_seen() {
+        let cache = Cache::default();
+        let config = Config::default();
+        let t = Instant::now();
+        let big = "x".repeat(8_000);
+        let body = |n: usize| {
+            let contents: Vec<Value> = (0..n)
+                .map(|i| {
+                    let role = if i % 2 == 0 { "user" } else { "model" };
+                    json!({"role": role, "parts": [{"text": format!("{i} {big}")}]})
+                })
+                .collect();
+            serde_json::to_vec(&json!({"contents": contents})).unwrap()
+        };
+        let serve = |b: &[u8]| {
+            let p = cache.gemini_prompt(b, "gemini-2.5-pro", &config).unwrap();
+            cache.serve_implicit(&p, &config, t)
+        };
+        assert_eq!(serve(&body(1)), Usage::default());
+        let second = serve(&body(3));
+        assert!(second.read > 1_900 && second.read < 2_100, "{second:?}");
+        let third = serve(&body(5));
+        assert!(third.read > 5_900, "{third:?}");
+        // Another model reads nothing.
+        let p = cache
+            .gemini_prompt(&body(5), "gemini-2.5-flash", &config)
+            .unwrap();
+        assert_eq!(cache.serve_implicit(&p, &config, t).read, 0);
     }
 
     #[test]

@@ -65,14 +65,16 @@ impl Default for Config {
     }
 }
 
-/// When an Anthropic reply starts with a signed thinking block and a Responses reply with a
-/// reasoning item carrying `encrypted_content` (Chat replies never carry reasoning).
+/// When an Anthropic reply starts with a signed thinking block, a Responses reply with a
+/// reasoning item carrying `encrypted_content` and a Gemini reply with a signed thought part
+/// (Chat replies never carry reasoning; a Gemini `functionCall` is signed either way).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Reasoning {
     #[default]
     Off,
     /// When the request asks: Anthropic `thinking.type` enabled/adaptive; Responses a
-    /// `reasoning` object or `include: ["reasoning.encrypted_content"]`.
+    /// `reasoning` object or `include: ["reasoning.encrypted_content"]`; Gemini
+    /// `generationConfig.thinkingConfig.includeThoughts: true`.
     WhenAsked,
     Always,
 }

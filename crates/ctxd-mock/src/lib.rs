@@ -1,9 +1,26 @@
 //! ctxd-mock: a mock upstream model server for ctxd's tests and benchmarks.
 //!
 //! The gateway forwards to a provider; tests point it at this server instead. It speaks the
-//! three wire APIs agents use (Anthropic Messages, OpenAI Chat Completions, OpenAI Responses),
-//! streaming (each API's real SSE event sequence) and not, and records every request exactly as
-//! received (raw body bytes, no decoding) so a test can assert what reached "the provider".
+//! four wire APIs agents use (Anthropic Messages, OpenAI Chat Completions, OpenAI Responses,
+//! Google Gemini `generateContent`), streaming (each API's real SSE event sequence) and not,
+//! and records every request exactly as received (raw body bytes, no decoding) so a test can
+//! assert what reached "the provider".
+//!
+//! Gemini's routes: `POST /v1beta/models/MODEL:generateContent` (JSON),
+//! `:streamGenerateContent?alt=sse` (SSE, events framed `data: {chunk}\r\n\r\n`, no
+//! `[DONE]`), `:streamGenerateContent` without `alt=sse` (one JSON array sent element by
+//! element, `[{chunk}\r\n,{chunk}\r\n]`), `:countTokens` (`{"totalTokens": N}`, of
+//! `generateContentRequest` when given, else of the body), `GET /v1beta/models` and
+//! `/v1beta/models/MODEL`; the same under `/v1/` (where `GET /v1/models` lists Google's models
+//! for a request with `x-goog-api-key` or `?key=`). The model is the path's, split on the last
+//! `:`. Credentials are recorded as sent, like any header and query: [`Recorded::header`]
+//! (`x-goog-api-key`), [`Recorded::query`] (`key`). Replies: `candidates[0].content.parts`,
+//! `finishReason: "STOP"`, `usageMetadata` (`promptTokenCount` counting cached tokens,
+//! `candidatesTokenCount`, `totalTokenCount`, and `cachedContentTokenCount` /
+//! `thoughtsTokenCount` when not zero, as Google leaves zeros out), `modelVersion`,
+//! `responseId`; a stream's last chunk finishes and carries the whole usage. Errors, scripted
+//! or not, in Google's shape: `{"error":{"code","message","status"}}` (`INVALID_ARGUMENT`,
+//! `NOT_FOUND`, `RESOURCE_EXHAUSTED`, `INTERNAL`, `UNAVAILABLE`, ...).
 //!
 //! - [`MockServer`] binds 127.0.0.1 and serves on the current tokio runtime
 //!   ([`MockServer::start`]) or on a thread of its own ([`MockServer::start_blocking`]).
@@ -52,18 +69,33 @@
 //! - OpenAI Responses (`param: "input"`): every `function_call`/`custom_tool_call` in an
 //!   `input` array has its output item, every output item answers an earlier call; not
 //!   checked with `previous_response_id` (the mock keeps no server state).
-//! - Context window, all three APIs: the request's token estimate (a quarter of its decoded
+//! - Gemini (`400 INVALID_ARGUMENT`, Google's error body; rules `gemini.*`, listed in
+//!   `validate/gemini.rs`): function declarations named validly and uniquely; `contents`
+//!   present and non-empty; roles `user`/`model` (a `function` role is refused: function
+//!   responses go in a `user` turn); no empty `parts`; one data field per part; the mock's own
+//!   rules: the first content the user's, roles alternating strictly, the last the user's;
+//!   every `functionCall` answered in the next content by a `functionResponse` of its name
+//!   (and id), one each, any order, and no other response; a mock-issued `thoughtSignature`
+//!   on the part it was issued for (`Corrupted thought signature.`); in the current tool loop,
+//!   a call the mock signed sent back without its signature is refused, as Gemini 3 does. The
+//!   mock signs the first `functionCall` part of a reply (bound to its name and arguments) and
+//!   every thought part (bound to its text), JSON and streamed.
+//! - Context window, all four APIs: the request's token estimate (a quarter of its decoded
 //!   bytes, the `input_tokens` replies report) against the model's window, from
 //!   [`Config::windows`] (model-name prefix, longest wins), else a built-in table (claude 200k,
 //!   1M for `[1m]`/`-1m` names or the `context-1m` beta; gpt-5/codex 400k; gpt-4.1 1,047,576;
-//!   gpt-4o/gpt-4-turbo 128k; gpt-4 8,192; gpt-3.5 16,385; o1/o3/o4 200k), else
-//!   [`Config::default_window`]; over it, each API's overflow error
-//!   (`prompt is too long: N tokens > M maximum`; `context_length_exceeded`).
+//!   gpt-4o/gpt-4-turbo 128k; gpt-4 8,192; gpt-3.5 16,385; o1/o3/o4 200k; gemini 1,048,576),
+//!   else [`Config::default_window`]; over it, each API's overflow error
+//!   (`prompt is too long: N tokens > M maximum`; `context_length_exceeded`; `The input token
+//!   count (N) exceeds the maximum number of tokens allowed (M).`).
 //!
 //! An Anthropic request that marks breakpoints goes through a simulated prompt cache
 //! (`cache.rs`: entries at breakpoints, reads within 20 blocks before one, 5-minute TTL,
 //! [`Config::cache_min_tokens`]); its usage reports `cache_read_input_tokens` and
-//! `cache_creation_input_tokens`, and `input_tokens` the rest, JSON and SSE.
+//! `cache_creation_input_tokens`, and `input_tokens` the rest, JSON and SSE. Gemini caches
+//! implicitly: every request reads the longest prefix an earlier one ended a content at
+//! (same model, within the TTL, at least [`Config::cache_min_tokens`]) and reports it as
+//! `cachedContentTokenCount`.
 //!
 //! Messages whose shape the rules cannot read (a field of an unexpected type) are left alone:
 //! the rules judge conversation structure, not the schema. [`Config::strict`] `= false` (the
@@ -116,4 +148,6 @@ pub enum Api {
     Anthropic,
     OpenAiChat,
     OpenAiResponses,
+    /// Google Gemini `generateContent` / `streamGenerateContent` (`/v1beta/models/...`).
+    Gemini,
 }

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
 use ctxd_mock::{Config, MockServer, Reasoning, Recording, Reply, Shape, Truncate};
 
-/// A mock Anthropic / OpenAI upstream on 127.0.0.1 for ctxd's tests and benchmarks.
+/// A mock Anthropic / OpenAI / Gemini upstream on 127.0.0.1 for ctxd's tests and benchmarks.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {

@@ -74,6 +74,16 @@ impl Recorded {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
+    /// A query parameter's value as sent (not percent-decoded): Gemini's `?key=`, `alt`.
+    pub fn query(&self, name: &str) -> Option<&str> {
+        let (_, query) = self.path.split_once('?')?;
+        query.split('&').find_map(|kv| match kv.split_once('=') {
+            Some((k, v)) if k == name => Some(v),
+            None if kv == name => Some(""),
+            _ => None,
+        })
+    }
+
     /// The path without the query.
     pub fn route(&self) -> &str {
         self.path.split('?').next().unwrap_or(&self.path)

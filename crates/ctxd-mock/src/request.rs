@@ -6,8 +6,9 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use serde_json::Value;
 
-/// The top level of a request body, any of the three APIs.
+/// The top level of a request body, any of the four APIs.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct Head<'a> {
     #[serde(borrow, default)]
@@ -39,6 +40,17 @@ pub(crate) struct Head<'a> {
     pub logprobs: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub top_logprobs: Option<&'a RawValue>,
+    /// Gemini: `contents` and `generationConfig` (the model and streaming come from the
+    /// route, not the body).
+    #[serde(borrow, default)]
+    pub contents: Option<&'a RawValue>,
+    #[serde(
+        borrow,
+        default,
+        rename = "generationConfig",
+        alias = "generation_config"
+    )]
+    pub generation_config: Option<&'a RawValue>,
 }
 
 /// A message or input item: only what decides the turn.
@@ -69,8 +81,14 @@ pub(crate) struct ToolHead<'a> {
     /// Anthropic.
     #[serde(borrow, default)]
     pub input_schema: Option<&'a RawValue>,
-    /// Responses (flat function tools).
-    #[serde(borrow, default)]
+    /// Responses (flat function tools); Gemini function declarations (`parameters` or
+    /// `parametersJsonSchema`).
+    #[serde(
+        borrow,
+        default,
+        alias = "parametersJsonSchema",
+        alias = "parameters_json_schema"
+    )]
     pub parameters: Option<&'a RawValue>,
     /// Chat.
     #[serde(borrow, default)]
@@ -103,6 +121,44 @@ impl<'a> Head<'a> {
     pub(crate) fn tools(&self) -> Vec<ToolHead<'a>> {
         let raw: Vec<&RawValue> = lenient(self.tools);
         raw.into_iter().map(|t| lenient(Some(t))).collect()
+    }
+
+    /// The offered tools as `api` declares them: Gemini's are the `functionDeclarations` of
+    /// every `tools` entry, flattened.
+    pub(crate) fn tools_for(&self, api: crate::Api) -> Vec<ToolHead<'a>> {
+        if api != crate::Api::Gemini {
+            return self.tools();
+        }
+        #[derive(Default, Deserialize)]
+        struct GeminiTool<'b> {
+            #[serde(borrow, default, rename = "functionDeclarations")]
+            #[serde(alias = "function_declarations")]
+            declarations: Option<Vec<&'b RawValue>>,
+        }
+        let raw: Vec<&RawValue> = lenient(self.tools);
+        raw.into_iter()
+            .flat_map(|t| {
+                lenient::<GeminiTool>(Some(t))
+                    .declarations
+                    .unwrap_or_default()
+            })
+            .map(|d| lenient(Some(d)))
+            .collect()
+    }
+
+    /// Gemini: `generationConfig.thinkingConfig.includeThoughts` is true.
+    pub(crate) fn wants_thoughts(&self) -> bool {
+        let config: Value = lenient(self.generation_config);
+        let thinking = config
+            .get("thinkingConfig")
+            .or_else(|| config.get("thinking_config"));
+        thinking
+            .and_then(|t| {
+                t.get("includeThoughts")
+                    .or_else(|| t.get("include_thoughts"))
+            })
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
     }
 
     /// Chat: `stream_options.include_usage`.

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -28,6 +28,16 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/chat/completions", post(handlers::chat))
         .route("/v1/responses", post(handlers::responses))
         .route("/v1/models", get(models))
+        // Gemini: `MODEL:ACTION` is one path segment, split by the handler.
+        .route(
+            "/v1/models/{segment}",
+            get(gemini_model).post(handlers::gemini),
+        )
+        .route("/v1beta/models", get(gemini_models))
+        .route(
+            "/v1beta/models/{segment}",
+            get(gemini_model).post(handlers::gemini),
+        )
         // An OpenTelemetry collector's OTLP/HTTP traces route: the spans are recorded like any
         // request and accepted whole.
         .route("/v1/traces", post(otlp_traces))
@@ -107,10 +117,16 @@ pub(crate) fn json_response(status: StatusCode, body: Vec<u8>, request_id: &str)
     res
 }
 
-/// Anthropic routes and requests carrying `anthropic-version` get Anthropic's error shape.
+/// Anthropic routes and requests carrying `anthropic-version` get Anthropic's error shape;
+/// Gemini routes (`/v1beta/`, `MODEL:ACTION`) and requests with Google's key header, Google's.
 fn api_of(path: &str, headers: &HeaderMap) -> Api {
     if path.starts_with("/v1/messages") || headers.contains_key("anthropic-version") {
         Api::Anthropic
+    } else if path.starts_with("/v1beta/")
+        || path.starts_with("/v1/models/") && path.contains(':')
+        || headers.contains_key("x-goog-api-key")
+    {
+        Api::Gemini
     } else {
         Api::OpenAiChat
     }
@@ -141,8 +157,96 @@ async fn root(State(s): State<Arc<Shared>>, method: Method) -> Response {
     axum::Json(json!({"ok": true})).into_response()
 }
 
-/// A model list with both OpenAI and Anthropic fields.
-async fn models() -> Response {
+/// The Gemini models the mock lists (any `gemini*` name is served too).
+const GEMINI_MODELS: [&str; 4] = [
+    "gemini-2.5-pro",
+    "gemini-2.5-flash",
+    "gemini-2.5-flash-lite",
+    "gemini-3-pro-preview",
+];
+
+/// A Gemini `Model` resource; its input limit is the window strict mode checks.
+fn gemini_model_json(id: &str, s: &Shared) -> Value {
+    let input = crate::validate::window(id, &HeaderMap::new(), &s.config);
+    let version = id
+        .strip_prefix("gemini-")
+        .and_then(|rest| rest.split('-').next())
+        .unwrap_or("001");
+    json!({
+        "name": format!("models/{id}"),
+        "baseModelId": id,
+        "version": version,
+        "displayName": id,
+        "description": format!("ctxd-mock's {id}"),
+        "inputTokenLimit": input,
+        "outputTokenLimit": 65_536,
+        "supportedGenerationMethods": ["generateContent", "countTokens"],
+        "temperature": 1.0,
+        "topP": 0.95,
+        "topK": 64,
+        "maxTemperature": 2.0,
+        "thinking": true,
+    })
+}
+
+/// A `/v1beta/` route, or a request carrying Google's credentials (`x-goog-api-key`, `?key=`).
+fn google_request(uri: &Uri, headers: &HeaderMap) -> bool {
+    uri.path().starts_with("/v1beta/")
+        || headers.contains_key("x-goog-api-key")
+        || uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("key=")))
+}
+
+/// `GET /v1beta/models`.
+async fn gemini_models(State(s): State<Arc<Shared>>) -> Response {
+    let models: Vec<Value> = GEMINI_MODELS
+        .iter()
+        .map(|id| gemini_model_json(id, &s))
+        .collect();
+    axum::Json(json!({"models": models})).into_response()
+}
+
+/// `GET /v1beta/models/{model}`: a listed or any `gemini*` model, else a 404 (Google's, or
+/// OpenAI's for `/v1/models/gpt-5` without Google's credentials).
+async fn gemini_model(
+    State(s): State<Arc<Shared>>,
+    Path(segment): Path<String>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let id = segment.strip_prefix("models/").unwrap_or(&segment);
+    if id.contains(':') {
+        // `MODEL:generateContent` and the like are POST routes.
+        let message = format!("method GET not allowed on {}", uri.path());
+        return error(Api::Gemini, StatusCode::NOT_FOUND, &message, &s);
+    }
+    if GEMINI_MODELS.contains(&id) || id.starts_with("gemini") {
+        return axum::Json(gemini_model_json(id, &s)).into_response();
+    }
+    if !google_request(&uri, &headers) {
+        let message = format!("The model `{id}` does not exist");
+        return error(
+            api_of(uri.path(), &headers),
+            StatusCode::NOT_FOUND,
+            &message,
+            &s,
+        );
+    }
+    let message = format!(
+        "models/{id} is not found for API version v1beta, or is not supported for \
+         generateContent. Call ListModels to see the list of available models and their \
+         supported methods."
+    );
+    error(Api::Gemini, StatusCode::NOT_FOUND, &message, &s)
+}
+
+/// A model list with both OpenAI and Anthropic fields; Google's list for a request carrying
+/// Google's credentials (`x-goog-api-key`, `?key=`), as `/v1/models` is both APIs' route.
+async fn models(s: State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+    if google_request(&uri, &headers) {
+        return gemini_models(s).await;
+    }
     let models: Vec<Value> = ["mock-model", "claude-sonnet-4-5", "gpt-5"]
         .iter()
         .map(|id| {

@@ -15,7 +15,8 @@ use tokio::sync::Notify;
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
 /// One reply to one generation request (`/v1/messages`, `/v1/chat/completions`,
-/// `/v1/responses`): what to say and how to deliver it.
+/// `/v1/responses`, Gemini's `/v1beta/models/MODEL:generateContent` and
+/// `:streamGenerateContent`): what to say and how to deliver it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Reply {
     pub action: Action,
@@ -32,7 +33,8 @@ pub enum Action {
     /// This HTTP status with the API's error body, before any byte of a stream.
     Error { status: u16, message: String },
     /// A stream that starts, then reports an error event (Anthropic `error`, Responses
-    /// `response.failed`, Chat an `error` chunk). A non-streaming request gets a 500.
+    /// `response.failed`, Chat an `error` chunk, Gemini its error object as the next SSE event
+    /// or array element). A non-streaming request gets a 500.
     FailMidStream { message: String },
     /// Hold the request until a reply is queued after this one (`POST /_mock/script`, or
     /// [`Script::push`]) and answer with it; none within `timeout`: a 400 saying so (a status
@@ -45,13 +47,16 @@ pub enum Action {
 pub enum Part {
     Text(String),
     /// A tool call; Responses renders it after the offered tool's kind (function,
-    /// `local_shell`, `custom`).
+    /// `local_shell`, `custom`); Gemini as a `functionCall` part without an `id`, the first
+    /// one signed (`thoughtSignature`). Strict mode answers a Gemini call of an undeclared
+    /// function with a 400 naming it (the script is wrong: the real model cannot).
     ToolCall {
         name: String,
         args: Value,
     },
     /// A tool call with the id the client will send back (Anthropic `tool_use.id`, Chat
-    /// `tool_calls[].id`, Responses `call_id`): a recorded response replayed exactly.
+    /// `tool_calls[].id`, Responses `call_id`, Gemini `functionCall.id`): a recorded response
+    /// replayed exactly.
     ToolCallWithId {
         id: String,
         name: String,
@@ -59,7 +64,9 @@ pub enum Part {
     },
     /// A thinking block (Anthropic `thinking`, or `redacted_thinking` carrying `signature` as
     /// its data) or a reasoning item (Responses: `text` as its summary, `signature` as its
-    /// `encrypted_content`), in its place among the parts; Chat replies leave it out. A
+    /// `encrypted_content`) or a thought part (Gemini: `{"text", "thought": true,
+    /// "thoughtSignature"}`, the mock's own signature when none is given), in its place among
+    /// the parts; Chat replies leave it out. A
     /// recorded response replayed exactly: the signature is not the mock's, so strict mode
     /// does not check it when it comes back.
     Thinking {
@@ -83,7 +90,8 @@ pub struct Shape {
     /// Close the connection before the end of the body.
     pub truncate: Option<Truncate>,
     /// Pad the first text (one is added if the reply has none) so the body is this many bytes:
-    /// exactly for JSON and SSE (an SSE comment takes the last few bytes).
+    /// exactly for JSON and SSE (an SSE comment takes the last few bytes); a Gemini JSON-array
+    /// stream, which has no comments, within a few bytes under it.
     pub pad_to: Option<usize>,
     /// Extra response headers (name, value), on errors too: a 429's `retry-after`.
     pub headers: Vec<(String, String)>,

@@ -25,8 +25,11 @@ pub(crate) struct Shared {
     pub script: Script,
     pub recorder: Recorder,
     pub ids: Ids,
-    /// Anthropic's prompt cache, simulated.
+    /// Anthropic's prompt cache, simulated (and Gemini's implicit one).
     pub cache: crate::cache::Cache,
+    /// The Gemini function calls the mock signed (hashes of their signed content): strict
+    /// mode demands their signature back within the tool loop.
+    pub gemini_signed: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
 /// A running mock server on 127.0.0.1. Stops on [`MockServer::stop`] or when dropped.
@@ -173,6 +176,7 @@ fn shared(config: Config) -> Result<Arc<Shared>, MockError> {
         recorder,
         ids: Ids::new(),
         cache: crate::cache::Cache::default(),
+        gemini_signed: std::sync::Mutex::default(),
     }))
 }
 

@@ -34,8 +34,13 @@ pub(crate) fn sign(id: &str, text: &str) -> String {
 
 /// Checks `signature` against `text`.
 pub(crate) fn verify(signature: &str, text: &str) -> Verdict {
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let Ok(plain) = b64.decode(signature.trim()) else {
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+    // A client may re-encode the bytes it was given (Gemini SDKs hold signatures as bytes).
+    let sig = signature.trim();
+    let decoded = [STANDARD, URL_SAFE, STANDARD_NO_PAD, URL_SAFE_NO_PAD]
+        .iter()
+        .find_map(|e| e.decode(sig).ok());
+    let Some(plain) = decoded else {
         return Verdict::Foreign;
     };
     let Some(rest) = plain.strip_prefix(PREFIX.as_bytes()) else {
@@ -50,7 +55,51 @@ pub(crate) fn verify(signature: &str, text: &str) -> Verdict {
     }
 }
 
-fn fnv1a64(bytes: &[u8]) -> u64 {
+/// What a Gemini `functionCall` part's `thoughtSignature` is bound to: its name and its
+/// arguments in canonical JSON (keys sorted at every depth), so a client re-serialising the
+/// arguments keeps the signature valid while another call's signature does not fit.
+pub(crate) fn function_call_content(name: &str, args: Option<&serde_json::Value>) -> String {
+    let mut out = format!("functionCall {name} ");
+    match args {
+        Some(v) if !v.is_null() => canonical(v, &mut out),
+        _ => out.push_str("{}"),
+    }
+    out
+}
+
+/// `v` as JSON with object keys sorted (whatever map order serde_json was built with).
+fn canonical(v: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String((*k).clone()).to_string());
+                out.push(':');
+                canonical(&map[k.as_str()], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -74,5 +123,30 @@ mod tests {
         assert_eq!(verify("EqQBCkgIARABGAIiQ...", "x"), Verdict::Foreign);
         assert_eq!(verify(&b64.encode("something else"), "x"), Verdict::Foreign);
         assert_eq!(verify("", "x"), Verdict::Foreign);
+        // Re-encoded URL-safe or without padding: still the mock's.
+        let plain = b64.decode(&sig).unwrap();
+        let url = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&plain);
+        assert_eq!(verify(&url, "I think."), Verdict::Valid);
+        assert_eq!(verify(&url, "I think!"), Verdict::Invalid);
+    }
+
+    #[test]
+    fn call_content_ignores_key_order() {
+        let a: serde_json::Value =
+            serde_json::from_str(r#"{"b":1,"a":{"y":[1,{"q":2,"p":3}],"x":"s"}}"#).unwrap();
+        let b: serde_json::Value =
+            serde_json::from_str(r#"{"a":{"x":"s","y":[1,{"p":3,"q":2}]},"b":1}"#).unwrap();
+        assert_eq!(
+            function_call_content("f", Some(&a)),
+            function_call_content("f", Some(&b))
+        );
+        assert_eq!(
+            function_call_content("f", None),
+            function_call_content("f", Some(&serde_json::Value::Null))
+        );
+        assert_ne!(
+            function_call_content("f", Some(&a)),
+            function_call_content("g", Some(&a))
+        );
     }
 }

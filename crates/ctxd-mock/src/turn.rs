@@ -49,11 +49,12 @@ pub(crate) fn decide(api: Api, head: &Head) -> Turn {
         Api::Anthropic => last_is_user_text_anthropic(head),
         Api::OpenAiChat => last_is_user_chat(head),
         Api::OpenAiResponses => last_is_user_responses(head),
+        Api::Gemini => last_is_user_text_gemini(head),
     };
     if !wants_tool {
         return Turn::Final;
     }
-    match pick_tool(&head.tools()) {
+    match pick_tool(&head.tools_for(api)) {
         Some(call) => Turn::Tool(call),
         None => Turn::Final,
     }
@@ -98,6 +99,26 @@ fn last_is_user_text_anthropic(head: &Head) -> bool {
     let blocks: Vec<BlockHead> = lenient(Some(content));
     let has = |t: &str| blocks.iter().any(|b| b.kind.as_deref() == Some(t));
     !has("tool_result") && has("text")
+}
+
+/// Gemini: the last content is the user's and holds something other than function responses.
+fn last_is_user_text_gemini(head: &Head) -> bool {
+    #[derive(Default, serde::Deserialize)]
+    struct Content {
+        #[serde(default)]
+        role: Option<String>,
+        #[serde(default)]
+        parts: Vec<Value>,
+    }
+    let contents: Vec<&RawValue> = lenient(head.contents);
+    let Some(last) = contents.last().map(|c| lenient::<Content>(Some(c))) else {
+        return false;
+    };
+    matches!(last.role.as_deref(), None | Some("user"))
+        && last
+            .parts
+            .iter()
+            .any(|p| p.get("functionResponse").is_none() && p.get("function_response").is_none())
 }
 
 fn last_is_user_chat(head: &Head) -> bool {

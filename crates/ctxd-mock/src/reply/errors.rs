@@ -18,8 +18,34 @@ pub(crate) fn error_body(api: Api, status: u16, message: &str, request_id: &str)
             let (kind, code) = openai_type(status);
             json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
         }
+        Api::Gemini => google(status, message),
     };
     body.to_string().into_bytes()
+}
+
+/// Google's error object: `{"error":{"code","message","status"}}`, the status the canonical
+/// gRPC code of the HTTP status.
+pub(crate) fn google(status: u16, message: &str) -> serde_json::Value {
+    json!({"error": {"code": status, "message": message, "status": google_status(status)}})
+}
+
+fn google_status(status: u16) -> &'static str {
+    match status {
+        400 | 413 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 | 405 => "NOT_FOUND",
+        409 => "ABORTED",
+        412 => "FAILED_PRECONDITION",
+        429 => "RESOURCE_EXHAUSTED",
+        499 => "CANCELLED",
+        501 => "UNIMPLEMENTED",
+        503 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        500..=599 => "INTERNAL",
+        400..=499 => "INVALID_ARGUMENT",
+        _ => "UNKNOWN",
+    }
 }
 
 /// A strict-mode refusal (400): Anthropic's `invalid_request_error`, or OpenAI's with the
@@ -37,6 +63,7 @@ pub(crate) fn refusal_body(api: Api, refusal: &Refusal, request_id: &str) -> Vec
             "param": refusal.param,
             "code": refusal.code,
         }}),
+        Api::Gemini => google(400, &refusal.message),
     };
     body.to_string().into_bytes()
 }
@@ -88,5 +115,21 @@ mod tests {
         assert_eq!(o["error"]["type"], "requests");
         assert_eq!(o["error"]["code"], "rate_limit_exceeded");
         assert_eq!(o["error"]["message"], "slow");
+        let g: Value = serde_json::from_slice(&error_body(Api::Gemini, 429, "quota", "r")).unwrap();
+        assert_eq!(
+            g,
+            serde_json::json!({"error": {"code": 429, "message": "quota",
+                "status": "RESOURCE_EXHAUSTED"}})
+        );
+        for (status, name) in [
+            (400, "INVALID_ARGUMENT"),
+            (401, "UNAUTHENTICATED"),
+            (403, "PERMISSION_DENIED"),
+            (404, "NOT_FOUND"),
+            (500, "INTERNAL"),
+            (503, "UNAVAILABLE"),
+        ] {
+            assert_eq!(google(status, "m")["error"]["status"], name);
+        }
     }
 }

@@ -6,6 +6,7 @@
 mod anthropic;
 mod chat;
 mod errors;
+pub(crate) mod gemini;
 mod logprobs;
 mod pad;
 mod responses;
@@ -49,9 +50,11 @@ pub(crate) struct Plan {
     /// Chat with `logprobs: true`: each token of the text, and how many alternatives to list.
     pub logprobs: Option<Vec<logprobs::TokenLogprob>>,
     pub top_logprobs: usize,
+    /// Gemini streams: SSE (`alt=sse`) rather than a JSON array.
+    pub gemini_sse: bool,
 }
 
-/// The thinking block (Anthropic) or reasoning item (Responses).
+/// The thinking block (Anthropic), reasoning item (Responses) or thought part (Gemini).
 #[derive(Clone, Debug)]
 pub(crate) struct Reasoned {
     pub id: String,
@@ -86,13 +89,17 @@ pub(crate) enum Rendered {
     Json(Vec<u8>),
     /// One frame per SSE event.
     Sse(Vec<Bytes>),
+    /// A JSON body sent chunked, piece by piece (Gemini's stream without `alt=sse`).
+    JsonStream(Vec<Bytes>),
 }
 
 impl Rendered {
     pub(crate) fn len(&self) -> usize {
         match self {
             Rendered::Json(b) => b.len(),
-            Rendered::Sse(frames) => frames.iter().map(Bytes::len).sum(),
+            Rendered::Sse(frames) | Rendered::JsonStream(frames) => {
+                frames.iter().map(Bytes::len).sum()
+            }
         }
     }
 }
@@ -121,7 +128,7 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
     let mut first: Option<Vec<(String, f64)>> = None;
     let parts = match parts {
         Some(parts) => {
-            let tools = head.tools();
+            let tools = head.tools_for(api);
             parts
                 .into_iter()
                 .map(|p| match p {
@@ -168,6 +175,7 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
         Api::Anthropic => ("msg_", ""),
         Api::OpenAiChat => ("chatcmpl-", ""),
         Api::OpenAiResponses => ("resp_", "msg_"),
+        Api::Gemini => ("", ""),
     };
     let pieces = parts
         .into_iter()
@@ -183,10 +191,13 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
                     (Api::OpenAiResponses, ToolKind::LocalShell) => ("lsh_", "call_"),
                     (Api::OpenAiResponses, ToolKind::Custom) => ("ctc_", "call_"),
                     (Api::OpenAiResponses, _) => ("fc_", "call_"),
+                    (Api::Gemini, _) => ("", ""),
                 };
                 // The id the client sends back: Anthropic's and Chat's `id`, Responses'
                 // `call_id` (its item `id` stays the mock's).
                 let (id, call_id) = match (api, given) {
+                    // Gemini: an `id` only when the script gives one (the real API omits it).
+                    (Api::Gemini, given) => (given.unwrap_or_default(), String::new()),
                     (Api::OpenAiResponses, Some(given)) => (ids.next(id_prefix), given),
                     (_, Some(given)) => (given, ids.next(call_prefix)),
                     (_, None) => (ids.next(id_prefix), ids.next(call_prefix)),
@@ -240,6 +251,7 @@ pub(crate) fn plan(input: PlanInput, ids: &Ids) -> Plan {
             .top_logprobs()
             .and_then(|n| usize::try_from(n).ok())
             .unwrap_or(0),
+        gemini_sse: false,
     }
 }
 
@@ -307,15 +319,20 @@ impl Plan {
             (Api::OpenAiChat, true) => Rendered::Sse(chat::events(self)),
             (Api::OpenAiResponses, false) => Rendered::Json(responses::json(self)),
             (Api::OpenAiResponses, true) => Rendered::Sse(responses::events(self)),
+            (Api::Gemini, false) => Rendered::Json(gemini::json(self)),
+            (Api::Gemini, true) if self.gemini_sse => Rendered::Sse(gemini::events(self)),
+            (Api::Gemini, true) => Rendered::JsonStream(gemini::json_stream(self)),
         }
     }
 
     /// A stream that starts like this plan's, then reports an error.
-    pub(crate) fn render_failure(&self, message: &str) -> Vec<Bytes> {
+    pub(crate) fn render_failure(&self, message: &str) -> Rendered {
         match self.api {
-            Api::Anthropic => anthropic::failure(self, message),
-            Api::OpenAiChat => chat::failure(self, message),
-            Api::OpenAiResponses => responses::failure(self, message),
+            Api::Anthropic => Rendered::Sse(anthropic::failure(self, message)),
+            Api::OpenAiChat => Rendered::Sse(chat::failure(self, message)),
+            Api::OpenAiResponses => Rendered::Sse(responses::failure(self, message)),
+            Api::Gemini if self.gemini_sse => Rendered::Sse(gemini::failure(self, message, true)),
+            Api::Gemini => Rendered::JsonStream(gemini::failure(self, message, false)),
         }
     }
 }

@@ -11,6 +11,7 @@
 
 mod anthropic;
 mod chat;
+pub(crate) mod gemini;
 mod responses;
 mod tools;
 
@@ -70,11 +71,21 @@ pub(crate) fn check(
     headers: &HeaderMap,
     config: &Config,
 ) -> Result<(), Refusal> {
-    tools::check(api, head)?;
     match api {
-        Api::Anthropic => anthropic::check(head, headers, config.reasoning != Reasoning::Off)?,
-        Api::OpenAiChat => chat::check(head)?,
-        Api::OpenAiResponses => responses::check(head)?,
+        Api::Anthropic => {
+            tools::check(api, head)?;
+            anthropic::check(head, headers, config.reasoning != Reasoning::Off)?;
+        }
+        Api::OpenAiChat => {
+            tools::check(api, head)?;
+            chat::check(head)?;
+        }
+        Api::OpenAiResponses => {
+            tools::check(api, head)?;
+            responses::check(head)?;
+        }
+        // Its rules need the mock's record of signed calls: `gemini::check`, run first.
+        Api::Gemini => {}
     }
     let tokens = estimate_tokens(body_len);
     let max = window(head.model(), headers, config);
@@ -102,6 +113,13 @@ pub(crate) fn check(
         )
         .param("input")
         .code("context_length_exceeded"),
+        Api::Gemini => Refusal::new(
+            "context_window",
+            format!(
+                "The input token count ({tokens}) exceeds the maximum number of tokens allowed \
+                 ({max})."
+            ),
+        ),
     })
 }
 
@@ -119,10 +137,12 @@ pub(crate) fn window(model: &str, headers: &HeaderMap, config: &Config) -> u64 {
     table(model, headers).unwrap_or(config.default_window)
 }
 
-/// The built-in windows (as of 2025-2026).
+/// The built-in windows (as of 2025-2026; every Gemini model 1,048,576).
 fn table(model: &str, headers: &HeaderMap) -> Option<u64> {
     let m = model.to_ascii_lowercase();
-    let w = if m.starts_with("claude") {
+    let w = if m.starts_with("gemini") {
+        1_048_576
+    } else if m.starts_with("claude") {
         if m.contains("[1m]") || m.ends_with("-1m") || has_1m_beta(headers) {
             1_000_000
         } else {
@@ -193,6 +213,8 @@ mod tests {
         assert_eq!(w("o3"), 200_000);
         assert_eq!(w("o4-mini"), 200_000);
         assert_eq!(w("mock-model"), 200_000);
+        assert_eq!(w("gemini-2.5-flash"), 1_048_576);
+        assert_eq!(w("gemini-3-pro-preview"), 1_048_576);
         let mut h = HeaderMap::new();
         h.append(
             "anthropic-beta",

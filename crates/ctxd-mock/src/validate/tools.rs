@@ -53,7 +53,7 @@ pub(super) fn check(api: Api, head: &Head) -> Result<(), Refusal> {
     let choice: Choice = lenient(head.tool_choice);
     let chosen = match api {
         Api::OpenAiChat => choice.function.and_then(|f| f.name),
-        Api::Anthropic | Api::OpenAiResponses => choice.name,
+        Api::Anthropic | Api::OpenAiResponses | Api::Gemini => choice.name,
     };
     if let Some(chosen) = chosen {
         if !names.contains(&chosen.as_ref()) {

@@ -6,6 +6,7 @@
 mod anthropic;
 mod captured;
 mod chat;
+mod gemini;
 mod lifecycle;
 mod record;
 mod responses;
