@@ -23,6 +23,9 @@ Every request is appended to $CAPTURE_LOG (default ./gemini-captures.jsonl) as o
 {"ts","method","path","headers","body"} with credentials redacted (x-goog-api-key,
 authorization, ?key=).
 
+CAPTURE_FAIL_COUNT=N (CAPTURE_FAIL_STATUS=500) answers the first N POSTs with that status and a
+Google-style {"error":{code,message,status}} body, to watch client retries.
+
 Usage: python3 gemini_capture.py [--port 18090] [--log FILE]
        (env CAPTURE_PORT, CAPTURE_LOG, CAPTURE_FILE); prints "listening on PORT" when ready.
 """
@@ -237,6 +240,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = self.record(self.read_body())
+        with LOCK:
+            fail = self.server.fail_left > 0
+            if fail:
+                self.server.fail_left -= 1
+        if fail:
+            st = self.server.fail_status
+            names = {429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE", 400: "INVALID_ARGUMENT"}
+            return self.send_json(st, {"error": {"code": st, "message": "injected failure",
+                                                 "status": names.get(st, "UNKNOWN")}})
         parts = urlsplit(self.path)
         m = re.match(r"^/(v1beta|v1|v1alpha)/(?:models|tunedModels)/([^/:]+):(\w+)$", parts.path)
         if not m:
@@ -285,6 +297,8 @@ def main():
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
     srv.daemon_threads = True
     srv.log_path = a.log
+    srv.fail_status = int(os.environ.get("CAPTURE_FAIL_STATUS", "500"))
+    srv.fail_left = int(os.environ.get("CAPTURE_FAIL_COUNT", "0"))
     print("listening on %d" % srv.server_address[1], flush=True)
     try:
         srv.serve_forever()
