@@ -121,6 +121,7 @@ pub enum ApiArg {
     Anthropic,
     Chat,
     Responses,
+    Gemini,
 }
 
 impl ApiArg {
@@ -129,6 +130,7 @@ impl ApiArg {
             ApiArg::Anthropic => ctxd_gateway::api::Api::Anthropic,
             ApiArg::Chat => ctxd_gateway::api::Api::Chat,
             ApiArg::Responses => ctxd_gateway::api::Api::Responses,
+            ApiArg::Gemini => ctxd_gateway::api::Api::Gemini,
         }
     }
 }
@@ -142,9 +144,7 @@ fn api_of(args: &EvalArgs, session: &ctxd_core::model::Session) -> ctxd_gateway:
     match session.meta.agent {
         Some(Agent::ClaudeCode | Agent::Pi) => ctxd_gateway::api::Api::Anthropic,
         Some(Agent::Codex) => ctxd_gateway::api::Api::Responses,
-        // Gemini's API: the Gemini wire API is added separately; until then its sessions
-        // replay over Chat Completions.
-        Some(Agent::GeminiCli) => ctxd_gateway::api::Api::Chat,
+        Some(Agent::GeminiCli) => ctxd_gateway::api::Api::Gemini,
         _ => ctxd_gateway::api::Api::Chat,
     }
 }

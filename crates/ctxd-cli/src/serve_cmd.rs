@@ -21,8 +21,11 @@ pub struct ServeArgs {
     /// The OpenAI API origin Chat Completions and Responses requests go to [default: https://api.openai.com].
     #[arg(long, env = "CTXD_UPSTREAM_OPENAI", value_name = "URL")]
     pub upstream_openai: Option<String>,
+    /// The Gemini API origin `/v1beta/models/...` requests go to [default: https://generativelanguage.googleapis.com].
+    #[arg(long, env = "CTXD_UPSTREAM_GEMINI", value_name = "URL")]
+    pub upstream_gemini: Option<String>,
     /// The requests of models matching MODEL (a name, or a prefix ending in `*`) go to URL
-    /// instead, those of API only when given (`anthropic`, `chat`, `responses`, `openai`);
+    /// instead, those of API only when given (`anthropic`, `chat`, `responses`, `openai`, `gemini`);
     /// the most specific match wins; the client's credentials go along (repeatable; config:
     /// `[[routes]]` tables of model, api, upstream, name). E.g.
     /// `--route 'anthropic:deepseek-*=https://api.deepseek.com/anthropic'`.
@@ -331,6 +334,7 @@ pub(crate) fn log_start(settings: &Settings, addr: SocketAddr) {
         store = %settings.store,
         anthropic = %settings.upstream_anthropic,
         openai = %settings.upstream_openai,
+        gemini = %settings.upstream_gemini,
         record_only = settings.management.record_only,
         reminders = settings.management.mechanisms.reminders,
         resets = settings.management.mechanisms.resets,
@@ -375,6 +379,9 @@ fn server_flags(args: &ServeArgs, settings: &mut Settings) {
     }
     if let Some(u) = &args.upstream_openai {
         settings.upstream_openai.clone_from(u);
+    }
+    if let Some(u) = &args.upstream_gemini {
+        settings.upstream_gemini.clone_from(u);
     }
     settings.routes.extend(args.routes.iter().cloned());
     if let Some(n) = args.max_body_bytes {

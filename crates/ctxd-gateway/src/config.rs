@@ -17,7 +17,9 @@ pub struct Settings {
     pub upstream_anthropic: String,
     /// Origin (and optional path prefix) of the OpenAI API.
     pub upstream_openai: String,
-    /// Upstreams per model pattern and API, over the two above (`crate::routes`).
+    /// Origin (and optional path prefix) of Google's Gemini API.
+    pub upstream_gemini: String,
+    /// Upstreams per model pattern and API, over the three above (`crate::routes`).
     pub routes: Vec<crate::routes::Route>,
     pub store: ctxd_store::Location,
     /// Largest request body accepted (after decompression too).
@@ -439,6 +441,7 @@ impl Settings {
             listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
             upstream_anthropic: "https://api.anthropic.com".into(),
             upstream_openai: "https://api.openai.com".into(),
+            upstream_gemini: "https://generativelanguage.googleapis.com".into(),
             routes: Vec::new(),
             store: store.into(),
             max_body_bytes: 64 * 1024 * 1024,
@@ -493,6 +496,9 @@ impl Settings {
         }
         if let Some(u) = file.upstream_openai {
             self.upstream_openai = u;
+        }
+        if let Some(u) = file.upstream_gemini {
+            self.upstream_gemini = u;
         }
         for route in file.routes.unwrap_or_default() {
             let route = route
@@ -746,6 +752,7 @@ impl Settings {
         for (name, url) in [
             ("upstream-anthropic", &mut self.upstream_anthropic),
             ("upstream-openai", &mut self.upstream_openai),
+            ("upstream-gemini", &mut self.upstream_gemini),
         ] {
             let parsed = reqwest::Url::parse(url)
                 .map_err(|e| format!("--{name} {url:?} is not a URL: {e}"))?;
@@ -768,6 +775,7 @@ struct FileSettings {
     listen: Option<String>,
     upstream_anthropic: Option<String>,
     upstream_openai: Option<String>,
+    upstream_gemini: Option<String>,
     /// `[[routes]]`: model = PATTERN, api = NAME (optional), upstream = URL, name (optional).
     routes: Option<Vec<crate::routes::Route>>,
     /// A file path, or a `postgres://` URL.
@@ -904,8 +912,8 @@ mod tests {
                 "prefix ending",
             ),
             (
-                "[[routes]]\nmodel = \"x\"\napi = \"gemini\"\nupstream = \"http://x\"\n",
-                "gemini",
+                "[[routes]]\nmodel = \"x\"\napi = \"vertex\"\nupstream = \"http://x\"\n",
+                "vertex",
             ),
             ("[[routes]]\nmodel = \"x\"\nurl = \"http://x\"\n", "url"),
         ] {

@@ -25,7 +25,7 @@ use crate::budget;
 use crate::error::ApiError;
 use crate::identity;
 use crate::policy;
-use crate::relay::{Completion, Outcome, Relay};
+use crate::relay::{Completion, Framing, Outcome, Relay};
 use crate::request::{ParsedRequest, PrevRequest};
 use crate::rewrite::splice;
 use crate::served::{Insert, Offer};
@@ -346,7 +346,7 @@ async fn prepare(
         tenant,
         read_us,
     } = receive(app, api, headers, path, body, started).await?;
-    let (req, named) = parse(app, api, headers, &tenant, &decoded)?;
+    let (req, named) = parse(app, api, headers, path, &tenant, &decoded)?;
     let (agent, caller) = identify(headers, &tenant, &req, &decoded);
     let key = caller.session_key.clone().unwrap_or_default();
     let mut admission = admit(app, api, &caller, &key, decoded.len()).await?;
@@ -522,6 +522,7 @@ fn parse(
     app: &Gateway,
     api: Api,
     headers: &HeaderMap,
+    path: &str,
     tenant: &str,
     decoded: &Bytes,
 ) -> Result<(ParsedRequest, Option<Arc<Slot>>), ApiError> {
@@ -529,7 +530,8 @@ fn parse(
         identity::header_session_key(headers).map(|(key, _)| app.sessions.slot(tenant, &key));
     let prev = named.as_ref().and_then(|slot| slot.last_request());
     let req = ParsedRequest::parse_after(api, decoded, prev.as_deref())
-        .map_err(|e| ApiError::new(api, StatusCode::BAD_REQUEST, e.to_string()))?;
+        .map_err(|e| ApiError::new(api, StatusCode::BAD_REQUEST, e.to_string()))?
+        .at_path(path);
     drop(prev);
     if let Some(slot) = &named {
         app.sessions.remember(
@@ -994,6 +996,13 @@ async fn forward(
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
+        let framing = if is_sse {
+            Framing::Sse
+        } else if api == Api::Gemini && json_array_stream(path) {
+            Framing::JsonArray
+        } else {
+            Framing::Whole
+        };
         tracing::info!(
             status = status.as_u16(),
             stream = is_sse,
@@ -1017,7 +1026,7 @@ async fn forward(
         } else {
             None
         };
-        if status.is_success() && is_sse {
+        if status.is_success() && framing != Framing::Whole {
             let body: Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>> = match exchange {
                 Some(cx) => Box::pin(crate::served::exchange::spliced(cx, resp.bytes_stream())),
                 None => Box::pin(
@@ -1025,7 +1034,8 @@ async fn forward(
                         .map(|r| r.map_err(|e| e.without_url().to_string())),
                 ),
             };
-            return relay_stream(api, status, out_headers, body, completion, waited).await;
+            return relay_stream(api, framing, status, out_headers, body, completion, waited)
+                .await;
         }
 
         let answer = match resp.bytes().await {
@@ -1207,9 +1217,17 @@ fn exchange_context(
     })
 }
 
+/// Whether a Gemini request streams one JSON array (`streamGenerateContent` without
+/// `alt=sse`).
+fn json_array_stream(path: &str) -> bool {
+    crate::api::GeminiTarget::of_path(path).is_some_and(|t| t.action == "streamGenerateContent")
+        && !crate::api::gemini_wants_sse(path)
+}
+
 /// A successful streamed response, relayed as it arrives (see [`Relay`]).
 async fn relay_stream(
     api: Api,
+    framing: Framing,
     status: StatusCode,
     mut out_headers: HeaderMap,
     body: Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>>,
@@ -1217,7 +1235,7 @@ async fn relay_stream(
     waited: Duration,
 ) -> Response {
     out_headers.remove(header::CONTENT_LENGTH);
-    let mut relay = Relay::new(api, body, completion, waited);
+    let mut relay = Relay::new(api, framing, body, completion, waited);
     // The headers go out with the first events when those follow at once (one write, one
     // wake-up of the client instead of two); a provider slow to its first event gets its
     // headers relayed alone after a moment.
@@ -1270,7 +1288,10 @@ async fn relay_unmanaged(
     let model = app
         .upstream
         .routed()
-        .then(|| model_named(headers, &raw))
+        .then(|| match api {
+            Api::Gemini => crate::api::GeminiTarget::of_path(path).map(|t| t.model.to_owned()),
+            _ => model_named(headers, &raw),
+        })
         .flatten();
     let target = app.upstream.target(api, model.as_deref());
     match app

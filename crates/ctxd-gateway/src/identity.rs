@@ -42,15 +42,18 @@ pub fn store_tenant_key<S: ctxd_store::Store + ?Sized>(store: &S) -> Result<[u8;
     Ok(key)
 }
 
-/// The client's API key: `x-api-key`, else `Authorization` without its `Bearer` scheme;
-/// `None` when neither carries one.
+/// The client's API key: `x-api-key` (Anthropic) or `x-goog-api-key` (Gemini; a `?key=` is
+/// moved there on arrival), else `Authorization` without its `Bearer` scheme; `None` when
+/// none carries one.
 pub fn credential(headers: &HeaderMap) -> Option<&[u8]> {
     fn trim(b: &[u8]) -> &[u8] {
         b.trim_ascii()
     }
-    if let Some(k) = headers.get("x-api-key").map(|v| trim(v.as_bytes())) {
-        if !k.is_empty() {
-            return Some(k);
+    for name in ["x-api-key", "x-goog-api-key"] {
+        if let Some(k) = headers.get(name).map(|v| trim(v.as_bytes())) {
+            if !k.is_empty() {
+                return Some(k);
+            }
         }
     }
     let auth = trim(headers.get("authorization")?.as_bytes());
@@ -170,7 +173,9 @@ pub fn agent(
 
 /// The API a route-less request (`/v1/models`, unknown paths) belongs to, from its headers.
 pub fn api_of_headers(headers: &HeaderMap) -> Api {
-    if headers.contains_key("x-api-key") || headers.contains_key("anthropic-version") {
+    if headers.contains_key("x-goog-api-key") {
+        Api::Gemini
+    } else if headers.contains_key("x-api-key") || headers.contains_key("anthropic-version") {
         Api::Anthropic
     } else {
         Api::Chat

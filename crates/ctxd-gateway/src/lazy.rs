@@ -53,7 +53,12 @@ impl Lazy {
         req: &ParsedRequest,
         body: &[u8],
     ) -> Option<Lazy> {
-        if management.record_only || !management.mechanisms_for(agent).lazy_tools {
+        // Gemini declares functions in groups (`functionDeclarations`), which lazy tools do not
+        // split yet: its requests keep every tool.
+        if management.record_only
+            || !management.mechanisms_for(agent).lazy_tools
+            || req.api == Api::Gemini
+        {
             return None;
         }
         let (range, _) = req.tools_raw.as_ref()?;
@@ -134,6 +139,7 @@ fn split(api: Api, body: &[u8], range: Range<usize>) -> Option<Vec<ClientTool>> 
                 // Client tools have no type or `custom`; provider-defined ones a versioned type.
                 Api::Anthropic => matches!(t.kind.as_deref(), None | Some("custom")),
                 Api::Chat | Api::Responses => t.kind.as_deref() == Some("function"),
+                Api::Gemini => false,
             };
             let name = t
                 .name
@@ -175,6 +181,7 @@ fn chosen_tool(api: Api, body: &[u8]) -> Option<String> {
     match api {
         Api::Chat => choice.function.map(|f| f.name),
         Api::Anthropic | Api::Responses => choice.name,
+        Api::Gemini => None,
     }
 }
 

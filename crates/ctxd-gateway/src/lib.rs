@@ -12,6 +12,7 @@ pub mod api;
 mod budget;
 mod cache;
 pub mod config;
+mod credentials;
 mod disk;
 mod distill;
 mod error;

@@ -22,7 +22,9 @@ use ctxd_core::model::EntryId;
 use ctxd_engine::turn::{record_view, ResponseElement};
 use ctxd_engine::windows::{TurnEnd, WindowPolicy};
 use ctxd_engine::{now_ms, Caller};
-use ctxd_formats::wire::stream::{Assembled, Assembler, SseParser, StreamError};
+use ctxd_formats::wire::stream::{
+    Assembled, Assembler, JsonArraySplitter, SseEvent, SseParser, StreamError,
+};
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, Stream};
 use tokio::sync::oneshot;
@@ -513,6 +515,60 @@ impl Drop for Completion {
     }
 }
 
+/// How a response's body is framed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// Server-sent events.
+    Sse,
+    /// Gemini's stream without `alt=sse`: one JSON array, an element per chunk.
+    JsonArray,
+    /// One JSON body.
+    Whole,
+}
+
+/// The events of a streamed body, whatever its framing: an SSE event, or a JSON array's
+/// element as the data of one.
+#[derive(Debug)]
+pub enum EventReader {
+    Sse(SseParser),
+    JsonArray(JsonArraySplitter),
+}
+
+impl EventReader {
+    pub fn new(framing: Framing) -> Self {
+        match framing {
+            Framing::JsonArray => EventReader::JsonArray(JsonArraySplitter::new()),
+            Framing::Sse | Framing::Whole => EventReader::Sse(SseParser::new()),
+        }
+    }
+
+    pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+        match self {
+            EventReader::Sse(p) => p.feed(bytes),
+            EventReader::JsonArray(s) => s
+                .feed(bytes)
+                .into_iter()
+                .map(|element| SseEvent {
+                    event: None,
+                    data: String::from_utf8_lossy(&element).into_owned(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The event the body's end completes (SSE without its final blank line).
+    pub fn finish(&mut self) -> Option<SseEvent> {
+        match self {
+            EventReader::Sse(p) => p.finish(),
+            EventReader::JsonArray(_) => None,
+        }
+    }
+
+    fn is_sse(&self) -> bool {
+        matches!(self, EventReader::Sse(_))
+    }
+}
+
 /// The upstream's body (or ctxd's spliced one); an error is only logged.
 type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, String>> + Send>>;
 
@@ -528,7 +584,7 @@ struct Held {
 /// the way.
 pub struct Relay {
     inner: ByteStream,
-    parser: SseParser,
+    parser: EventReader,
     assembler: Option<Assembler>,
     completion: Option<Completion>,
     /// The terminal part waiting for its commit (see the module doc).
@@ -552,6 +608,7 @@ pub struct Relay {
 impl Relay {
     pub fn new(
         api: Api,
+        framing: Framing,
         inner: impl Stream<Item = Result<Bytes, String>> + Send + 'static,
         completion: Completion,
         upstream: Duration,
@@ -564,7 +621,7 @@ impl Relay {
         Relay {
             shutdown_deadline,
             inner: Box::pin(inner),
-            parser: SseParser::new(),
+            parser: EventReader::new(framing),
             assembler: Some(Assembler::new(api.stream_api())),
             completion: Some(completion),
             held_end: None,
@@ -659,9 +716,13 @@ impl Relay {
             self.completion.as_ref()?;
             tracing::warn!(error = %e, "upstream stream failed");
             self.end(Outcome::Failed);
-            return Some(Bytes::from(self.api.sse_error_event(
-                "ctxd: the upstream stream failed before it completed",
-            )));
+            // A JSON array left open is how its client learns the stream failed.
+            return self.parser.is_sse().then(|| {
+                Bytes::from(
+                    self.api
+                        .sse_error_event("ctxd: the upstream stream failed before it completed"),
+                )
+            });
         }
         let mut assembler = self.assembler.take();
         if let (Some(a), Some(ev)) = (assembler.as_mut(), self.parser.finish()) {
@@ -683,9 +744,12 @@ impl Relay {
                 // stream fail, not end quietly.
                 tracing::warn!(error = %e, "upstream stream ended without a valid end");
                 self.end(Outcome::Failed);
-                Some(Bytes::from(self.api.sse_error_event(
-                    "ctxd: the upstream response ended before it completed",
-                )))
+                self.parser.is_sse().then(|| {
+                    Bytes::from(
+                        self.api
+                            .sse_error_event("ctxd: the upstream response ended before it completed"),
+                    )
+                })
             }
             None => None,
         }

@@ -48,6 +48,16 @@ pub struct ClientTurn {
     pub reply: Vec<Message>,
 }
 
+/// The path a client's request of `api` to `model` goes to: Gemini names the model there.
+pub fn path(api: Api, model: &str) -> String {
+    match api {
+        Api::Anthropic => "/v1/messages".into(),
+        Api::Chat => "/v1/chat/completions".into(),
+        Api::Responses => "/v1/responses".into(),
+        Api::Gemini => format!("/v1beta/models/{model}:generateContent"),
+    }
+}
+
 /// The requests `session`'s client would have sent over `api` to `model`, in order (see the
 /// module docs). A response whose conversation would be empty, or whose branch has no
 /// projection (a window marker without its boot), has no request; its messages still join the
@@ -124,7 +134,7 @@ fn same_response(a: &Message, b: &Message) -> bool {
 
 /// Whether `api` answers a response as one message (Responses: one item per output).
 fn one_message_per_response(api: Api) -> bool {
-    matches!(api, Api::Anthropic | Api::Chat)
+    matches!(api, Api::Anthropic | Api::Chat | Api::Gemini)
 }
 
 /// `m` as a client can send it: without empty text blocks, which the APIs refuse (they
@@ -229,6 +239,9 @@ fn body(
     tools: &[Value],
     conversation: &[Value],
 ) -> Vec<u8> {
+    if api == Api::Gemini {
+        return gemini_body(system, tools, conversation);
+    }
     let mut fields: Vec<(&str, Value)> = vec![("model", json!(model))];
     match api {
         Api::Anthropic => {
@@ -242,7 +255,7 @@ fn body(
                 fields.push(("instructions", json!(s)));
             }
         }
-        Api::Chat => {} // in the conversation
+        Api::Chat | Api::Gemini => {} // in the conversation
     }
     if !tools.is_empty() {
         fields.push(("tools", Value::Array(tools.to_vec())));
@@ -261,6 +274,30 @@ fn body(
     }
     out.push(b'}');
     out
+}
+
+/// A Gemini body as Gemini CLI writes one: the model is in the URL, the system prompt a
+/// content of its own, the function declarations one tool (other tools their own).
+fn gemini_body(system: Option<&str>, tools: &[Value], conversation: &[Value]) -> Vec<u8> {
+    let mut body = serde_json::Map::new();
+    body.insert("contents".into(), Value::Array(conversation.to_vec()));
+    if let Some(s) = system {
+        body.insert(
+            "systemInstruction".into(),
+            json!({"role": "user", "parts": [{"text": s}]}),
+        );
+    }
+    let (declarations, others): (Vec<&Value>, Vec<&Value>) =
+        tools.iter().partition(|t| t.get("name").is_some());
+    if !tools.is_empty() {
+        let mut all = Vec::new();
+        if !declarations.is_empty() {
+            all.push(json!({"functionDeclarations": declarations}));
+        }
+        all.extend(others.into_iter().cloned());
+        body.insert("tools".into(), Value::Array(all));
+    }
+    Value::Object(body).to_string().into_bytes()
 }
 
 /// A recorded tool definition in `api`'s shape: the parsers keep a definition that is not a
@@ -296,6 +333,13 @@ fn tool_json(api: Api, t: &ToolDef) -> Value {
             let mut f = json!({"type": "function", "name": t.name, "description": t.description});
             if let Some(s) = schema {
                 f["parameters"] = s;
+            }
+            f
+        }
+        Api::Gemini => {
+            let mut f = json!({"name": t.name, "description": t.description});
+            if let Some(s) = schema {
+                f["parametersJsonSchema"] = s;
             }
             f
         }
@@ -337,6 +381,8 @@ fn made_up_tools(api: Api, entries: &[&Entry]) -> Vec<Value> {
                 }
                 Api::Responses => json!({"type": "function", "name": name,
                     "description": description, "parameters": schema}),
+                Api::Gemini => json!({"name": name, "description": description,
+                    "parametersJsonSchema": schema}),
             }
         })
         .collect()

@@ -65,6 +65,9 @@ pub struct ParsedRequest {
     pub elements: Vec<Element>,
     pub model: Option<String>,
     pub stream: bool,
+    /// Gemini `streamGenerateContent` without `alt=sse`: the response streams as one JSON
+    /// array, not as events.
+    pub json_array_stream: bool,
     /// Where the system prompt is (Anthropic `system`, Responses `instructions`; Chat keeps its
     /// system messages in the array), and a hash of its bytes. Parsed only when the session
     /// has not seen these bytes: clients resend the same system prompt and tools every turn.
@@ -390,6 +393,7 @@ impl ParsedRequest {
             elements,
             model: top.model,
             stream: top.stream.unwrap_or(false),
+            json_array_stream: false,
             system_raw,
             tools_raw,
             metadata_user_id: top.metadata.and_then(|m| m.user_id),
@@ -446,6 +450,7 @@ impl ParsedRequest {
             elements,
             model: top.model,
             stream: top.stream.unwrap_or(false),
+            json_array_stream: false,
             system_raw,
             tools_raw,
             metadata_user_id: top.metadata.and_then(|m| m.user_id),
@@ -461,6 +466,7 @@ impl ParsedRequest {
             if let Some(target) = crate::api::GeminiTarget::of_path(path) {
                 self.model = Some(target.model.to_owned());
                 self.stream = target.action == "streamGenerateContent";
+                self.json_array_stream = self.stream && !crate::api::gemini_wants_sse(path);
             }
         }
         self

@@ -42,6 +42,9 @@ pub fn splice(
 
 /// The conversation array of `parts`: the client's elements as their bytes, ctxd's rendered.
 fn array_bytes(req: &ParsedRequest, body: &[u8], parts: &[Part]) -> Vec<u8> {
+    if req.api == Api::Gemini {
+        return gemini_array(req, body, parts);
+    }
     let mut out = Vec::with_capacity(body.len() + 1024);
     out.push(b'[');
     let mut first = true;
@@ -71,6 +74,66 @@ fn array_bytes(req: &ParsedRequest, body: &[u8], parts: &[Part]) -> Vec<u8> {
     }
     out.push(b']');
     out
+}
+
+/// Gemini's contents alternate `user` and `model`: where ctxd's elements (a boot, a
+/// reminder) or a dropped run of the client's leave two of one role side by side, they go as
+/// one content, their parts in order. Every other element keeps its bytes.
+fn gemini_array(req: &ParsedRequest, body: &[u8], parts: &[Part]) -> Vec<u8> {
+    let mut elements: Vec<std::borrow::Cow<'_, [u8]>> = Vec::with_capacity(parts.len());
+    for part in parts {
+        match part {
+            Part::Client(i) => elements.push(req.element_bytes(body, *i).into()),
+            Part::Rendered(message) => elements.extend(
+                render::elements(Api::Gemini, message)
+                    .into_iter()
+                    .map(|v| v.to_string().into_bytes().into()),
+            ),
+        }
+    }
+    let mut out = Vec::with_capacity(body.len() + 1024);
+    out.push(b'[');
+    let mut k = 0;
+    while k < elements.len() {
+        let role = gemini_role(&elements[k]);
+        let mut end = k + 1;
+        while end < elements.len() && gemini_role(&elements[end]) == role {
+            end += 1;
+        }
+        if k > 0 {
+            out.push(b',');
+        }
+        if end - k == 1 {
+            out.extend_from_slice(&elements[k]);
+        } else {
+            let merged: Vec<serde_json::Value> = elements[k..end]
+                .iter()
+                .filter_map(|e| serde_json::from_slice::<serde_json::Value>(e).ok())
+                .flat_map(|c| match c.get("parts") {
+                    Some(serde_json::Value::Array(p)) => p.clone(),
+                    _ => Vec::new(),
+                })
+                .collect();
+            let content = serde_json::json!({"role": role, "parts": merged});
+            out.extend_from_slice(content.to_string().as_bytes());
+        }
+        k = end;
+    }
+    out.push(b']');
+    out
+}
+
+/// A content's role as the API reads it (`user` when absent).
+fn gemini_role(element: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Role {
+        #[serde(default)]
+        role: Option<String>,
+    }
+    serde_json::from_slice::<Role>(element)
+        .ok()
+        .and_then(|r| r.role)
+        .unwrap_or_else(|| "user".to_owned())
 }
 
 #[cfg(test)]

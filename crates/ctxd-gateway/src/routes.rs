@@ -19,8 +19,8 @@ use crate::api::Api;
 pub struct Route {
     /// A model name, or a prefix ending in `*`.
     pub model: String,
-    /// The API whose requests it takes (`anthropic`, `chat`, `responses`, or `openai` for
-    /// both of OpenAI's); every API when absent.
+    /// The API whose requests it takes (`anthropic`, `chat`, `responses`, `gemini`, or
+    /// `openai` for both of OpenAI's); every API when absent.
     #[serde(default)]
     pub api: Option<RouteApi>,
     /// The upstream's base URL, as `--upstream-anthropic` takes it.
@@ -39,6 +39,7 @@ pub enum RouteApi {
     Responses,
     /// Chat Completions and Responses.
     Openai,
+    Gemini,
 }
 
 impl RouteApi {
@@ -48,8 +49,9 @@ impl RouteApi {
             "chat" => Ok(Self::Chat),
             "responses" => Ok(Self::Responses),
             "openai" => Ok(Self::Openai),
+            "gemini" => Ok(Self::Gemini),
             other => Err(format!(
-                "{other:?} is not an API (anthropic, chat, responses or openai)"
+                "{other:?} is not an API (anthropic, chat, responses, openai or gemini)"
             )),
         }
     }
@@ -60,6 +62,7 @@ impl RouteApi {
             (Self::Anthropic, Api::Anthropic)
                 | (Self::Chat | Self::Openai, Api::Chat)
                 | (Self::Responses | Self::Openai, Api::Responses)
+                | (Self::Gemini, Api::Gemini)
         )
     }
 }
@@ -201,7 +204,7 @@ mod tests {
     fn bad_routes_say_why() {
         for (spec, says) in [
             ("deepseek-*", "[API:]MODEL=URL"),
-            ("gemini:x=http://a", "not an API"),
+            ("vertex:x=http://a", "not an API"),
             ("a*b=http://a", "prefix ending in `*`"),
             ("=http://a", "prefix ending in `*`"),
             ("x=ftp://a", "http or https"),

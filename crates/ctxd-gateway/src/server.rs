@@ -697,6 +697,9 @@ fn router(app: Arc<Gateway>) -> Router {
         .route("/v1/chat/completions", conversation(Api::Chat))
         .route("/v1/responses", conversation(Api::Responses))
         .route("/v1/messages/count_tokens", passthrough(Api::Anthropic))
+        .route("/v1beta/models/{target}", any(gemini))
+        .route("/v1/models/{target}", any(gemini_or_models))
+        .route("/v1beta/models", any(gemini))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_route))
@@ -742,6 +745,46 @@ fn passthrough(api: Api) -> MethodRouter<Arc<Gateway>> {
               headers: HeaderMap,
               body: Body| handler::passthrough(app, api, method, uri, headers, body),
     )
+}
+
+/// Gemini's routes: `{model}:generateContent` and `:streamGenerateContent` are conversations;
+/// `:countTokens`, the model list and the rest are relayed untouched. A `?key=` credential
+/// becomes the `x-goog-api-key` header here, before anything can log or store the URL.
+async fn gemini(
+    State(app): State<Arc<Gateway>>,
+    method: Method,
+    uri: Uri,
+    mut headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let uri = crate::credentials::key_from_query(uri, &mut headers);
+    let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    let conversation = method == Method::POST
+        && crate::api::GeminiTarget::of_path(path).is_some_and(|t| t.is_conversation());
+    if conversation {
+        handler::conversation(app, Api::Gemini, method, uri, headers, body).await
+    } else {
+        handler::passthrough(app, Api::Gemini, method, uri, headers, body).await
+    }
+}
+
+/// `/v1/models/{target}`: Gemini's (the Python SDK's default version) when it names an action
+/// or carries Google's credential; OpenAI's model lookup otherwise.
+async fn gemini_or_models(
+    app: State<Arc<Gateway>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let google = uri.path().contains(':')
+        || headers.contains_key("x-goog-api-key")
+        || crate::credentials::has_query_key(&uri);
+    if google {
+        gemini(app, method, uri, headers, body).await
+    } else {
+        fallback(app, method, uri, headers, body).await
+    }
 }
 
 /// Everything else under the providers' paths (`/v1/models`, batches, files, ...): relayed to

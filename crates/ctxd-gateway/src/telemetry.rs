@@ -130,6 +130,7 @@ fn attributes(r: &RequestSpan, model: Option<String>) -> Vec<KeyValue> {
     let provider = match r.api {
         crate::api::Api::Anthropic => "anthropic",
         crate::api::Api::Chat | crate::api::Api::Responses => "openai",
+        crate::api::Api::Gemini => "gcp.gemini",
     };
     let mut a = vec![
         KeyValue::new("gen_ai.operation.name", "chat"),

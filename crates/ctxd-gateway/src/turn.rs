@@ -192,7 +192,12 @@ where
     } = input;
     let management = &settings.management;
     let agent = caller.agent.clone().unwrap_or_else(|| "sdk".to_owned());
-    let offer = if record_only || matches!(management.tools_for(&agent), ToolsSetting::None) {
+    // A Gemini stream without `alt=sse` is one JSON array, which hidden rounds do not splice:
+    // such requests go without ctxd's tools (every client seen streams SSE).
+    let offer = if record_only
+        || req.json_array_stream
+        || matches!(management.tools_for(&agent), ToolsSetting::None)
+    {
         Offer::default()
     } else {
         let client = crate::served::client_tool_names(req, decoded);

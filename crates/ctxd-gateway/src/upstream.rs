@@ -13,6 +13,7 @@ pub struct Upstream {
     client: reqwest::Client,
     anthropic: String,
     openai: String,
+    gemini: String,
     routes: Vec<crate::routes::Route>,
 }
 
@@ -57,6 +58,7 @@ impl Upstream {
             client,
             anthropic: settings.upstream_anthropic.clone(),
             openai: settings.upstream_openai.clone(),
+            gemini: settings.upstream_gemini.clone(),
             routes: settings.routes.clone(),
         })
     }
@@ -78,6 +80,7 @@ impl Upstream {
         let base = match api {
             Api::Anthropic => &self.anthropic,
             Api::Chat | Api::Responses => &self.openai,
+            Api::Gemini => &self.gemini,
         };
         Target { base, route: None }
     }

@@ -468,7 +468,8 @@ impl<'a, C: Classifier> Replay<'a, C> {
         let landed = self.land_passes(k);
         let decoded = Bytes::from(turn.body.clone());
         let req = ParsedRequest::parse_after(self.opts.api, &decoded, self.prev.as_ref())
-            .map_err(|e| anyhow::anyhow!("request {}: {e}", k + 1))?;
+            .map_err(|e| anyhow::anyhow!("request {}: {e}", k + 1))?
+            .at_path(&ctxd_gateway::replay::path(self.opts.api, &self.opts.model));
         let mut caller = self.caller(&req, &decoded);
         let planned = self.plan(k, &req, &decoded, &mut caller, landed)?;
         self.note_planned(k, &planned);

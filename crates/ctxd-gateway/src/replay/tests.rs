@@ -75,7 +75,7 @@ fn carried(api: Api, m: &Message) -> Vec<ContentBlock> {
         .collect()
 }
 
-const APIS: [Api; 3] = [Api::Anthropic, Api::Chat, Api::Responses];
+const APIS: [Api; 4] = [Api::Anthropic, Api::Chat, Api::Responses, Api::Gemini];
 
 /// The API a session's agent speaks (the one the equivalence test replays it over).
 fn native_api(session: &Session) -> Api {
@@ -148,7 +148,8 @@ fn every_shared_session_replays_as_requests_the_gateway_reads() {
             let mut prev: Option<(ParsedRequest, &ClientTurn)> = None;
             for (n, turn) in turns.iter().enumerate() {
                 let req = ParsedRequest::parse_after(api, &turn.body, None)
-                    .unwrap_or_else(|e| panic!("{name} {api:?} request {n}: {e}"));
+                    .unwrap_or_else(|e| panic!("{name} {api:?} request {n}: {e}"))
+                    .at_path(&crate::replay::path(api, "claude-sonnet-4-5"));
                 assert!(!req.elements.is_empty(), "{name} {api:?} request {n}");
                 assert_eq!(req.model.as_deref(), Some("claude-sonnet-4-5"));
                 assert!(!req.stream);
@@ -315,6 +316,7 @@ fn a_split_response_is_one_request_and_one_message() {
             Api::Anthropic => 3, // user, the response, user
             Api::Chat => 4,      // system, user, the response, user
             Api::Responses => 4, // user, reasoning, message, user
+            Api::Gemini => 3,    // user, the response, user
         };
         assert_eq!(req.elements.len(), expected, "{api:?}");
         let system = match api {

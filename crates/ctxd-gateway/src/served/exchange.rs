@@ -373,7 +373,7 @@ impl Context {
 }
 
 /// The results of ctxd's calls as the API's conversation has them: one user message with every
-/// result (Anthropic), a tool message per result (Chat, Responses).
+/// result (Anthropic, Gemini), a tool message per result (Chat, Responses).
 fn result_messages(
     api: Api,
     calls: &[(String, String, Value)],
@@ -392,7 +392,7 @@ fn result_messages(
         )
         .collect();
     match api {
-        Api::Anthropic => vec![Message::new(Role::User, blocks)],
+        Api::Anthropic | Api::Gemini => vec![Message::new(Role::User, blocks)],
         Api::Chat | Api::Responses => blocks
             .into_iter()
             .map(|b| Message::new(Role::Tool, vec![b]))

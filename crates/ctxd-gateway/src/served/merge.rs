@@ -16,9 +16,14 @@ pub fn merge(api: Api, offer: &Offer, bodies: &[Value], cut: bool) -> Value {
         return Value::Null;
     };
     let mut out = last.clone();
+    let usage_field = if api == Api::Gemini {
+        "usageMetadata"
+    } else {
+        "usage"
+    };
     let mut usage = Value::Object(Default::default());
     for b in bodies {
-        if let Some(u) = b.get("usage") {
+        if let Some(u) = b.get(usage_field) {
             add_usage(&mut usage, u);
         }
     }
@@ -100,9 +105,31 @@ pub fn merge(api: Api, offer: &Offer, bodies: &[Value], cut: bool) -> Value {
                 .collect();
             out["output"] = Value::Array(output);
         }
+        Api::Gemini => {
+            let parts: Vec<Value> = bodies
+                .iter()
+                .flat_map(|b| {
+                    b.pointer("/candidates/0/content/parts")
+                        .and_then(Value::as_array)
+                        .cloned()
+                })
+                .flatten()
+                .filter(|p| !gemini_call_is_ours(offer, p))
+                .chain(cut.then(|| serde_json::json!({"text": super::cut_notice()})))
+                .collect();
+            if let Some(c) = out.pointer_mut("/candidates/0") {
+                c["content"] = serde_json::json!({"role": "model", "parts": parts});
+                if cut {
+                    c["finishReason"] = Value::from("STOP");
+                }
+            }
+            if let Some(id) = bodies[0].get("responseId") {
+                out["responseId"] = id.clone();
+            }
+        }
     }
-    if bodies.len() > 1 && out.get("usage").is_some_and(Value::is_object) {
-        out["usage"] = usage;
+    if bodies.len() > 1 && out.get(usage_field).is_some_and(Value::is_object) {
+        out[usage_field] = usage;
     }
     out
 }
@@ -114,6 +141,13 @@ pub const NOTICE_ITEM_ID: &str = "msg_ctxd_notice";
 pub fn responses_message(id: &str, text: &str) -> Value {
     serde_json::json!({"type": "message", "id": id, "status": "completed", "role": "assistant",
         "content": [{"type": "output_text", "text": text, "annotations": []}]})
+}
+
+/// A Gemini part calling one of ctxd's tools (its signature goes with it).
+pub fn gemini_call_is_ours(offer: &Offer, part: &Value) -> bool {
+    part.pointer("/functionCall/name")
+        .and_then(Value::as_str)
+        .is_some_and(|n| offer.has(n))
 }
 
 /// A block/item of type `kind` naming one of ctxd's tools in `field`.

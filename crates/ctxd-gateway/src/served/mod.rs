@@ -97,9 +97,13 @@ impl Offer {
         ModelTools::from_names(self.names.iter().copied())
     }
 
-    /// The definitions in `api`'s shape, comma-separated (no brackets).
+    /// The definitions in `api`'s shape, comma-separated (no brackets). Gemini's tools array
+    /// holds tools that each declare functions: ctxd's are one more such tool.
     pub fn render(&self, api: Api) -> Vec<u8> {
         let mut out = Vec::new();
+        if api == Api::Gemini && !self.is_empty() {
+            out.extend_from_slice(b"{\"functionDeclarations\":[");
+        }
         for (name, bytes) in rendered(api) {
             if !self.has(name) {
                 continue;
@@ -108,6 +112,9 @@ impl Offer {
                 out.push(b',');
             }
             out.extend_from_slice(bytes);
+        }
+        if api == Api::Gemini && !self.is_empty() {
+            out.extend_from_slice(b"]}");
         }
         out
     }
@@ -133,9 +140,9 @@ type Definitions = Vec<(&'static str, Vec<u8>)>;
 
 /// Every tool's definition in `api`'s shape, in the registry's order (rendered once).
 fn rendered(api: Api) -> &'static [(&'static str, Vec<u8>)] {
-    static RENDERED: std::sync::OnceLock<[Definitions; 3]> = std::sync::OnceLock::new();
+    static RENDERED: std::sync::OnceLock<[Definitions; 4]> = std::sync::OnceLock::new();
     let all = RENDERED.get_or_init(|| {
-        [Api::Anthropic, Api::Chat, Api::Responses].map(|api| {
+        [Api::Anthropic, Api::Chat, Api::Responses, Api::Gemini].map(|api| {
             ctxd_engine::tools::specs()
                 .into_iter()
                 .map(|spec| {
@@ -156,6 +163,12 @@ fn rendered(api: Api) -> &'static [(&'static str, Vec<u8>)] {
                             "description": spec.description,
                             "parameters": spec.parameters,
                         }),
+                        // One declaration; `Offer::render` groups them in one tool.
+                        Api::Gemini => json!({
+                            "name": spec.name,
+                            "description": spec.description,
+                            "parametersJsonSchema": spec.parameters,
+                        }),
                     };
                     (spec.name, v.to_string().into_bytes())
                 })
@@ -166,6 +179,7 @@ fn rendered(api: Api) -> &'static [(&'static str, Vec<u8>)] {
         Api::Anthropic => &all[0],
         Api::Chat => &all[1],
         Api::Responses => &all[2],
+        Api::Gemini => &all[3],
     }
 }
 
@@ -193,6 +207,14 @@ pub fn client_tool_names(req: &ParsedRequest, body: &[u8]) -> Vec<String> {
     else {
         return Vec::new();
     };
+    if req.api == crate::api::Api::Gemini {
+        return ctxd_formats::wire::gemini::tools(
+            &serde_json::from_slice(bytes).unwrap_or_default(),
+        )
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    }
     let Ok(tools) = serde_json::from_slice::<Vec<Tool<'_>>>(bytes) else {
         return Vec::new();
     };

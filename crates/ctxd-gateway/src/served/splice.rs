@@ -87,6 +87,7 @@ impl Splicer {
             Api::Anthropic => self.anthropic(ev, out),
             Api::Chat => self.chat(ev, out),
             Api::Responses => self.responses(ev, out),
+            Api::Gemini => self.gemini(ev, out),
         }
     }
 
@@ -182,6 +183,11 @@ impl Splicer {
                 }
                 self.visible.push(done);
             }
+            Api::Gemini => {
+                let chunk = json!({"candidates": [{"content": {"role": "model",
+                    "parts": [{"text": text}]}, "index": 0}]});
+                write_event(out, None, &chunk.to_string());
+            }
         }
     }
 
@@ -211,6 +217,16 @@ impl Splicer {
                 }
                 if self.round > 0 && v.get("usage").is_some_and(Value::is_object) {
                     v["usage"] = total;
+                }
+            }
+            Api::Gemini => {
+                if cut {
+                    if let Some(c) = v.pointer_mut("/candidates/0") {
+                        c["finishReason"] = Value::from("STOP");
+                    }
+                }
+                if self.round > 0 && v.get("usageMetadata").is_some_and(Value::is_object) {
+                    v["usageMetadata"] = total;
                 }
             }
             Api::Responses => {
@@ -305,6 +321,75 @@ impl Splicer {
             "message_stop" => self.held.push((name.map(str::to_owned), v)),
             _ => write_event(out, name, &ev.data),
         }
+    }
+
+    /// Gemini: each chunk is whole. ctxd's call parts are withheld; the chunk with the finish
+    /// reason waits for the exchange's end, its other parts going now when the response
+    /// called ctxd's tools (a hidden round's parts are the client's all the same).
+    fn gemini(&mut self, ev: &SseEvent, out: &mut Vec<u8>) {
+        let Ok(mut v) = serde_json::from_str::<Value>(&ev.data) else {
+            write_event(out, None, &ev.data);
+            return;
+        };
+        if let Some(u) = v.get("usageMetadata").filter(|u| u.is_object()) {
+            self.round_usage = u.clone();
+        }
+        let mut withheld = false;
+        if let Some(parts) = v
+            .pointer_mut("/candidates/0/content/parts")
+            .and_then(Value::as_array_mut)
+        {
+            let before = parts.len();
+            parts.retain(|p| !super::merge::gemini_call_is_ours(&self.offer, p));
+            withheld = parts.len() != before;
+        }
+        if withheld {
+            self.changed = true;
+            // The round called ctxd's tools: remembered as a withheld index.
+            self.map.insert(u64::MAX, None);
+        }
+        let finish = v
+            .pointer("/candidates/0/finishReason")
+            .is_some_and(|f| !f.is_null());
+        let ours_in_round = self.map.contains_key(&u64::MAX);
+        if !finish {
+            let empty = v
+                .pointer("/candidates/0/content/parts")
+                .and_then(Value::as_array)
+                .is_some_and(|p| p.is_empty());
+            if withheld && empty {
+                return;
+            }
+            if withheld {
+                write_event(out, None, &v.to_string());
+            } else {
+                write_event(out, None, &ev.data);
+            }
+            return;
+        }
+        if self.round == 0 && !ours_in_round {
+            // No call of ctxd's in this response: it ends the exchange as it came.
+            self.held.push((None, v));
+            return;
+        }
+        let has_parts = v
+            .pointer("/candidates/0/content/parts")
+            .and_then(Value::as_array)
+            .is_some_and(|p| !p.is_empty());
+        if has_parts {
+            let mut now = v.clone();
+            if let Some(c) = now.pointer_mut("/candidates/0").and_then(Value::as_object_mut) {
+                c.remove("finishReason");
+            }
+            if let Some(o) = now.as_object_mut() {
+                o.remove("usageMetadata");
+            }
+            write_event(out, None, &now.to_string());
+            if let Some(p) = v.pointer_mut("/candidates/0/content/parts") {
+                *p = Value::Array(Vec::new());
+            }
+        }
+        self.held.push((None, v));
     }
 
     fn chat(&mut self, ev: &SseEvent, out: &mut Vec<u8>) {

@@ -46,6 +46,7 @@ fn request_parser(api: Api) -> fn(&Value) -> Message {
         Api::Anthropic => anthropic::message,
         Api::OpenAiChat => openai_chat::message,
         Api::OpenAiResponses => openai_responses::item,
+        Api::Gemini => crate::wire::gemini::content,
     }
 }
 
