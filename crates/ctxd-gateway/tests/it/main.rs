@@ -13,6 +13,7 @@ mod distill;
 mod durable;
 mod errors;
 mod fuzz;
+mod gemini;
 mod lazy;
 mod limits;
 mod loops;

@@ -40,6 +40,7 @@ impl Rig {
         settings.listen = "127.0.0.1:0".parse().unwrap();
         settings.upstream_anthropic = mock.base_url();
         settings.upstream_openai = mock.base_url();
+        settings.upstream_gemini = mock.base_url();
         tweak(&mut settings);
         settings.validate().unwrap();
         let server = Server::bind(settings).await.unwrap();
