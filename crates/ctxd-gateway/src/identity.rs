@@ -159,6 +159,10 @@ pub fn agent(
     {
         return (Some(Agent::Codex), "codex".into());
     }
+    // `GeminiCLI/0.61.0/<model> (...)`, `GeminiCLI-tui/...` in its terminal UI.
+    if ua.starts_with("GeminiCLI") {
+        return (Some(Agent::GeminiCli), "gemini-cli".into());
+    }
     // Pi talks through the official JS SDKs and names its session in these hints.
     if ua.contains("/JS ") {
         let opening = system.map(|s| &s[..s.len().min(SYSTEM_MARK_SPAN)]);
@@ -254,6 +258,14 @@ mod tests {
             HeaderValue::from_static("codex_exec/0.171.0 (Debian)"),
         );
         assert_eq!(agent(&h, KeySource::Codex, None).1, "codex");
+        h.insert(
+            "user-agent",
+            HeaderValue::from_static("GeminiCLI-tui/0.61.0/gemini-2.5-pro (linux; x64; terminal)"),
+        );
+        assert_eq!(
+            agent(&h, KeySource::Fingerprint, None),
+            (Some(Agent::GeminiCli), "gemini-cli".into())
+        );
         h.insert("user-agent", HeaderValue::from_static("OpenAI/JS 6.26.0"));
         assert_eq!(agent(&h, KeySource::PiHeader, None).1, "pi");
         h.insert("user-agent", HeaderValue::from_static("OpenAI/Python 1.99"));

@@ -1,7 +1,13 @@
 //! How `ctxd run` points each agent at the gateway without editing the user's own files:
-//! Claude Code and any other command through the environment (`ANTHROPIC_BASE_URL`,
-//! `OPENAI_BASE_URL`), Codex through `-c` overrides of its active provider, Pi through an
-//! extension file of ctxd's own (`-e`) that overrides its providers' base URLs.
+//! Claude Code, Gemini CLI and any other command through the environment
+//! (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`, `GOOGLE_GEMINI_BASE_URL`), Codex through `-c`
+//! overrides of its active provider, Pi through an extension file of ctxd's own (`-e`) that
+//! overrides its providers' base URLs.
+//!
+//! Gemini CLI with a base URL set needs `security.auth.selectedType` `"gemini-api-key"` in its
+//! settings (it has no flag or variable for it; without it, it takes the base URL for an auth
+//! type of its own and exits 41, "Invalid auth method selected"); its settings are read, and
+//! when they select no auth or another one, the run says what to change before it starts.
 //!
 //! Pure: the caller reads the environment and the agents' config files and hands their texts
 //! in, so every rule here is tested without a process or a home directory.
@@ -14,12 +20,14 @@ pub enum Agent {
     ClaudeCode,
     Codex,
     Pi,
-    /// Anything else: pointed at the gateway through both base-URL variables.
+    GeminiCli,
+    /// Anything else: pointed at the gateway through the three base-URL variables.
     Other,
 }
 
 impl Agent {
-    /// The agent a command runs, from its file name (`/usr/bin/claude`, `codex`, `pi`).
+    /// The agent a command runs, from its file name (`/usr/bin/claude`, `codex`, `pi`,
+    /// `gemini`).
     pub fn of(program: &OsStr) -> Agent {
         let name = std::path::Path::new(program)
             .file_name()
@@ -29,6 +37,7 @@ impl Agent {
             "claude" => Agent::ClaudeCode,
             "codex" => Agent::Codex,
             "pi" => Agent::Pi,
+            "gemini" => Agent::GeminiCli,
             _ => Agent::Other,
         }
     }
@@ -39,6 +48,7 @@ impl Agent {
             Agent::ClaudeCode => Some(ctxd_core::model::Agent::ClaudeCode),
             Agent::Codex => Some(ctxd_core::model::Agent::Codex),
             Agent::Pi => Some(ctxd_core::model::Agent::Pi),
+            Agent::GeminiCli => Some(ctxd_core::model::Agent::GeminiCli),
             Agent::Other => None,
         }
     }
@@ -48,6 +58,7 @@ impl Agent {
             Agent::ClaudeCode => "claude-code",
             Agent::Codex => "codex",
             Agent::Pi => "pi",
+            Agent::GeminiCli => "gemini-cli",
             Agent::Other => "command",
         }
     }
@@ -60,6 +71,7 @@ impl Agent {
 pub struct Priors {
     pub anthropic: Option<String>,
     pub openai: Option<String>,
+    pub gemini: Option<String>,
 }
 
 /// Everything read from outside for one agent.
@@ -69,11 +81,18 @@ pub struct Inputs<'a> {
     pub anthropic_base_url: Option<&'a str>,
     /// `OPENAI_BASE_URL` in ctxd's environment.
     pub openai_base_url: Option<&'a str>,
+    /// `GOOGLE_GEMINI_BASE_URL` in ctxd's environment.
+    pub gemini_base_url: Option<&'a str>,
     /// Codex's `config.toml`, when there is one.
     pub codex_config: Option<&'a str>,
     /// Pi's `models.json` and `settings.json`, when there are.
     pub pi_models: Option<&'a str>,
     pub pi_settings: Option<&'a str>,
+    /// Gemini CLI's settings files that exist, as (path, text), the one that wins first:
+    /// system settings, the workspace's, the user's, system defaults.
+    pub gemini_settings: &'a [(String, String)],
+    /// Where Gemini CLI keeps the user's settings (`~/.gemini/settings.json`), for the advice.
+    pub gemini_user_settings: &'a str,
 }
 
 /// How one agent is launched against the gateway.
@@ -86,6 +105,8 @@ pub struct Plan {
     /// Pi: providers to override, with whether each speaks Anthropic Messages (else OpenAI,
     /// whose base URL ends in `/v1`).
     pi_providers: Vec<(String, bool)>,
+    /// What to tell the user before the agent starts (how to make its requests go through ctxd).
+    pub notes: Vec<String>,
 }
 
 /// A launch: arguments before the user's own, environment to set, and Pi's extension.
@@ -110,11 +131,20 @@ impl Plan {
         let mut plan = Plan::default();
         let env_anthropic = inputs.anthropic_base_url.map(str::to_owned);
         let env_openai = inputs.openai_base_url.map(str::to_owned);
+        let env_gemini = inputs.gemini_base_url.map(str::to_owned);
         match agent {
             Agent::ClaudeCode => plan.priors.anthropic = env_anthropic,
             Agent::Other => {
                 plan.priors.anthropic = env_anthropic;
                 plan.priors.openai = env_openai;
+                plan.priors.gemini = env_gemini;
+            }
+            Agent::GeminiCli => {
+                plan.priors.gemini = env_gemini;
+                plan.notes.extend(gemini_auth_note(
+                    inputs.gemini_settings,
+                    inputs.gemini_user_settings,
+                ));
             }
             Agent::Codex => match codex_provider(args, inputs.codex_config) {
                 Some((name, base_url)) => {
@@ -151,7 +181,10 @@ impl Plan {
             Agent::Other => {
                 launch.env.push(("ANTHROPIC_BASE_URL", url.to_owned()));
                 launch.env.push(("OPENAI_BASE_URL", openai));
+                launch.env.push(("GOOGLE_GEMINI_BASE_URL", url.to_owned()));
             }
+            // The SDK inside appends `/v1beta/models/...`.
+            Agent::GeminiCli => launch.env.push(("GOOGLE_GEMINI_BASE_URL", url.to_owned())),
             Agent::Codex => match &self.codex_provider {
                 Some(name) => {
                     launch.leading_args.push("-c".into());
@@ -258,6 +291,81 @@ fn pi_selected(
     Some((name, *anthropic, base_url))
 }
 
+/// The auth Gemini CLI's settings select: (the file that says so, the type).
+fn gemini_selected_auth(files: &[(String, String)]) -> Option<(&str, String)> {
+    files.iter().find_map(|(path, text)| {
+        let settings: serde_json::Value = serde_json::from_str(&strip_json_comments(text)).ok()?;
+        let chosen = settings.pointer("/security/auth/selectedType")?.as_str()?;
+        Some((path.as_str(), chosen.to_owned()))
+    })
+}
+
+/// What the user must change for Gemini CLI's requests to go through ctxd, if anything: an
+/// API key is the only auth that talks to the Gemini API at a base URL of one's choosing.
+fn gemini_auth_note(files: &[(String, String)], user_settings: &str) -> Option<String> {
+    let fix = format!(
+        r#"add "security": {{"auth": {{"selectedType": "gemini-api-key"}}}} to {user_settings} (or pick "Use Gemini API Key" in its /auth dialog), with GEMINI_API_KEY set"#
+    );
+    match gemini_selected_auth(files) {
+        Some((_, chosen)) if chosen == "gemini-api-key" => None,
+        Some((path, chosen)) => Some(format!(
+            "ctxd run: Gemini CLI signs in with \"{chosen}\" (security.auth.selectedType in \
+             {path}); only \"gemini-api-key\" talks to the Gemini API through ctxd: select it there \
+             (or pick \"Use Gemini API Key\" in its /auth dialog), with GEMINI_API_KEY set"
+        )),
+        None => Some(format!(
+            "ctxd run: Gemini CLI's settings select no auth: with a base URL set, `gemini -p` then \
+             exits 41 (\"Invalid auth method selected\") and the interactive CLI asks; to use \
+             GEMINI_API_KEY through ctxd, {fix}"
+        )),
+    }
+}
+
+/// JSON with `//` and `/* */` comments (Gemini CLI's settings) as plain JSON.
+fn strip_json_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match c {
+                '\\' => out.extend(chars.next()),
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match (c, chars.peek()) {
+            ('"', _) => {
+                in_string = true;
+                out.push(c);
+            }
+            ('/', Some('/')) => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push(c);
+                        break;
+                    }
+                }
+            }
+            ('/', Some('*')) => {
+                chars.next();
+                let mut last = ' ';
+                for c in chars.by_ref() {
+                    if last == '*' && c == '/' {
+                        break;
+                    }
+                    last = c;
+                }
+                out.push(' ');
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
 /// An agent's base URL as the gateway's upstream origin: an OpenAI base URL ends in `/v1`,
 /// which the client's path repeats.
 pub fn upstream_of(base_url: &str) -> String {
@@ -279,6 +387,10 @@ mod tests {
         assert_eq!(Agent::of(OsStr::new("claude")), Agent::ClaudeCode);
         assert_eq!(Agent::of(OsStr::new("/opt/bin/codex")), Agent::Codex);
         assert_eq!(Agent::of(OsStr::new("pi")), Agent::Pi);
+        assert_eq!(
+            Agent::of(OsStr::new("/usr/local/bin/gemini")),
+            Agent::GeminiCli
+        );
         assert_eq!(Agent::of(OsStr::new("python3")), Agent::Other);
     }
 
@@ -309,6 +421,75 @@ mod tests {
         assert!(l
             .env
             .contains(&("OPENAI_BASE_URL", "http://127.0.0.1:9/v1".into())));
+        assert!(l
+            .env
+            .contains(&("GOOGLE_GEMINI_BASE_URL", "http://127.0.0.1:9".into())));
+    }
+
+    #[test]
+    fn gemini_cli_gets_its_base_url_and_advice_on_its_auth() {
+        let user = "/home/u/.gemini/settings.json";
+        let with = |files: &[(String, String)]| {
+            Plan::new(
+                Agent::GeminiCli,
+                &args(&["-p", "hi"]),
+                &Inputs {
+                    gemini_base_url: Some("https://proxy.corp/gemini/"),
+                    gemini_settings: files,
+                    gemini_user_settings: user,
+                    ..Inputs::default()
+                },
+            )
+        };
+        let file = |path: &str, text: &str| (path.to_owned(), text.to_owned());
+        let api_key = file(
+            user,
+            r#"{
+                // Comments are allowed, as Gemini CLI allows them.
+                "security": {"auth": {"selectedType": "gemini-api-key"}}, /* "x": "//" */
+                "ui": {"theme": "http://not-a-comment"}
+            }"#,
+        );
+        let plan = with(std::slice::from_ref(&api_key));
+        assert!(plan.notes.is_empty(), "{:?}", plan.notes);
+        assert_eq!(
+            plan.priors.gemini.as_deref(),
+            Some("https://proxy.corp/gemini/")
+        );
+        let l = plan.launch(Agent::GeminiCli, "http://127.0.0.1:9", OsStr::new("x"));
+        assert_eq!(
+            l.env,
+            vec![("GOOGLE_GEMINI_BASE_URL", "http://127.0.0.1:9".into())]
+        );
+        assert!(l.leading_args.is_empty() && l.pi_extension.is_none());
+
+        // No auth selected anywhere: the exact fix, in the user's settings.
+        let plan = with(&[file(user, r#"{"ui": {"hideTips": true}}"#)]);
+        assert_eq!(plan.notes.len(), 1);
+        let note = &plan.notes[0];
+        assert!(note.contains("exits 41"), "{note}");
+        assert!(
+            note.contains(&format!(
+                r#"add "security": {{"auth": {{"selectedType": "gemini-api-key"}}}} to {user}"#
+            )),
+            "{note}"
+        );
+        assert_eq!(with(&[]).notes.len(), 1);
+
+        // Another auth, in a file that wins over the user's: named, with where it is set.
+        let system = file(
+            "/etc/gemini-cli/settings.json",
+            r#"{"security": {"auth": {"selectedType": "oauth-personal"}}}"#,
+        );
+        let plan = with(&[system, api_key.clone()]);
+        let note = &plan.notes[0];
+        assert!(
+            note.contains(r#"signs in with "oauth-personal" (security.auth.selectedType in /etc/gemini-cli/settings.json)"#),
+            "{note}"
+        );
+        // A file that selects nothing does not hide the next one's choice.
+        let workspace = file("/repo/.gemini/settings.json", "{}");
+        assert!(with(&[workspace, api_key]).notes.is_empty());
     }
 
     const CODEX: &str = r#"
