@@ -2,7 +2,7 @@
 //! Claude Code, Gemini CLI and any other command through the environment
 //! (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`, `GOOGLE_GEMINI_BASE_URL`), Codex through `-c`
 //! overrides of its active provider, Pi through an extension file of ctxd's own (`-e`) that
-//! overrides its providers' base URLs.
+//! overrides its providers' base URLs (`/v1` for OpenAI's APIs, `/v1beta` for Google's).
 //!
 //! Gemini CLI with a base URL set needs `security.auth.selectedType` `"gemini-api-key"` in its
 //! settings (it has no flag or variable for it; without it, it takes the base URL for an auth
@@ -102,9 +102,8 @@ pub struct Plan {
     /// Codex: the custom provider whose `base_url` is overridden (`None`: the built-in
     /// `openai`, pointed through `OPENAI_BASE_URL`).
     codex_provider: Option<String>,
-    /// Pi: providers to override, with whether each speaks Anthropic Messages (else OpenAI,
-    /// whose base URL ends in `/v1`).
-    pi_providers: Vec<(String, bool)>,
+    /// Pi: providers to override, with the API each speaks.
+    pi_providers: Vec<(String, PiApi)>,
     /// What to tell the user before the agent starts (how to make its requests go through ctxd).
     pub notes: Vec<String>,
 }
@@ -118,11 +117,23 @@ pub struct Launch {
     pub pi_extension: Option<String>,
 }
 
-/// APIs the gateway serves, as Pi names them: (name, is Anthropic Messages).
-const PI_SERVED_APIS: [(&str, bool); 3] = [
-    ("anthropic-messages", true),
-    ("openai-completions", false),
-    ("openai-responses", false),
+/// The served APIs' families as Pi's base URLs tell them apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PiApi {
+    /// The gateway's root.
+    Anthropic,
+    /// `/v1`.
+    OpenAi,
+    /// `/v1beta`: Pi's Google provider takes the version from its base URL.
+    Gemini,
+}
+
+/// APIs the gateway serves, as Pi names them.
+const PI_SERVED_APIS: [(&str, PiApi); 4] = [
+    ("anthropic-messages", PiApi::Anthropic),
+    ("openai-completions", PiApi::OpenAi),
+    ("openai-responses", PiApi::OpenAi),
+    ("google-generative-ai", PiApi::Gemini),
 ];
 
 impl Plan {
@@ -154,17 +165,26 @@ impl Plan {
                 None => plan.priors.openai = env_openai,
             },
             Agent::Pi => {
-                plan.pi_providers = vec![("anthropic".into(), true), ("openai".into(), false)];
-                if let Some((name, anthropic, base_url)) =
+                plan.pi_providers = vec![
+                    ("anthropic".into(), PiApi::Anthropic),
+                    ("openai".into(), PiApi::OpenAi),
+                    ("google".into(), PiApi::Gemini),
+                ];
+                if let Some((name, api, base_url)) =
                     pi_selected(args, inputs.pi_models, inputs.pi_settings)
                 {
-                    if anthropic {
-                        plan.priors.anthropic = base_url;
-                    } else {
-                        plan.priors.openai = base_url;
+                    match api {
+                        PiApi::Anthropic => plan.priors.anthropic = base_url,
+                        PiApi::OpenAi => plan.priors.openai = base_url,
+                        PiApi::Gemini => {
+                            plan.priors.gemini = base_url.map(|u| {
+                                let u = u.trim().trim_end_matches('/');
+                                u.strip_suffix("/v1beta").unwrap_or(u).to_owned()
+                            });
+                        }
                     }
                     plan.pi_providers.retain(|(n, _)| *n != name);
-                    plan.pi_providers.push((name, anthropic));
+                    plan.pi_providers.push((name, api));
                 }
             }
         }
@@ -199,8 +219,13 @@ impl Plan {
                     "// Written by `ctxd run` for this run only: Pi's providers through ctxd.\n\
                      export default function (pi) {\n",
                 );
-                for (name, anthropic) in &self.pi_providers {
-                    let base = if *anthropic { url } else { openai.as_str() };
+                let gemini = format!("{url}/v1beta");
+                for (name, api) in &self.pi_providers {
+                    let base = match api {
+                        PiApi::Anthropic => url,
+                        PiApi::OpenAi => openai.as_str(),
+                        PiApi::Gemini => gemini.as_str(),
+                    };
                     let name = serde_json::to_string(name).unwrap_or_default();
                     let base = serde_json::to_string(base).unwrap_or_default();
                     text.push_str(&format!(
@@ -269,13 +294,13 @@ fn codex_provider(args: &[OsString], config: Option<&str>) -> Option<(String, Op
 }
 
 /// Pi's selected provider when it is one of `models.json` on an API the gateway serves:
-/// (name, speaks Anthropic Messages, its base URL). `--provider NAME` in the arguments, else
+/// (name, its API's family, its base URL). `--provider NAME` in the arguments, else
 /// `defaultProvider` in its settings.
 fn pi_selected(
     args: &[OsString],
     models: Option<&str>,
     settings: Option<&str>,
-) -> Option<(String, bool, Option<String>)> {
+) -> Option<(String, PiApi, Option<String>)> {
     let name = flag_value(args, "--provider").or_else(|| {
         let s: serde_json::Value = serde_json::from_str(settings?).ok()?;
         s.get("defaultProvider")?.as_str().map(str::to_owned)
@@ -283,12 +308,12 @@ fn pi_selected(
     let models: serde_json::Value = serde_json::from_str(models?).ok()?;
     let provider = models.get("providers")?.get(&name)?;
     let api = provider.get("api")?.as_str()?;
-    let (_, anthropic) = PI_SERVED_APIS.iter().find(|(a, _)| *a == api)?;
+    let (_, family) = PI_SERVED_APIS.iter().find(|(a, _)| *a == api)?;
     let base_url = provider
         .get("baseUrl")
         .and_then(|v| v.as_str())
         .map(str::to_owned);
-    Some((name, *anthropic, base_url))
+    Some((name, *family, base_url))
 }
 
 /// The auth Gemini CLI's settings select: (the file that says so, the type).
@@ -565,6 +590,29 @@ base_url = "http://127.0.0.1:5000/v1"
             .contains(r#"pi.registerProvider("openai", { baseUrl: "http://127.0.0.1:9/v1" });"#));
         assert!(text.contains(
             r#"pi.registerProvider("mock-openai", { baseUrl: "http://127.0.0.1:9/v1" });"#
+        ));
+        assert!(text.contains(
+            r#"pi.registerProvider("google", { baseUrl: "http://127.0.0.1:9/v1beta" });"#
+        ));
+        // A Google provider: its version stays in the base URL, out of the upstream.
+        let models = r#"{"providers": {"mock-google":
+            {"baseUrl": "http://127.0.0.1:4000/v1beta", "api": "google-generative-ai"}}}"#;
+        let inputs_google = Inputs {
+            pi_models: Some(models),
+            ..Inputs::default()
+        };
+        let plan = Plan::new(
+            Agent::Pi,
+            &args(&["--provider=mock-google"]),
+            &inputs_google,
+        );
+        assert_eq!(plan.priors.gemini.as_deref(), Some("http://127.0.0.1:4000"));
+        let text = plan
+            .launch(Agent::Pi, "http://127.0.0.1:9", OsStr::new("e"))
+            .pi_extension
+            .unwrap();
+        assert!(text.contains(
+            r#"pi.registerProvider("mock-google", { baseUrl: "http://127.0.0.1:9/v1beta" });"#
         ));
         // A provider on an API the gateway does not serve is left alone.
         let plan = Plan::new(Agent::Pi, &[], &inputs);
