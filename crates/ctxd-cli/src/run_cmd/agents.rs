@@ -328,9 +328,6 @@ fn gemini_selected_auth(files: &[(String, String)]) -> Option<(&str, String)> {
 /// What the user must change for Gemini CLI's requests to go through ctxd, if anything: an
 /// API key is the only auth that talks to the Gemini API at a base URL of one's choosing.
 fn gemini_auth_note(files: &[(String, String)], user_settings: &str) -> Option<String> {
-    let fix = format!(
-        r#"add "security": {{"auth": {{"selectedType": "gemini-api-key"}}}} to {user_settings} (or pick "Use Gemini API Key" in its /auth dialog), with GEMINI_API_KEY set"#
-    );
     match gemini_selected_auth(files) {
         Some((_, chosen)) if chosen == "gemini-api-key" => None,
         Some((path, chosen)) => Some(format!(
@@ -341,7 +338,9 @@ fn gemini_auth_note(files: &[(String, String)], user_settings: &str) -> Option<S
         None => Some(format!(
             "ctxd run: Gemini CLI's settings select no auth: with a base URL set, `gemini -p` then \
              exits 41 (\"Invalid auth method selected\") and the interactive CLI asks; to use \
-             GEMINI_API_KEY through ctxd, {fix}"
+             GEMINI_API_KEY through ctxd, add \"security\": {{\"auth\": {{\"selectedType\": \
+             \"gemini-api-key\"}}}} to {user_settings} (or pick \"Use Gemini API Key\" in its /auth \
+             dialog), with GEMINI_API_KEY set"
         )),
     }
 }
