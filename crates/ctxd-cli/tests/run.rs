@@ -3,7 +3,8 @@
 //! `ctxd run`: an agent through the gateway for its lifetime. A gateway of its own when none
 //! serves the store (stopped when the agent exits), the running one otherwise; the agent's exit
 //! code and signals pass through; the closing summary sums what the run's requests did.
-//! The real agents (Claude Code, Codex, Pi) under `ctxd run` are in tests/clients.
+//! The real agents (Claude Code, Codex, Pi) under `ctxd run` are in tests/clients; Gemini CLI
+//! is stood in for by a script named `gemini`.
 
 mod common;
 
@@ -110,14 +111,18 @@ fn the_gateway_already_serving_the_store_is_used() {
     let mut gw = common::serve(&store, &mock.base_url(), &[]);
     let out = ctxd()
         .args(["--store", store.to_str().unwrap(), "run", "--"])
-        .args(["sh", "-c", "echo \"$ANTHROPIC_BASE_URL $OPENAI_BASE_URL\""])
+        .args([
+            "sh",
+            "-c",
+            "echo \"$ANTHROPIC_BASE_URL $OPENAI_BASE_URL $GOOGLE_GEMINI_BASE_URL\"",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success());
     let url = format!("http://{}", gw.addr);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        format!("{url} {url}/v1")
+        format!("{url} {url}/v1 {url}")
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("no request went through ctxd"));
     let out = ctxd()
@@ -167,4 +172,108 @@ fn a_terminate_signal_reaches_the_agent_and_its_exit_code_comes_back() {
         .unwrap();
     assert!(killed.success());
     assert_eq!(child.wait().unwrap().code(), Some(42));
+}
+
+/// A stand-in for Gemini CLI (`gemini` on PATH): two turns of one conversation to
+/// `$GOOGLE_GEMINI_BASE_URL` as Gemini CLI sends them (its user agent, the key in
+/// `x-goog-api-key`), after checking that the user's key reached it untouched.
+const FAKE_GEMINI: &str = r#"#!/usr/bin/env python3
+import json, os, sys, urllib.request
+assert os.environ.get("GEMINI_API_KEY") == "AIza-run-test", "the user's key did not pass"
+base = os.environ["GOOGLE_GEMINI_BASE_URL"]
+print("base", base)
+contents = [{"role": "user", "parts": [{"text": "hello"}]}]
+for turn in range(2):
+    body = json.dumps({"contents": contents,
+                       "systemInstruction": {"role": "user", "parts": [{"text": "You are a CLI agent."}]}}).encode()
+    req = urllib.request.Request(base + "/v1beta/models/gemini-2.5-flash:generateContent", data=body,
+        headers={"content-type": "application/json", "x-goog-api-key": os.environ["GEMINI_API_KEY"],
+                 "user-agent": "GeminiCLI/0.61.0/gemini-2.5-flash (linux; x64; terminal)"})
+    answer = json.load(urllib.request.urlopen(req, timeout=30))
+    contents += [answer["candidates"][0]["content"], {"role": "user", "parts": [{"text": "and then?"}]}]
+print("gemini finished", " ".join(sys.argv[1:]))
+"#;
+
+#[test]
+fn gemini_cli_is_pointed_at_the_gateway_and_told_how_to_select_its_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let mock = MockServer::start_blocking(Config::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (home, bin) = (dir.path().join("home"), dir.path().join("bin"));
+    std::fs::create_dir_all(home.join(".gemini")).unwrap();
+    std::fs::create_dir_all(&bin).unwrap();
+    let gemini = bin.join("gemini");
+    std::fs::write(&gemini, FAKE_GEMINI).unwrap();
+    std::fs::set_permissions(&gemini, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let store = dir.path().join("gemini.db");
+    let run = |summary: bool| {
+        let mut cmd = common::ctxd_in(&home);
+        cmd.args(["--store", store.to_str().unwrap(), "run"]);
+        if !summary {
+            cmd.arg("--no-summary");
+        }
+        cmd.args(["gemini", "-p", "hi"])
+            .env("PATH", &path)
+            .env("GEMINI_API_KEY", "AIza-run-test")
+            .env("CTXD_UPSTREAM_GEMINI", mock.base_url())
+            .env_remove("GOOGLE_GEMINI_BASE_URL")
+            .env_remove("GEMINI_CLI_HOME")
+            // No system-wide settings of this machine's.
+            .env(
+                "GEMINI_CLI_SYSTEM_SETTINGS_PATH",
+                dir.path().join("system.json"),
+            )
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+
+    // No auth selected in its settings: the run says what to add, and where.
+    let out = run(true);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("gemini finished -p hi"), "{stdout}");
+    let base = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("base "))
+        .unwrap();
+    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
+    assert!(!base.trim_start_matches("http://").contains('/'), "{base}");
+    let settings = home.join(".gemini").join("settings.json");
+    assert!(
+        stderr.contains(&format!(
+            r#"add "security": {{"auth": {{"selectedType": "gemini-api-key"}}}} to {}"#,
+            settings.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("ctxd run: gemini-cli: 1 session, 2 turns, 2 requests; sent "),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("AIza-run-test"), "{stderr}");
+    assert_eq!(mock.requests().len(), 2, "both turns went upstream");
+    assert!(!settings.exists(), "the user's settings are not written");
+
+    // Selected: nothing to say.
+    std::fs::write(
+        &settings,
+        r#"{"security": {"auth": {"selectedType": "gemini-api-key"}}}"#,
+    )
+    .unwrap();
+    let out = run(false);
+    assert!(out.status.success());
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -29,7 +29,9 @@ pub fn key_from_query(uri: Uri, headers: &mut HeaderMap) -> Uri {
         return uri;
     }
     let mut key = None;
-    let mut kept = reqwest::Url::parse("http://h/").expect("a constant URL");
+    let Ok(mut kept) = reqwest::Url::parse("http://h/") else {
+        return uri;
+    };
     {
         let mut pairs = kept.query_pairs_mut();
         for (k, v) in query_pairs(&uri) {

@@ -159,8 +159,15 @@ pub fn agent(
     {
         return (Some(Agent::Codex), "codex".into());
     }
-    // Pi talks through the official JS SDKs and names its session in these hints.
-    if ua.contains("/JS ") {
+    // `GeminiCLI/0.61.0/<model> (...)`, `GeminiCLI-tui/...` in its terminal UI.
+    if ua.starts_with("GeminiCLI") {
+        return (Some(Agent::GeminiCli), "gemini-cli".into());
+    }
+    // Pi talks through the official JS SDKs (Google's: `google-genai-sdk/1.52.0 gl-node/v20`)
+    // and names its session in these hints (none on Gemini).
+    let js_sdk =
+        ua.contains("/JS ") || (ua.starts_with("google-genai-sdk/") && ua.contains(" gl-node/"));
+    if js_sdk {
         let opening = system.map(|s| &s[..s.len().min(SYSTEM_MARK_SPAN)]);
         if matches!(source, KeySource::PiHeader | KeySource::PromptCacheKey)
             || opening.is_some_and(|o| memchr::memmem::find(o, PI_SYSTEM_MARK).is_some())
@@ -254,6 +261,14 @@ mod tests {
             HeaderValue::from_static("codex_exec/0.171.0 (Debian)"),
         );
         assert_eq!(agent(&h, KeySource::Codex, None).1, "codex");
+        h.insert(
+            "user-agent",
+            HeaderValue::from_static("GeminiCLI-tui/0.61.0/gemini-2.5-pro (linux; x64; terminal)"),
+        );
+        assert_eq!(
+            agent(&h, KeySource::Fingerprint, None),
+            (Some(Agent::GeminiCli), "gemini-cli".into())
+        );
         h.insert("user-agent", HeaderValue::from_static("OpenAI/JS 6.26.0"));
         assert_eq!(agent(&h, KeySource::PiHeader, None).1, "pi");
         h.insert("user-agent", HeaderValue::from_static("OpenAI/Python 1.99"));
@@ -276,5 +291,17 @@ mod tests {
             HeaderValue::from_static("Anthropic/Python 0.60"),
         );
         assert_eq!(agent(&h, KeySource::Fingerprint, Some(pi)).1, "sdk");
+        // Pi on its Google provider: Google's JS SDK, the prompt in `systemInstruction`.
+        let pi_gemini = br#"{"role":"user","parts":[{"text":"You are an expert coding assistant operating inside pi, a coding agent harness."}]}"#;
+        h.insert(
+            "user-agent",
+            HeaderValue::from_static("google-genai-sdk/1.52.0 gl-node/v20.20.2"),
+        );
+        assert_eq!(agent(&h, KeySource::Fingerprint, Some(pi_gemini)).1, "pi");
+        h.insert(
+            "user-agent",
+            HeaderValue::from_static("google-genai-sdk/3.6.1 gl-python/3.11.7"),
+        );
+        assert_eq!(agent(&h, KeySource::Fingerprint, Some(pi_gemini)).1, "sdk");
     }
 }

@@ -1,7 +1,13 @@
 //! How `ctxd run` points each agent at the gateway without editing the user's own files:
-//! Claude Code and any other command through the environment (`ANTHROPIC_BASE_URL`,
-//! `OPENAI_BASE_URL`), Codex through `-c` overrides of its active provider, Pi through an
-//! extension file of ctxd's own (`-e`) that overrides its providers' base URLs.
+//! Claude Code, Gemini CLI and any other command through the environment
+//! (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`, `GOOGLE_GEMINI_BASE_URL`), Codex through `-c`
+//! overrides of its active provider, Pi through an extension file of ctxd's own (`-e`) that
+//! overrides its providers' base URLs (`/v1` for OpenAI's APIs, `/v1beta` for Google's).
+//!
+//! Gemini CLI with a base URL set needs `security.auth.selectedType` `"gemini-api-key"` in its
+//! settings (it has no flag or variable for it; without it, it takes the base URL for an auth
+//! type of its own and exits 41, "Invalid auth method selected"); its settings are read, and
+//! when they select no auth or another one, the run says what to change before it starts.
 //!
 //! Pure: the caller reads the environment and the agents' config files and hands their texts
 //! in, so every rule here is tested without a process or a home directory.
@@ -14,12 +20,14 @@ pub enum Agent {
     ClaudeCode,
     Codex,
     Pi,
-    /// Anything else: pointed at the gateway through both base-URL variables.
+    GeminiCli,
+    /// Anything else: pointed at the gateway through the three base-URL variables.
     Other,
 }
 
 impl Agent {
-    /// The agent a command runs, from its file name (`/usr/bin/claude`, `codex`, `pi`).
+    /// The agent a command runs, from its file name (`/usr/bin/claude`, `codex`, `pi`,
+    /// `gemini`).
     pub fn of(program: &OsStr) -> Agent {
         let name = std::path::Path::new(program)
             .file_name()
@@ -29,6 +37,7 @@ impl Agent {
             "claude" => Agent::ClaudeCode,
             "codex" => Agent::Codex,
             "pi" => Agent::Pi,
+            "gemini" => Agent::GeminiCli,
             _ => Agent::Other,
         }
     }
@@ -39,6 +48,7 @@ impl Agent {
             Agent::ClaudeCode => Some(ctxd_core::model::Agent::ClaudeCode),
             Agent::Codex => Some(ctxd_core::model::Agent::Codex),
             Agent::Pi => Some(ctxd_core::model::Agent::Pi),
+            Agent::GeminiCli => Some(ctxd_core::model::Agent::GeminiCli),
             Agent::Other => None,
         }
     }
@@ -48,6 +58,7 @@ impl Agent {
             Agent::ClaudeCode => "claude-code",
             Agent::Codex => "codex",
             Agent::Pi => "pi",
+            Agent::GeminiCli => "gemini-cli",
             Agent::Other => "command",
         }
     }
@@ -60,6 +71,7 @@ impl Agent {
 pub struct Priors {
     pub anthropic: Option<String>,
     pub openai: Option<String>,
+    pub gemini: Option<String>,
 }
 
 /// Everything read from outside for one agent.
@@ -69,11 +81,18 @@ pub struct Inputs<'a> {
     pub anthropic_base_url: Option<&'a str>,
     /// `OPENAI_BASE_URL` in ctxd's environment.
     pub openai_base_url: Option<&'a str>,
+    /// `GOOGLE_GEMINI_BASE_URL` in ctxd's environment.
+    pub gemini_base_url: Option<&'a str>,
     /// Codex's `config.toml`, when there is one.
     pub codex_config: Option<&'a str>,
     /// Pi's `models.json` and `settings.json`, when there are.
     pub pi_models: Option<&'a str>,
     pub pi_settings: Option<&'a str>,
+    /// Gemini CLI's settings files that exist, as (path, text), the one that wins first:
+    /// system settings, the workspace's, the user's, system defaults.
+    pub gemini_settings: &'a [(String, String)],
+    /// Where Gemini CLI keeps the user's settings (`~/.gemini/settings.json`), for the advice.
+    pub gemini_user_settings: &'a str,
 }
 
 /// How one agent is launched against the gateway.
@@ -83,9 +102,10 @@ pub struct Plan {
     /// Codex: the custom provider whose `base_url` is overridden (`None`: the built-in
     /// `openai`, pointed through `OPENAI_BASE_URL`).
     codex_provider: Option<String>,
-    /// Pi: providers to override, with whether each speaks Anthropic Messages (else OpenAI,
-    /// whose base URL ends in `/v1`).
-    pi_providers: Vec<(String, bool)>,
+    /// Pi: providers to override, with the API each speaks.
+    pi_providers: Vec<(String, PiApi)>,
+    /// What to tell the user before the agent starts (how to make its requests go through ctxd).
+    pub notes: Vec<String>,
 }
 
 /// A launch: arguments before the user's own, environment to set, and Pi's extension.
@@ -97,11 +117,23 @@ pub struct Launch {
     pub pi_extension: Option<String>,
 }
 
-/// APIs the gateway serves, as Pi names them: (name, is Anthropic Messages).
-const PI_SERVED_APIS: [(&str, bool); 3] = [
-    ("anthropic-messages", true),
-    ("openai-completions", false),
-    ("openai-responses", false),
+/// The served APIs' families as Pi's base URLs tell them apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PiApi {
+    /// The gateway's root.
+    Anthropic,
+    /// `/v1`.
+    OpenAi,
+    /// `/v1beta`: Pi's Google provider takes the version from its base URL.
+    Gemini,
+}
+
+/// APIs the gateway serves, as Pi names them.
+const PI_SERVED_APIS: [(&str, PiApi); 4] = [
+    ("anthropic-messages", PiApi::Anthropic),
+    ("openai-completions", PiApi::OpenAi),
+    ("openai-responses", PiApi::OpenAi),
+    ("google-generative-ai", PiApi::Gemini),
 ];
 
 impl Plan {
@@ -110,11 +142,20 @@ impl Plan {
         let mut plan = Plan::default();
         let env_anthropic = inputs.anthropic_base_url.map(str::to_owned);
         let env_openai = inputs.openai_base_url.map(str::to_owned);
+        let env_gemini = inputs.gemini_base_url.map(str::to_owned);
         match agent {
             Agent::ClaudeCode => plan.priors.anthropic = env_anthropic,
             Agent::Other => {
                 plan.priors.anthropic = env_anthropic;
                 plan.priors.openai = env_openai;
+                plan.priors.gemini = env_gemini;
+            }
+            Agent::GeminiCli => {
+                plan.priors.gemini = env_gemini;
+                plan.notes.extend(gemini_auth_note(
+                    inputs.gemini_settings,
+                    inputs.gemini_user_settings,
+                ));
             }
             Agent::Codex => match codex_provider(args, inputs.codex_config) {
                 Some((name, base_url)) => {
@@ -124,17 +165,26 @@ impl Plan {
                 None => plan.priors.openai = env_openai,
             },
             Agent::Pi => {
-                plan.pi_providers = vec![("anthropic".into(), true), ("openai".into(), false)];
-                if let Some((name, anthropic, base_url)) =
+                plan.pi_providers = vec![
+                    ("anthropic".into(), PiApi::Anthropic),
+                    ("openai".into(), PiApi::OpenAi),
+                    ("google".into(), PiApi::Gemini),
+                ];
+                if let Some((name, api, base_url)) =
                     pi_selected(args, inputs.pi_models, inputs.pi_settings)
                 {
-                    if anthropic {
-                        plan.priors.anthropic = base_url;
-                    } else {
-                        plan.priors.openai = base_url;
+                    match api {
+                        PiApi::Anthropic => plan.priors.anthropic = base_url,
+                        PiApi::OpenAi => plan.priors.openai = base_url,
+                        PiApi::Gemini => {
+                            plan.priors.gemini = base_url.map(|u| {
+                                let u = u.trim().trim_end_matches('/');
+                                u.strip_suffix("/v1beta").unwrap_or(u).to_owned()
+                            });
+                        }
                     }
                     plan.pi_providers.retain(|(n, _)| *n != name);
-                    plan.pi_providers.push((name, anthropic));
+                    plan.pi_providers.push((name, api));
                 }
             }
         }
@@ -151,7 +201,10 @@ impl Plan {
             Agent::Other => {
                 launch.env.push(("ANTHROPIC_BASE_URL", url.to_owned()));
                 launch.env.push(("OPENAI_BASE_URL", openai));
+                launch.env.push(("GOOGLE_GEMINI_BASE_URL", url.to_owned()));
             }
+            // The SDK inside appends `/v1beta/models/...`.
+            Agent::GeminiCli => launch.env.push(("GOOGLE_GEMINI_BASE_URL", url.to_owned())),
             Agent::Codex => match &self.codex_provider {
                 Some(name) => {
                     launch.leading_args.push("-c".into());
@@ -166,8 +219,13 @@ impl Plan {
                     "// Written by `ctxd run` for this run only: Pi's providers through ctxd.\n\
                      export default function (pi) {\n",
                 );
-                for (name, anthropic) in &self.pi_providers {
-                    let base = if *anthropic { url } else { openai.as_str() };
+                let gemini = format!("{url}/v1beta");
+                for (name, api) in &self.pi_providers {
+                    let base = match api {
+                        PiApi::Anthropic => url,
+                        PiApi::OpenAi => openai.as_str(),
+                        PiApi::Gemini => gemini.as_str(),
+                    };
                     let name = serde_json::to_string(name).unwrap_or_default();
                     let base = serde_json::to_string(base).unwrap_or_default();
                     text.push_str(&format!(
@@ -236,13 +294,13 @@ fn codex_provider(args: &[OsString], config: Option<&str>) -> Option<(String, Op
 }
 
 /// Pi's selected provider when it is one of `models.json` on an API the gateway serves:
-/// (name, speaks Anthropic Messages, its base URL). `--provider NAME` in the arguments, else
+/// (name, its API's family, its base URL). `--provider NAME` in the arguments, else
 /// `defaultProvider` in its settings.
 fn pi_selected(
     args: &[OsString],
     models: Option<&str>,
     settings: Option<&str>,
-) -> Option<(String, bool, Option<String>)> {
+) -> Option<(String, PiApi, Option<String>)> {
     let name = flag_value(args, "--provider").or_else(|| {
         let s: serde_json::Value = serde_json::from_str(settings?).ok()?;
         s.get("defaultProvider")?.as_str().map(str::to_owned)
@@ -250,12 +308,86 @@ fn pi_selected(
     let models: serde_json::Value = serde_json::from_str(models?).ok()?;
     let provider = models.get("providers")?.get(&name)?;
     let api = provider.get("api")?.as_str()?;
-    let (_, anthropic) = PI_SERVED_APIS.iter().find(|(a, _)| *a == api)?;
+    let (_, family) = PI_SERVED_APIS.iter().find(|(a, _)| *a == api)?;
     let base_url = provider
         .get("baseUrl")
         .and_then(|v| v.as_str())
         .map(str::to_owned);
-    Some((name, *anthropic, base_url))
+    Some((name, *family, base_url))
+}
+
+/// The auth Gemini CLI's settings select: (the file that says so, the type).
+fn gemini_selected_auth(files: &[(String, String)]) -> Option<(&str, String)> {
+    files.iter().find_map(|(path, text)| {
+        let settings: serde_json::Value = serde_json::from_str(&strip_json_comments(text)).ok()?;
+        let chosen = settings.pointer("/security/auth/selectedType")?.as_str()?;
+        Some((path.as_str(), chosen.to_owned()))
+    })
+}
+
+/// What the user must change for Gemini CLI's requests to go through ctxd, if anything: an
+/// API key is the only auth that talks to the Gemini API at a base URL of one's choosing.
+fn gemini_auth_note(files: &[(String, String)], user_settings: &str) -> Option<String> {
+    match gemini_selected_auth(files) {
+        Some((_, chosen)) if chosen == "gemini-api-key" => None,
+        Some((path, chosen)) => Some(format!(
+            "ctxd run: Gemini CLI signs in with \"{chosen}\" (security.auth.selectedType in \
+             {path}); only \"gemini-api-key\" talks to the Gemini API through ctxd: select it there \
+             (or pick \"Use Gemini API Key\" in its /auth dialog), with GEMINI_API_KEY set"
+        )),
+        None => Some(format!(
+            "ctxd run: Gemini CLI's settings select no auth: with a base URL set, `gemini -p` then \
+             exits 41 (\"Invalid auth method selected\") and the interactive CLI asks; to use \
+             GEMINI_API_KEY through ctxd, add \"security\": {{\"auth\": {{\"selectedType\": \
+             \"gemini-api-key\"}}}} to {user_settings} (or pick \"Use Gemini API Key\" in its /auth \
+             dialog), with GEMINI_API_KEY set"
+        )),
+    }
+}
+
+/// JSON with `//` and `/* */` comments (Gemini CLI's settings) as plain JSON.
+fn strip_json_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match c {
+                '\\' => out.extend(chars.next()),
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match (c, chars.peek()) {
+            ('"', _) => {
+                in_string = true;
+                out.push(c);
+            }
+            ('/', Some('/')) => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        out.push(c);
+                        break;
+                    }
+                }
+            }
+            ('/', Some('*')) => {
+                chars.next();
+                let mut last = ' ';
+                for c in chars.by_ref() {
+                    if last == '*' && c == '/' {
+                        break;
+                    }
+                    last = c;
+                }
+                out.push(' ');
+            }
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 /// An agent's base URL as the gateway's upstream origin: an OpenAI base URL ends in `/v1`,
@@ -279,6 +411,10 @@ mod tests {
         assert_eq!(Agent::of(OsStr::new("claude")), Agent::ClaudeCode);
         assert_eq!(Agent::of(OsStr::new("/opt/bin/codex")), Agent::Codex);
         assert_eq!(Agent::of(OsStr::new("pi")), Agent::Pi);
+        assert_eq!(
+            Agent::of(OsStr::new("/usr/local/bin/gemini")),
+            Agent::GeminiCli
+        );
         assert_eq!(Agent::of(OsStr::new("python3")), Agent::Other);
     }
 
@@ -309,6 +445,75 @@ mod tests {
         assert!(l
             .env
             .contains(&("OPENAI_BASE_URL", "http://127.0.0.1:9/v1".into())));
+        assert!(l
+            .env
+            .contains(&("GOOGLE_GEMINI_BASE_URL", "http://127.0.0.1:9".into())));
+    }
+
+    #[test]
+    fn gemini_cli_gets_its_base_url_and_advice_on_its_auth() {
+        let user = "/home/u/.gemini/settings.json";
+        let with = |files: &[(String, String)]| {
+            Plan::new(
+                Agent::GeminiCli,
+                &args(&["-p", "hi"]),
+                &Inputs {
+                    gemini_base_url: Some("https://proxy.corp/gemini/"),
+                    gemini_settings: files,
+                    gemini_user_settings: user,
+                    ..Inputs::default()
+                },
+            )
+        };
+        let file = |path: &str, text: &str| (path.to_owned(), text.to_owned());
+        let api_key = file(
+            user,
+            r#"{
+                // Comments are allowed, as Gemini CLI allows them.
+                "security": {"auth": {"selectedType": "gemini-api-key"}}, /* "x": "//" */
+                "ui": {"theme": "http://not-a-comment"}
+            }"#,
+        );
+        let plan = with(std::slice::from_ref(&api_key));
+        assert!(plan.notes.is_empty(), "{:?}", plan.notes);
+        assert_eq!(
+            plan.priors.gemini.as_deref(),
+            Some("https://proxy.corp/gemini/")
+        );
+        let l = plan.launch(Agent::GeminiCli, "http://127.0.0.1:9", OsStr::new("x"));
+        assert_eq!(
+            l.env,
+            vec![("GOOGLE_GEMINI_BASE_URL", "http://127.0.0.1:9".into())]
+        );
+        assert!(l.leading_args.is_empty() && l.pi_extension.is_none());
+
+        // No auth selected anywhere: the exact fix, in the user's settings.
+        let plan = with(&[file(user, r#"{"ui": {"hideTips": true}}"#)]);
+        assert_eq!(plan.notes.len(), 1);
+        let note = &plan.notes[0];
+        assert!(note.contains("exits 41"), "{note}");
+        assert!(
+            note.contains(&format!(
+                r#"add "security": {{"auth": {{"selectedType": "gemini-api-key"}}}} to {user}"#
+            )),
+            "{note}"
+        );
+        assert_eq!(with(&[]).notes.len(), 1);
+
+        // Another auth, in a file that wins over the user's: named, with where it is set.
+        let system = file(
+            "/etc/gemini-cli/settings.json",
+            r#"{"security": {"auth": {"selectedType": "oauth-personal"}}}"#,
+        );
+        let plan = with(&[system, api_key.clone()]);
+        let note = &plan.notes[0];
+        assert!(
+            note.contains(r#"signs in with "oauth-personal" (security.auth.selectedType in /etc/gemini-cli/settings.json)"#),
+            "{note}"
+        );
+        // A file that selects nothing does not hide the next one's choice.
+        let workspace = file("/repo/.gemini/settings.json", "{}");
+        assert!(with(&[workspace, api_key]).notes.is_empty());
     }
 
     const CODEX: &str = r#"
@@ -384,6 +589,29 @@ base_url = "http://127.0.0.1:5000/v1"
             .contains(r#"pi.registerProvider("openai", { baseUrl: "http://127.0.0.1:9/v1" });"#));
         assert!(text.contains(
             r#"pi.registerProvider("mock-openai", { baseUrl: "http://127.0.0.1:9/v1" });"#
+        ));
+        assert!(text.contains(
+            r#"pi.registerProvider("google", { baseUrl: "http://127.0.0.1:9/v1beta" });"#
+        ));
+        // A Google provider: its version stays in the base URL, out of the upstream.
+        let models = r#"{"providers": {"mock-google":
+            {"baseUrl": "http://127.0.0.1:4000/v1beta", "api": "google-generative-ai"}}}"#;
+        let inputs_google = Inputs {
+            pi_models: Some(models),
+            ..Inputs::default()
+        };
+        let plan = Plan::new(
+            Agent::Pi,
+            &args(&["--provider=mock-google"]),
+            &inputs_google,
+        );
+        assert_eq!(plan.priors.gemini.as_deref(), Some("http://127.0.0.1:4000"));
+        let text = plan
+            .launch(Agent::Pi, "http://127.0.0.1:9", OsStr::new("e"))
+            .pi_extension
+            .unwrap();
+        assert!(text.contains(
+            r#"pi.registerProvider("mock-google", { baseUrl: "http://127.0.0.1:9/v1beta" });"#
         ));
         // A provider on an API the gateway does not serve is left alone.
         let plan = Plan::new(Agent::Pi, &[], &inputs);

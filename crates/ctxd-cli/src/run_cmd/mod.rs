@@ -31,9 +31,9 @@ pub struct RunArgs {
     /// `<store>.run.log`).
     #[command(flatten)]
     pub serve: crate::serve_cmd::ServeArgs,
-    /// The agent and its arguments: `claude`, `codex`, `pi`, or any command (which gets
-    /// ANTHROPIC_BASE_URL and OPENAI_BASE_URL). Put `--` before it when its arguments could be
-    /// taken for ctxd's.
+    /// The agent and its arguments: `claude`, `codex`, `pi`, `gemini`, or any command (which
+    /// gets ANTHROPIC_BASE_URL, OPENAI_BASE_URL and GOOGLE_GEMINI_BASE_URL). Put `--` before it
+    /// when its arguments could be taken for ctxd's.
     #[arg(
         required = true,
         trailing_var_arg = true,
@@ -138,6 +138,19 @@ fn plan(agent: Agent, args: &[OsString]) -> Plan {
         .map(PathBuf::from)
         .unwrap_or_else(|| home.join(".pi").join("agent"));
     let (anthropic, openai) = (var("ANTHROPIC_BASE_URL"), var("OPENAI_BASE_URL"));
+    let gemini = var("GOOGLE_GEMINI_BASE_URL");
+    let gemini_user = var("GEMINI_CLI_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.clone())
+        .join(".gemini");
+    let gemini_user_settings = gemini_user.join("settings.json");
+    let gemini_settings: Vec<(String, String)> = match agent {
+        Agent::GeminiCli => gemini_settings_paths(&var, &gemini_user)
+            .into_iter()
+            .filter_map(|p| Some((p.display().to_string(), read(p)?)))
+            .collect(),
+        _ => Vec::new(),
+    };
     let (codex, pi_models, pi_settings) = match agent {
         Agent::Codex => (read(codex_home.join("config.toml")), None, None),
         Agent::Pi => (
@@ -153,11 +166,42 @@ fn plan(agent: Agent, args: &[OsString]) -> Plan {
         &Inputs {
             anthropic_base_url: anthropic.as_deref(),
             openai_base_url: openai.as_deref(),
+            gemini_base_url: gemini.as_deref(),
             codex_config: codex.as_deref(),
             pi_models: pi_models.as_deref(),
             pi_settings: pi_settings.as_deref(),
+            gemini_settings: &gemini_settings,
+            gemini_user_settings: &gemini_user_settings.display().to_string(),
         },
     )
+}
+
+/// Gemini CLI's settings files, the one that wins first: system settings, the workspace's
+/// (none when the working directory is the home Gemini CLI uses), the user's, system defaults.
+fn gemini_settings_paths(var: &dyn Fn(&str) -> Option<String>, user_dir: &Path) -> Vec<PathBuf> {
+    let system = var("GEMINI_CLI_SYSTEM_SETTINGS_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(if cfg!(target_os = "macos") {
+                "/Library/Application Support/GeminiCli/settings.json"
+            } else if cfg!(windows) {
+                "C:\\ProgramData\\gemini-cli\\settings.json"
+            } else {
+                "/etc/gemini-cli/settings.json"
+            })
+        });
+    let defaults = var("GEMINI_CLI_SYSTEM_DEFAULTS_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| system.with_file_name("system-defaults.json"));
+    let mut paths = vec![system];
+    if let Ok(cwd) = std::env::current_dir() {
+        if Some(cwd.as_path()) != user_dir.parent() {
+            paths.push(cwd.join(".gemini").join("settings.json"));
+        }
+    }
+    paths.push(user_dir.join("settings.json"));
+    paths.push(defaults);
+    paths
 }
 
 /// The settings of the gateway this run starts: `ctxd serve`'s, on a free loopback port unless
@@ -188,6 +232,12 @@ fn own_settings(
     ] {
         if let Some(prior) = prior.as_deref().filter(|_| upstream == default) {
             *upstream = agents::upstream_of(prior);
+        }
+    }
+    // A Gemini base URL has no version in it: the client's path adds `/v1beta`.
+    if let Some(prior) = plan.priors.gemini.as_deref() {
+        if settings.upstream_gemini == defaults.upstream_gemini {
+            settings.upstream_gemini = prior.trim().trim_end_matches('/').to_owned();
         }
     }
     settings.validate().map_err(anyhow::Error::msg)?;
@@ -240,6 +290,9 @@ async fn launch(
     let launch = plan.launch(agent, url, extension.as_os_str());
     if let Some(text) = &launch.pi_extension {
         std::fs::write(&extension, text)?;
+    }
+    for note in &plan.notes {
+        eprintln!("{note}");
     }
     let listening = signals::listen();
     let mut child = std::process::Command::new(program)

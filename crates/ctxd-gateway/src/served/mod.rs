@@ -104,13 +104,15 @@ impl Offer {
         if api == Api::Gemini && !self.is_empty() {
             out.extend_from_slice(b"{\"functionDeclarations\":[");
         }
+        let mut first = true;
         for (name, bytes) in rendered(api) {
             if !self.has(name) {
                 continue;
             }
-            if !out.is_empty() {
+            if !first {
                 out.push(b',');
             }
+            first = false;
             out.extend_from_slice(bytes);
         }
         if api == Api::Gemini && !self.is_empty() {
@@ -374,6 +376,18 @@ mod tests {
         assert_eq!(v["tools"][0]["function"]["name"], "notes_write");
         // The same bytes every time: the provider's tools prefix stays cached.
         assert_eq!(offer.render(Api::Chat), offer.render(Api::Chat));
+
+        // Gemini: ctxd's declarations as one more tool, after the client's.
+        let body = br#"{"contents":[],"tools":[{"functionDeclarations":[{"name":"read_file"}]}]}"#;
+        let req = ParsedRequest::parse(Api::Gemini, body).unwrap();
+        let ins = inject(&req, body, &offer, None).unwrap();
+        let mut out = body.to_vec();
+        out.splice(ins.at, ins.bytes);
+        let v: Value = serde_json::from_slice(&out)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
+        let ours = &v["tools"][1]["functionDeclarations"];
+        assert_eq!(ours[0]["name"], "notes_write");
+        assert_eq!(ours[1]["name"], "recall");
     }
 
     #[test]
