@@ -532,8 +532,10 @@ fn pair(items: Vec<Item<'_>>) -> (Vec<Item<'_>>, Vec<usize>) {
 
 /// The pairing rule: indices (ascending) of the items to leave out, found until nothing
 /// changes: assistant messages with a call that has no later result, and messages carrying a
-/// result whose call is not shown before it. Public for the report, which counts what
-/// [`Projector::finish`] would send.
+/// result whose call is not shown before it. A result answers the latest call of its id
+/// still unanswered before it: ids repeat where the API has none of its own (Gemini's are
+/// derived from what a call says, so two identical calls share one). Public for the report,
+/// which counts what [`Projector::finish`] would send.
 pub fn unpaired(items: &[Item<'_>]) -> Vec<usize> {
     // The tool ids each item carries, read once (item, is a call, id): the content blocks are
     // scattered over the heap, and this runs on every request the gateway plans.
@@ -559,26 +561,23 @@ pub fn unpaired(items: &[Item<'_>]) -> Vec<usize> {
     let mut alive = vec![true; items.len()];
     let mut dropped = Vec::new();
     loop {
-        let shown = || ids.iter().filter(|(at, _, _)| alive[*at]);
         // FxHash: SipHash on the ids was a fifth of `ctxd eval`'s time in this function.
-        let mut calls: FxHashMap<&str, usize> =
+        // Per id, the items of its calls still waiting for a result, in order.
+        let mut waiting: FxHashMap<&str, Vec<usize>> =
             FxHashMap::with_capacity_and_hasher(ids.len(), Default::default());
-        let mut results: FxHashMap<&str, usize> =
-            FxHashMap::with_capacity_and_hasher(ids.len(), Default::default());
-        for &(at, is_call, id) in shown() {
-            let first = if is_call { &mut calls } else { &mut results };
-            first.entry(id).or_insert(at);
+        let mut broken: Vec<usize> = Vec::new();
+        for &(at, is_call, id) in ids.iter().filter(|(at, _, _)| alive[*at]) {
+            let calls = waiting.entry(id).or_default();
+            if is_call {
+                calls.push(at);
+            } else if calls.last().is_some_and(|&c| c < at) {
+                calls.pop();
+            } else {
+                broken.push(at);
+            }
         }
-        let mut broken: Vec<usize> = shown()
-            .filter(|&&(at, is_call, id)| {
-                if is_call {
-                    results.get(id).is_none_or(|&r| r <= at)
-                } else {
-                    calls.get(id).is_none_or(|&c| c >= at)
-                }
-            })
-            .map(|&(at, _, _)| at)
-            .collect();
+        broken.extend(waiting.into_values().flatten());
+        broken.sort_unstable();
         if broken.is_empty() {
             dropped.sort_unstable();
             return dropped;
@@ -786,5 +785,52 @@ mod tests {
         let p = project(&s, &active_branch(&s));
         assert_eq!(entry_ids(&s, &p.items), vec!["c", "b", "d"]);
         assert_eq!(p.compactions, vec![2]);
+    }
+
+    #[test]
+    fn a_result_answers_the_latest_call_of_its_id_before_it() {
+        let call = || {
+            EntryKind::Message(Message::new(
+                Role::Assistant,
+                vec![ContentBlock::ToolCall {
+                    id: "~ls~same".into(),
+                    name: "ls".into(),
+                    arguments: serde_json::json!({}),
+                }],
+            ))
+        };
+        let result = || {
+            EntryKind::Message(Message::new(
+                Role::User,
+                vec![ContentBlock::ToolResult {
+                    call_id: "~ls~same".into(),
+                    tool_name: Some("ls".into()),
+                    content: vec![ContentBlock::text("a")],
+                    is_error: false,
+                }],
+            ))
+        };
+        let mut s = Session::default();
+        push(&mut s, "u", msg("list"));
+        push(&mut s, "c1", call());
+        push(&mut s, "r1", result());
+        push(&mut s, "u2", msg("again"));
+        push(&mut s, "c2", call());
+        push(&mut s, "r2", result());
+        let p = project_checked(&s, &active_branch(&s)).unwrap();
+        assert_eq!(
+            entry_ids(&s, &p.items),
+            ["u", "c1", "r1", "u2", "c2", "r2"],
+            "two identical calls, each answered"
+        );
+        // A call left unanswered before the same call answered: the unanswered one goes.
+        let mut s = Session::default();
+        push(&mut s, "u", msg("list"));
+        push(&mut s, "c1", call());
+        push(&mut s, "u2", msg("again"));
+        push(&mut s, "c2", call());
+        push(&mut s, "r2", result());
+        let p = project_checked(&s, &active_branch(&s)).unwrap();
+        assert_eq!(entry_ids(&s, &p.items), ["u", "u2", "c2", "r2"]);
     }
 }

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use ctxd_core::model::{Agent, ContentBlock, Entry, EntryKind, Message, Role, Session, WireApi};
-use ctxd_formats::wire::{anthropic, openai_chat, openai_responses, Request};
+use ctxd_formats::wire::{anthropic, gemini, openai_chat, openai_responses, Request};
 use ctxd_formats::{import_path, Format};
 use serde_json::Value;
 
@@ -58,6 +58,8 @@ fn api_of_path(path: &str) -> WireApi {
         WireApi::AnthropicMessages
     } else if path.contains("/chat/completions") {
         WireApi::OpenaiChat
+    } else if path.contains(":generateContent") || path.contains(":streamGenerateContent") {
+        WireApi::GeminiGenerateContent
     } else {
         WireApi::OpenaiResponses
     }
@@ -68,6 +70,7 @@ fn parse(api: WireApi, body: &Value) -> Request {
         WireApi::AnthropicMessages => anthropic::request(body),
         WireApi::OpenaiChat => openai_chat::request(body),
         WireApi::OpenaiResponses => openai_responses::request(body),
+        WireApi::GeminiGenerateContent => gemini::request(body, None),
     }
 }
 

@@ -263,13 +263,24 @@ mod tests {
 
     #[test]
     fn a_gemini_path_names_its_model_and_action() {
-        let t = GeminiTarget::of_path("/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse&key=k")
-            .unwrap();
-        assert_eq!((t.model, t.action), ("gemini-2.5-pro", "streamGenerateContent"));
+        let t = GeminiTarget::of_path(
+            "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse&key=k",
+        )
+        .unwrap();
+        assert_eq!(
+            (t.model, t.action),
+            ("gemini-2.5-pro", "streamGenerateContent")
+        );
         assert!(t.is_conversation());
-        assert!(gemini_wants_sse("/v1beta/models/m:streamGenerateContent?alt=sse&key=k"));
-        assert!(!gemini_wants_sse("/v1beta/models/m:streamGenerateContent?key=alt=sse"));
+        assert!(gemini_wants_sse(
+            "/v1beta/models/m:streamGenerateContent?alt=sse&key=k"
+        ));
+        assert!(!gemini_wants_sse(
+            "/v1beta/models/m:streamGenerateContent?key=alt=sse"
+        ));
         assert_eq!(GeminiTarget::of_path("/v1beta/models"), None);
-        assert!(!GeminiTarget::of_path("/v1beta/models/m:countTokens").unwrap().is_conversation());
+        assert!(!GeminiTarget::of_path("/v1beta/models/m:countTokens")
+            .unwrap()
+            .is_conversation());
     }
 }

@@ -69,9 +69,10 @@ mod tests {
     #[test]
     fn the_query_key_becomes_the_header_and_leaves_the_path() {
         let mut headers = HeaderMap::new();
-        let uri: Uri = "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse&key=AIza%2Bsecret"
-            .parse()
-            .unwrap();
+        let uri: Uri =
+            "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse&key=AIza%2Bsecret"
+                .parse()
+                .unwrap();
         let out = key_from_query(uri, &mut headers);
         assert_eq!(
             out.path_and_query().unwrap().as_str(),
@@ -87,6 +88,9 @@ mod tests {
         assert_eq!(headers[HEADER], "from-header");
 
         let untouched: Uri = "/v1beta/models/m:generateContent?alt=sse".parse().unwrap();
-        assert_eq!(key_from_query(untouched.clone(), &mut HeaderMap::new()), untouched);
+        assert_eq!(
+            key_from_query(untouched.clone(), &mut HeaderMap::new()),
+            untouched
+        );
     }
 }

@@ -1034,8 +1034,7 @@ async fn forward(
                         .map(|r| r.map_err(|e| e.without_url().to_string())),
                 ),
             };
-            return relay_stream(api, framing, status, out_headers, body, completion, waited)
-                .await;
+            return relay_stream(api, framing, status, out_headers, body, completion, waited).await;
         }
 
         let answer = match resp.bytes().await {

@@ -746,8 +746,9 @@ impl Relay {
                 self.end(Outcome::Failed);
                 self.parser.is_sse().then(|| {
                     Bytes::from(
-                        self.api
-                            .sse_error_event("ctxd: the upstream response ended before it completed"),
+                        self.api.sse_error_event(
+                            "ctxd: the upstream response ended before it completed",
+                        ),
                     )
                 })
             }

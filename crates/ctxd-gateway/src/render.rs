@@ -395,7 +395,10 @@ mod tests {
         assert_eq!(r[0]["type"], "function_call_output");
         let g = elements(Api::Gemini, &result);
         assert_eq!(g[0]["role"], "user");
-        assert_eq!(g[0]["parts"][0]["functionResponse"]["response"]["output"], "[distilled]");
+        assert_eq!(
+            g[0]["parts"][0]["functionResponse"]["response"]["output"],
+            "[distilled]"
+        );
         let text = elements(Api::Responses, &messages[0]);
         assert_eq!(
             hash::message(&Api::Responses.parse_element(&text[0])),

@@ -91,8 +91,8 @@ fn gemini_array(req: &ParsedRequest, body: &[u8], parts: &[Part]) -> Vec<u8> {
             ),
         }
     }
-    let mut out = Vec::with_capacity(body.len() + 1024);
-    out.push(b'[');
+    let mut contents: Vec<(String, std::borrow::Cow<'_, [u8]>)> =
+        Vec::with_capacity(elements.len());
     let mut k = 0;
     while k < elements.len() {
         let role = gemini_role(&elements[k]);
@@ -100,11 +100,8 @@ fn gemini_array(req: &ParsedRequest, body: &[u8], parts: &[Part]) -> Vec<u8> {
         while end < elements.len() && gemini_role(&elements[end]) == role {
             end += 1;
         }
-        if k > 0 {
-            out.push(b',');
-        }
         if end - k == 1 {
-            out.extend_from_slice(&elements[k]);
+            contents.push((role, std::mem::take(&mut elements[k])));
         } else {
             let merged: Vec<serde_json::Value> = elements[k..end]
                 .iter()
@@ -115,12 +112,74 @@ fn gemini_array(req: &ParsedRequest, body: &[u8], parts: &[Part]) -> Vec<u8> {
                 })
                 .collect();
             let content = serde_json::json!({"role": role, "parts": merged});
-            out.extend_from_slice(content.to_string().as_bytes());
+            contents.push((role, content.to_string().into_bytes().into()));
         }
         k = end;
     }
+    for k in 1..contents.len() {
+        if contents[k - 1].0 == "model" && contents[k].0 == "user" {
+            if let Some(fixed) = gemini_response_ids(&contents[k - 1].1, &contents[k].1) {
+                contents[k].1 = fixed.into();
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(body.len() + 1024);
+    out.push(b'[');
+    for (i, (_, bytes)) in contents.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(bytes);
+    }
     out.push(b']');
     out
+}
+
+/// `answers` with each `functionResponse`'s `id` made the one of the call it answers in
+/// `calls` (matched by name, in order): a response ctxd wrote back (an edited result) carries
+/// none, while the client may have put its own on the call. `None`: nothing to change.
+fn gemini_response_ids(calls: &[u8], answers: &[u8]) -> Option<Vec<u8>> {
+    use memchr::memmem::find;
+    use serde_json::Value;
+    find(calls, b"\"functionCall\"")?;
+    find(answers, b"\"functionResponse\"")?;
+    let calls: Value = serde_json::from_slice(calls).ok()?;
+    let mut answers: Value = serde_json::from_slice(answers).ok()?;
+    let mut pending: Vec<(&str, Option<&Value>, bool)> = calls["parts"]
+        .as_array()?
+        .iter()
+        .filter_map(|p| p.get("functionCall"))
+        .map(|c| (c["name"].as_str().unwrap_or_default(), c.get("id"), false))
+        .collect();
+    let mut changed = false;
+    for part in answers.get_mut("parts")?.as_array_mut()? {
+        let Some(response) = part
+            .get_mut("functionResponse")
+            .and_then(Value::as_object_mut)
+        else {
+            continue;
+        };
+        let name = response
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some(call) = pending.iter_mut().find(|(n, _, used)| !used && *n == name) else {
+            continue;
+        };
+        call.2 = true;
+        match call.1 {
+            Some(id) if response.get("id") != Some(id) => {
+                response.insert("id".into(), id.clone());
+                changed = true;
+            }
+            None if response.contains_key("id") => {
+                response.remove("id");
+                changed = true;
+            }
+            _ => {}
+        }
+    }
+    changed.then(|| answers.to_string().into_bytes())
 }
 
 /// A content's role as the API reads it (`user` when absent).

@@ -31,6 +31,10 @@ fn element(api: Api, i: usize, text: &str, cache: bool) -> Value {
             };
             json!({"type": "message", "role": role, "content": [{"type": kind, "text": text}]})
         }
+        Api::Gemini => {
+            let role = if role == "user" { "user" } else { "model" };
+            json!({"role": role, "parts": [{"text": text}]})
+        }
     }
 }
 
@@ -40,16 +44,17 @@ fn body(api: Api, texts: &[String], cache_at: Option<usize>) -> Vec<u8> {
         .enumerate()
         .map(|(i, t)| element(api, i, t, cache_at == Some(i)))
         .collect();
-    let key = if api == Api::Responses {
-        "input"
-    } else {
-        "messages"
-    };
+    let key = api.array_field();
     serde_json::to_vec(&json!({"model": "m", key: els, "stream": false})).unwrap()
 }
 
 fn api() -> impl Strategy<Value = Api> {
-    prop_oneof![Just(Api::Anthropic), Just(Api::Chat), Just(Api::Responses)]
+    prop_oneof![
+        Just(Api::Anthropic),
+        Just(Api::Chat),
+        Just(Api::Responses),
+        Just(Api::Gemini)
+    ]
 }
 
 proptest! {

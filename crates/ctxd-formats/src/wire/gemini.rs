@@ -2,15 +2,20 @@
 //! `tools.functionDeclarations`, `usageMetadata`.
 //!
 //! Gemini pairs a `functionResponse` with its `functionCall` by name and order, in the content
-//! right after the call; an `id` is optional on both and often on one side only (the API
-//! leaves calls without one, Gemini CLI puts its own on the response). So a call without an
-//! `id` gets one derived from what it says ([`derived_call_id`]), and a response takes the id
-//! of the call it answers when the content before it is known ([`content_after`]).
+//! right after the call. An `id` is optional and clients disagree on it: the API sends calls
+//! without one, Gemini CLI adds its own to the call it echoes and to its response, Pi and the
+//! SDKs send none. So the session model's ids are ctxd's own, derived from what a call says
+//! ([`derived_call_id`]), whatever `id` the part carries: the call read from the provider's
+//! response and the same call echoed by any client are one message. A response takes the id of
+//! the call it answers when the content before it is known ([`content_after`]). The parts'
+//! own ids stay in the client's bytes, which go upstream unchanged.
 //!
 //! A `thoughtSignature` rides on the part it belongs to (a function call, a text, a thought).
 //! In the session model it becomes a hidden [`ContentBlock::Thinking`] right before that part,
-//! so a message written back in Gemini's shape carries it on the same part again. Elements the gateway does not change go upstream as the
-//! client's bytes, signatures and all.
+//! so a message written back in Gemini's shape carries it on the same part again. A thought
+//! part (`thought: true`) is output only: the API does not need it back (it validates the
+//! signatures on function calls), and Gemini CLI does not echo it. The model's raw bytes keep
+//! it; the conversation does not, so every client's echo reads as the message recorded.
 
 use serde_json::Value;
 
@@ -19,8 +24,8 @@ use ctxd_core::model::{ContentBlock, Message, Role, ToolDef, Usage};
 use super::{json_text, Request};
 use crate::util::{image_from_base64, image_from_url, str_field, string_field, u64_field};
 
-/// The prefix of an id ctxd derived for a call or response that had none. Such an id is never
-/// sent to a provider: written back, the part goes without an `id`, as it came.
+/// The prefix of the ids ctxd derives. Such an id is never sent to a provider: written back,
+/// a part goes without an `id`.
 pub const DERIVED_ID_PREFIX: &str = "~";
 
 /// Whether `id` was derived by ctxd rather than sent by the client or the provider.
@@ -55,15 +60,10 @@ pub fn call_ids(content: &Value) -> Vec<(String, String)> {
         };
         let name = string_field(call, "name").unwrap_or_default();
         let args = call.get("args").cloned().unwrap_or(Value::Null);
-        let id = match non_empty(call, "id") {
-            Some(id) => id,
-            None => {
-                let key = (name.clone(), args.to_string());
-                let rank = seen.iter().filter(|k| **k == key).count();
-                seen.push(key);
-                derived_call_id(&name, &args, rank)
-            }
-        };
+        let key = (name.clone(), args.to_string());
+        let rank = seen.iter().filter(|k| **k == key).count();
+        seen.push(key);
+        let id = derived_call_id(&name, &args, rank);
         out.push((name, id));
     }
     out
@@ -112,15 +112,10 @@ pub fn content_after(previous: Option<&Value>, c: &Value) -> Message {
         if let Some(call) = part.get("functionCall") {
             let name = string_field(call, "name").unwrap_or_default();
             let args = call.get("args").cloned().unwrap_or(Value::Null);
-            let id = match non_empty(call, "id") {
-                Some(id) => id,
-                None => {
-                    let key = (name.clone(), args.to_string());
-                    let rank = call_rank.iter().filter(|k| **k == key).count();
-                    call_rank.push(key);
-                    derived_call_id(&name, &args, rank)
-                }
-            };
+            let key = (name.clone(), args.to_string());
+            let rank = call_rank.iter().filter(|k| **k == key).count();
+            call_rank.push(key);
+            let id = derived_call_id(&name, &args, rank);
             blocks.push(ContentBlock::ToolCall {
                 id,
                 name,
@@ -136,9 +131,7 @@ pub fn content_after(previous: Option<&Value>, c: &Value) -> Message {
                     *done = true;
                     id.clone()
                 });
-            let call_id = matched
-                .or_else(|| non_empty(response, "id"))
-                .unwrap_or_else(|| format!("{DERIVED_ID_PREFIX}{name}"));
+            let call_id = matched.unwrap_or_else(|| format!("{DERIVED_ID_PREFIX}{name}"));
             blocks.push(function_response(response, call_id, name));
         } else if let Some(block) = data_part(part) {
             blocks.push(block);
@@ -154,14 +147,10 @@ fn is_thought(part: &Value) -> bool {
 /// A part that is neither a call nor a response. `None` for an empty text that only carried a
 /// signature (the signature is already a block of its own).
 fn data_part(part: &Value) -> Option<ContentBlock> {
+    if is_thought(part) {
+        return None;
+    }
     if let Some(text) = str_field(part, "text") {
-        if is_thought(part) {
-            return Some(ContentBlock::Thinking {
-                thinking: text.to_owned(),
-                signature: non_empty(part, "thoughtSignature"),
-                redacted: false,
-            });
-        }
         if text.is_empty() && part.get("thoughtSignature").is_some() {
             return None;
         }
@@ -237,14 +226,16 @@ pub fn tools(v: &Value) -> Vec<ToolDef> {
     let mut out = Vec::new();
     for tool in v.as_array().into_iter().flatten() {
         match tool.get("functionDeclarations").and_then(Value::as_array) {
-            Some(decls) => out.extend(decls.iter().map(|d| ToolDef {
-                name: string_field(d, "name").unwrap_or_default(),
-                description: string_field(d, "description").unwrap_or_default(),
-                schema: d
-                    .get("parametersJsonSchema")
-                    .or_else(|| d.get("parameters"))
-                    .cloned()
-                    .unwrap_or(Value::Null),
+            Some(decls) => out.extend(decls.iter().map(|d| {
+                ToolDef {
+                    name: string_field(d, "name").unwrap_or_default(),
+                    description: string_field(d, "description").unwrap_or_default(),
+                    schema: d
+                        .get("parametersJsonSchema")
+                        .or_else(|| d.get("parameters"))
+                        .cloned()
+                        .unwrap_or(Value::Null),
+                }
             })),
             None => out.push(ToolDef {
                 name: tool
@@ -336,10 +327,11 @@ mod tests {
             })
             .collect();
         assert_eq!(results, vec![(ids[0], false), (ids[1], true)]);
-        // Without the call before it, a response keeps its own id.
-        let alone = content(&answer);
-        assert!(matches!(&alone.content[0],
-            ContentBlock::ToolResult { call_id, .. } if call_id == "cli-1"));
+        // The ids the parts carry are not the model's: an echo with Gemini CLI's own reads as
+        // the call the provider sent.
+        let mut echoed = call.clone();
+        echoed["parts"][0]["functionCall"]["id"] = json!("read_file_1_0");
+        assert_eq!(content(&echoed), m);
     }
 
     #[test]
@@ -362,20 +354,22 @@ mod tests {
     #[test]
     fn thoughts_text_and_media() {
         let m = content(&json!({"role": "model", "parts": [
+            {"text": "unsigned summary", "thought": true},
             {"text": "planning", "thought": true, "thoughtSignature": "s1"},
             {"text": "answer"},
             {"text": "", "thoughtSignature": "s2"},
             {"inlineData": {"mimeType": "image/png", "data": "AAAA"}},
             {"executableCode": {"language": "PYTHON", "code": "1"}}
         ]}));
-        assert!(matches!(&m.content[0],
-            ContentBlock::Thinking { thinking, signature: Some(s), redacted: false } if thinking == "planning" && s == "s1"));
-        assert_eq!(m.content[1], ContentBlock::text("answer"));
-        assert!(matches!(&m.content[2],
+        // Thought parts are output only, signed or not.
+        assert_eq!(m.content[0], ContentBlock::text("answer"));
+        assert!(matches!(&m.content[1],
             ContentBlock::Thinking { redacted: true, signature: Some(s), .. } if s == "s2"));
-        assert!(matches!(&m.content[3], ContentBlock::Image(_)));
-        assert!(matches!(&m.content[4], ContentBlock::Text { text } if text.contains("executableCode")));
-        assert_eq!(m.content.len(), 5);
+        assert!(matches!(&m.content[2], ContentBlock::Image(_)));
+        assert!(
+            matches!(&m.content[3], ContentBlock::Text { text } if text.contains("executableCode"))
+        );
+        assert_eq!(m.content.len(), 4);
     }
 
     #[test]
@@ -393,8 +387,10 @@ mod tests {
         let names: Vec<&str> = r.tools.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["read_file", "ls", "googleSearch"]);
         assert_eq!(r.messages.len(), 1);
-        let u = usage(&json!({"promptTokenCount": 120, "cachedContentTokenCount": 100,
-            "candidatesTokenCount": 5, "thoughtsTokenCount": 7, "totalTokenCount": 132}));
+        let u = usage(
+            &json!({"promptTokenCount": 120, "cachedContentTokenCount": 100,
+            "candidatesTokenCount": 5, "thoughtsTokenCount": 7, "totalTokenCount": 132}),
+        );
         assert_eq!((u.input, u.cache_read, u.output), (20, 100, 12));
         assert_eq!(u.prompt_tokens(), 120);
     }

@@ -378,7 +378,10 @@ impl Splicer {
             .is_some_and(|p| !p.is_empty());
         if has_parts {
             let mut now = v.clone();
-            if let Some(c) = now.pointer_mut("/candidates/0").and_then(Value::as_object_mut) {
+            if let Some(c) = now
+                .pointer_mut("/candidates/0")
+                .and_then(Value::as_object_mut)
+            {
                 c.remove("finishReason");
             }
             if let Some(o) = now.as_object_mut() {

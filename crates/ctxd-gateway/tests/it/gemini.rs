@@ -48,14 +48,53 @@ fn user(text: &str) -> Value {
     json!({"role": "user", "parts": [{"text": text}]})
 }
 
-/// The client's answer to each call of a model content, as Gemini CLI sends it.
+/// How a client echoes the model's content: as it came (Pi, the SDKs), or as Gemini CLI does,
+/// without the thought parts and with its own id on each call (and on the response).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Echo {
+    AsReceived,
+    GeminiCli,
+}
+
+impl Echo {
+    fn content(self, model: &Value, turn: usize) -> Value {
+        if self == Echo::AsReceived {
+            return model.clone();
+        }
+        let parts: Vec<Value> = model["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p.get("thought") != Some(&json!(true)))
+            .enumerate()
+            .map(|(i, p)| {
+                let mut p = p.clone();
+                if let Some(call) = p.get_mut("functionCall") {
+                    let name = call["name"].as_str().unwrap().to_owned();
+                    call["id"] = json!(format!("{name}_{turn}00{i}_0"));
+                }
+                p
+            })
+            .collect();
+        json!({"role": "model", "parts": parts})
+    }
+}
+
+/// The client's answer to each call of a model content (with the call's id when it has one).
 fn answers(model: &Value, output: &str) -> Value {
     let parts: Vec<Value> = model["parts"]
         .as_array()
         .unwrap()
         .iter()
         .filter_map(|p| p.get("functionCall"))
-        .map(|c| json!({"functionResponse": {"name": c["name"], "response": {"output": output}}}))
+        .map(|c| {
+            let mut r =
+                json!({"functionResponse": {"name": c["name"], "response": {"output": output}}});
+            if let Some(id) = c.get("id") {
+                r["functionResponse"]["id"] = id.clone();
+            }
+            r
+        })
         .collect();
     assert!(!parts.is_empty(), "no call in {model}");
     json!({"role": "user", "parts": parts})
@@ -131,7 +170,10 @@ async fn with_nothing_to_change_the_bytes_pass_and_the_session_is_recorded() {
         let mut contents = vec![user("What is in this directory?")];
         let (_, model) = turn(&rig, &contents, stream).await;
         // The mock signs its calls: the client sends the signature back on the same part.
-        assert!(model["parts"][0].get("thoughtSignature").is_some(), "{model}");
+        assert!(
+            model["parts"][0].get("thoughtSignature").is_some(),
+            "{model}"
+        );
         contents.push(model.clone());
         contents.push(answers(&model, "README.md\nsrc"));
         let sent = body(&contents);
@@ -143,8 +185,17 @@ async fn with_nothing_to_change_the_bytes_pass_and_the_session_is_recorded() {
         assert_eq!(got[1].body.as_ref(), &sent[..], "stream={stream}");
         assert!(got.iter().all(|r| r.refused.is_none()));
         assert_eq!(got[1].header("x-goog-api-key"), Some("AIza-test-key"));
-        assert_eq!(got[1].route(), format!("/v1beta/models/{MODEL}:{}",
-            if stream { "streamGenerateContent" } else { "generateContent" }));
+        assert_eq!(
+            got[1].route(),
+            format!(
+                "/v1beta/models/{MODEL}:{}",
+                if stream {
+                    "streamGenerateContent"
+                } else {
+                    "generateContent"
+                }
+            )
+        );
     }
     let stored = rig.stored().await;
     let sessions = stored.sessions();
@@ -161,8 +212,7 @@ async fn with_nothing_to_change_the_bytes_pass_and_the_session_is_recorded() {
                     ContentBlock::ToolCall { id, .. } => calls.push(id.clone()),
                     ContentBlock::ToolResult { call_id, .. } => results.push(call_id.clone()),
                     ContentBlock::Thinking {
-                        signature: Some(_),
-                        ..
+                        signature: Some(_), ..
                     } if m.role == Role::Assistant => signatures += 1,
                     _ => {}
                 }
@@ -274,7 +324,9 @@ async fn count_tokens_and_the_model_list_are_relayed_and_errors_are_googles() {
     // The Python SDK's default version.
     let (status, _) = crate::support::get(&rig, &format!("/v1/models/{MODEL}"), &HEADERS).await;
     assert_eq!(status, 200);
-    let resp = rig.post(&path(false), &HEADERS, b"{not json".to_vec()).await;
+    let resp = rig
+        .post(&path(false), &HEADERS, b"{not json".to_vec())
+        .await;
     assert_eq!(resp.status(), 400);
     let e: Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
     assert_eq!(e["error"]["code"], 400);
@@ -283,13 +335,48 @@ async fn count_tokens_and_the_model_list_are_relayed_and_errors_are_googles() {
 }
 
 #[tokio::test]
+async fn two_identical_calls_are_two_exchanges() {
+    let rig = Rig::with(Config::default(), |s| {
+        s.management.tools = ToolsSetting::None
+    })
+    .await;
+    let script = rig.mock.script();
+    let mut contents = vec![user("List the files.")];
+    for round in 0..2 {
+        script.push(Reply::tool_call(
+            "run_shell_command",
+            json!({"command": "ls"}),
+        ));
+        script.push(Reply::text("done"));
+        let (_, call) = turn(&rig, &contents, round == 1).await;
+        contents.push(call.clone());
+        contents.push(answers(&call, "README.md"));
+        let (_, done) = turn(&rig, &contents, false).await;
+        contents.push(done);
+        contents.push(user("Now list them once more."));
+    }
+    let bodies = accepted(&rig);
+    assert_eq!(bodies.len(), 4);
+    let last = &bodies[3]["contents"];
+    let calls = last
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c.to_string().contains("functionCall"))
+        .count();
+    assert_eq!(calls, 2, "both calls go upstream: {last}");
+}
+
+#[tokio::test]
 async fn ctxd_tools_run_in_hidden_rounds_and_a_reset_lands_mid_loop() {
-    for stream in [false, true] {
-        hidden_rounds(stream).await;
+    for echo in [Echo::AsReceived, Echo::GeminiCli] {
+        for stream in [false, true] {
+            hidden_rounds(stream, echo).await;
+        }
     }
 }
 
-async fn hidden_rounds(stream: bool) {
+async fn hidden_rounds(stream: bool, echo: Echo) {
     let config = Config {
         reasoning: Reasoning::Always,
         ..Config::default()
@@ -321,6 +408,7 @@ async fn hidden_rounds(stream: bool) {
         .collect();
     assert_eq!(names, ["run_shell_command"], "stream={stream}: {m1}");
     assert!(ctxd_core::text::message_text(&a1.elements[0].message).contains("Noting the plan."));
+    let m1 = echo.content(&m1, 1);
     contents.push(m1.clone());
     contents.push(answers(&m1, "test failed: OLD-WINDOW-OUTPUT"));
 
@@ -339,17 +427,23 @@ async fn hidden_rounds(stream: bool) {
             _ => None,
         })
         .collect();
-    assert_eq!(answer, ["Back on track."], "stream={stream}");
+    assert_eq!(answer, ["Back on track."], "stream={stream} {echo:?}");
 
     let bodies = accepted(&rig);
-    assert_eq!(bodies.len(), 5, "stream={stream}: one request per round");
+    assert_eq!(
+        bodies.len(),
+        5,
+        "stream={stream} {echo:?}: one request per round"
+    );
     for (i, b) in bodies.iter().enumerate() {
         let r = roles(b);
         assert_eq!(r.first().map(String::as_str), Some("user"), "{i}: {r:?}");
         assert_eq!(r.last().map(String::as_str), Some("user"), "{i}: {r:?}");
         assert!(r.windows(2).all(|w| w[0] != w[1]), "{i}: roles {r:?}");
         // The client's system prompt, and ctxd's tools beside the client's.
-        assert!(b["systemInstruction"].to_string().contains("You are a coding agent."));
+        assert!(b["systemInstruction"]
+            .to_string()
+            .contains("You are a coding agent."));
         let declared: Vec<&str> = b["tools"]
             .as_array()
             .unwrap()
@@ -369,13 +463,19 @@ async fn hidden_rounds(stream: bool) {
         .flat_map(|c| c["parts"].as_array().unwrap().iter())
         .find(|p| p.pointer("/functionCall/name") == Some(&json!("notes_write")))
         .expect("the hidden call goes upstream");
-    assert!(hidden_call.get("thoughtSignature").is_some(), "{hidden_call}");
+    assert!(
+        hidden_call.get("thoughtSignature").is_some(),
+        "{hidden_call}"
+    );
     assert!(text[1].contains("GEMINI-NOTE-9"));
     // The client's next request found the hidden exchange behind what it was shown.
-    assert!(text[2].contains("GEMINI-NOTE-9"), "{}", text[2]);
+    assert!(text[2].contains("GEMINI-NOTE-9"), "{echo:?}: {}", text[2]);
     // After the reset: nothing of the old window; the note read back.
     for (i, t) in text.iter().enumerate().skip(3) {
-        assert!(!t.contains("OLD-WINDOW-OUTPUT"), "request {i}: {t}");
+        assert!(
+            !t.contains("OLD-WINDOW-OUTPUT"),
+            "{echo:?} request {i}: {t}"
+        );
     }
     assert!(text[4].contains("GEMINI-NOTE-9"), "notes_read answered");
     // Every request ends with the client's last message, or ctxd's answers after it.

@@ -91,7 +91,13 @@ impl Stream {
 
     pub(super) fn finish(self) -> Result<Assembled, StreamError> {
         self.problem.check(self.done)?;
-        assembled(self.parts, self.usage, self.model, self.id, self.finish_reason)
+        assembled(
+            self.parts,
+            self.usage,
+            self.model,
+            self.id,
+            self.finish_reason,
+        )
     }
 }
 
@@ -100,7 +106,8 @@ impl Stream {
 fn joinable(last: &Map<String, Value>, next: &Map<String, Value>) -> bool {
     let is_text = |p: &Map<String, Value>| {
         p.get("text").is_some_and(Value::is_string)
-            && p.keys().all(|k| matches!(k.as_str(), "text" | "thought" | "thoughtSignature"))
+            && p.keys()
+                .all(|k| matches!(k.as_str(), "text" | "thought" | "thoughtSignature"))
     };
     let thought = |p: &Map<String, Value>| p.get("thought").and_then(Value::as_bool) == Some(true);
     is_text(last)
@@ -227,7 +234,10 @@ mod tests {
     use crate::wire::stream::{Api, Assembler, SseParser};
 
     fn sse(chunks: &[Value]) -> String {
-        chunks.iter().map(|c| format!("data: {c}\r\n\r\n")).collect()
+        chunks
+            .iter()
+            .map(|c| format!("data: {c}\r\n\r\n"))
+            .collect()
     }
 
     fn assemble(body: &str) -> Result<Assembled, StreamError> {
@@ -276,7 +286,9 @@ mod tests {
 
     #[test]
     fn an_error_chunk_is_the_providers() {
-        let body = sse(&[json!({"error": {"code": 429, "message": "slow down", "status": "RESOURCE_EXHAUSTED"}})]);
+        let body = sse(&[
+            json!({"error": {"code": 429, "message": "slow down", "status": "RESOURCE_EXHAUSTED"}}),
+        ]);
         assert!(matches!(assemble(&body),
             Err(StreamError::Provider { kind, message }) if kind == "RESOURCE_EXHAUSTED" && message == "slow down"));
     }
@@ -290,7 +302,10 @@ mod tests {
             let mut s = JsonArraySplitter::new();
             let mut got = s.feed(&whole.as_bytes()[..cut]);
             got.extend(s.feed(&whole.as_bytes()[cut..]));
-            let got: Vec<Value> = got.iter().map(|e| serde_json::from_slice(e).unwrap()).collect();
+            let got: Vec<Value> = got
+                .iter()
+                .map(|e| serde_json::from_slice(e).unwrap())
+                .collect();
             assert_eq!(got, vec![a.clone(), b.clone()], "cut at {cut}");
         }
     }
