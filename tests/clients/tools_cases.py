@@ -20,7 +20,7 @@ The client sees two calls of its own shell tool and "done"; everything else is c
 import json
 import re
 
-from harness import conversation, exchanges, route
+from harness import conversation, exchanges, is_model_request
 
 # The first line of the boot a new window starts with (ctxd-core's windows/boot.rs).
 BOOT_MARK = "Your context was reset"
@@ -70,8 +70,7 @@ class Scenario:
 def search_answer(requests):
     """(item id, request index): the first item id in the answer of a history_search_contents
     call the mock has received, or None."""
-    model = [r for r in requests if route(r["path"]) in ("/v1/messages", "/v1/chat/completions",
-                                                         "/v1/responses")]
+    model = [r for r in requests if is_model_request(r["method"], r["path"])]
     for i, r in enumerate(model):
         try:
             doc = json.loads(r["decoded"])
