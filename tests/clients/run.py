@@ -2,9 +2,10 @@
 """Real clients through `ctxd serve`: the runner.
 
 Starts the project's mock (`ctxd-mock`) and `ctxd serve` on free ports with a temp store, a
-recording tap in front of the gateway, then runs every case: the anthropic and openai Python
-SDKs (streaming and not, two tool loops each), and Claude Code, Pi (its three APIs) and Codex
-from ../shared/clients (configured by its setup.sh with PORT = the tap). Each case is checked on
+recording tap in front of the gateway, then runs every case: the anthropic, openai and
+google-genai Python SDKs (streaming and not, two tool loops each), and Claude Code, Pi (its four
+APIs) and Codex from ../shared/clients (configured by its setup.sh with PORT = the tap), Gemini
+CLI (tests/clients/gemini_setup.sh, same PORT). Each case is checked on
 the client's exit and answer, on what reached the mock against what the client sent (checks.py:
 ctxd's tools, listed by `ctxd mcp`, added after the client's, nothing else changed), and on what
 the store holds: read from the store file (sqlite3, read-only) and, as separate checks, through
@@ -13,13 +14,14 @@ again with the mock calling ctxd's tools around the client's own (tools_cases.py
 reset, history search, recall), and over the whole run: no conversation element from before a
 reset reaches the mock after it; and Claude Code on an OAuth login refreshed between two runs of
 one session keeps that session and its notes (identity_cases.py); Claude Code, Codex and Pi
-launched by `ctxd run` (run_cases.py). Builds nothing: CI builds target/release/ctxd and
+launched by `ctxd run` (run_cases.py); Gemini's API without tools (byte-identical pass-through)
+and with the key in the URL (gemini_cases.py). Builds nothing: CI builds target/release/ctxd and
 target/release/ctxd-mock first.
 
-    $CLIENTS_DIR/venv/bin/python tests/clients/run.py [--only NAME ...] [--no-agents] [--keep]
+    $CLIENTS_DIR/venv/bin/python tests/clients/run.py [--only PART ...] [--no-agents] [--keep]
 
-(any Python 3 with the pinned anthropic, openai, mcp and zstandard packages; .ci/run makes
-that venv.)
+(`--only gemini`: the cases whose names contain "gemini"; any Python 3 with the pinned
+anthropic, openai, google-genai, mcp and zstandard packages; .ci/run makes that venv.)
 
 Exit status: 0 when every check passed (or failed as expected, see EXPECTED_FAILURES), 1
 otherwise. The last line is "clients: N passed, N failed, N skipped" (skipped: the expected
