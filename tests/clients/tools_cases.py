@@ -34,7 +34,7 @@ ITEM_ID = re.compile(r'"item_id"\s*:\s*"(i_[0-9a-zA-Z_-]+)"')
 class Scenario:
     """The script of one case; `tag` makes every text it plants unique in the run."""
 
-    def __init__(self, tag, shell_name, shell_args):
+    def __init__(self, tag, shell_name, shell_args, arithmetic=True):
         self.tag = tag
         self.shell_name = shell_name
         self._shell_args = shell_args  # command -> the shell tool's arguments
@@ -43,6 +43,8 @@ class Scenario:
         self.note_text = "NOTE-%s: the task is to list the files" % tag
         self.marker = "CTXD-OUT-42-%s" % tag
         self.command = "ls && echo CTXD-OUT-$((6*7))-%s" % tag
+        if not arithmetic:  # Gemini CLI refuses any `$(` as command substitution
+            self.command = "ls && printf 'CTXD-OUT-%%s-%s\\n' 42" % tag
 
     def _shell(self, command):
         return "tool:%s:%s" % (self.shell_name, json.dumps(self._shell_args(command)))
