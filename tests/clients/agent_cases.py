@@ -1,6 +1,7 @@
 """The real agent CLIs from ../shared/clients (installed and configured by its setup.sh with PORT
 set to the tap in front of the gateway), each asked to "list the files" once, non-interactively,
-with no standard input and a hard timeout, as that directory's HOWTO.md runs them.
+with no standard input and a hard timeout, as that directory's HOWTO.md runs them; and Gemini CLI
+(installed and configured by tests/clients/gemini_setup.sh, same PORT).
 """
 
 import json

@@ -98,9 +98,9 @@ def run_plain(gw, mock, ctx, report):
                "say done (raw, json-array stream, %s)" % tag]
     texts = []
     try:
-        texts.append(sdk_cases_text(client.models.generate_content(
+        texts.append(_text(client.models.generate_content(
             model=sdk_cases.GEMINI_MODEL, contents=prompts[0], config=config)))
-        texts.append("".join(sdk_cases_text(c) for c in client.models.generate_content_stream(
+        texts.append("".join(_text(c) for c in client.models.generate_content_stream(
             model=sdk_cases.GEMINI_MODEL, contents=prompts[1], config=config)))
         body = {"contents": [{"role": "user", "parts": [{"text": prompts[2]}]}],
                 "systemInstruction": {"parts": [{"text": sdk_cases.GEMINI_SYSTEM}]}}
@@ -124,7 +124,7 @@ def run_plain(gw, mock, ctx, report):
     report.add(name, "store sessions", *_store_prompts(gw, news, prompts))
 
 
-def sdk_cases_text(response):
+def _text(response):
     """A response's (or a stream chunk's) text, thoughts left out, without the SDK's warning
     about non-text parts."""
     out = []
