@@ -1,6 +1,7 @@
 """The real agent CLIs from ../shared/clients (installed and configured by its setup.sh with PORT
 set to the tap in front of the gateway), each asked to "list the files" once, non-interactively,
-with no standard input and a hard timeout, as that directory's HOWTO.md runs them.
+with no standard input and a hard timeout, as that directory's HOWTO.md runs them; and Gemini CLI
+(installed and configured by tests/clients/gemini_setup.sh, same PORT).
 """
 
 import json
@@ -18,6 +19,7 @@ TRANSCRIPTS = {
     "claude-code": ("home-claude", ".claude", "projects"),
     "pi": ("home-pi", ".pi", "agent", "sessions"),
     "codex": ("codex-home", "sessions"),
+    "gemini-cli": ("home-gemini", ".gemini", "tmp"),
 }
 
 
@@ -123,3 +125,20 @@ def codex(base_url, clients_dir, logdir, prompt=PROMPT, launcher=(), env_extra=N
     rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), log)
     lines = [l.strip() for l in out.splitlines() if l.strip()]
     return AgentRun(argv, rc, out, err, lines[-1] if lines else None, _transcripts("codex", clients_dir, since))
+
+
+GEMINI_MODEL = "gemini-2.5-flash"
+
+
+def gemini_cli(base_url, clients_dir, logdir, prompt=PROMPT, model=GEMINI_MODEL, log_name="gemini-cli"):
+    """Gemini CLI headless in yolo mode on `model` (`-m`: no routing classifier call), its home
+    the one tests/clients/gemini_setup.sh writes (API-key auth, no telemetry, no folder trust),
+    the key and base URL in the environment (they win over that home's .gemini/.env)."""
+    env = _base_env(clients_dir, os.path.join(clients_dir, "home-gemini"))
+    env["PATH"] = os.path.join(clients_dir, "gemini", "node_modules", ".bin") + os.pathsep + env["PATH"]
+    env.update(GEMINI_API_KEY="AIza-ctxd-gemini-cli", GOOGLE_GEMINI_BASE_URL=base_url)
+    argv = ["gemini", "-p", prompt, "--yolo", "-m", model]
+    since = time.time()
+    rc, out, err = _run(argv, env, os.path.join(clients_dir, "repo"), os.path.join(logdir, log_name))
+    lines = [l.strip() for l in out.splitlines() if l.strip()]
+    return AgentRun(argv, rc, out, err, lines[-1] if lines else None, _transcripts("gemini-cli", clients_dir, since))

@@ -23,14 +23,22 @@ from tap import Tap
 
 # Routes that ask the model for a turn (count_tokens and the rest are not conversations).
 MODEL_ROUTES = ("/v1/messages", "/v1/chat/completions", "/v1/responses")
+# Gemini's: `/v1beta/models/MODEL:generateContent` and `:streamGenerateContent` (also under
+# `/v1/`, the Python SDK's default version); `:countTokens` and the model list are not turns.
+GEMINI_ROUTE = re.compile(r"^/v1(?:beta)?/models/[^/:]+:(?:generateContent|streamGenerateContent)$")
 
 
 def route(path):
     return path.split("?", 1)[0]
 
 
+def is_gemini(path):
+    """A Gemini model request's path (whatever its version, model and query)."""
+    return bool(GEMINI_ROUTE.match(route(path)))
+
+
 def is_model_request(method, path):
-    return method == "POST" and route(path) in MODEL_ROUTES
+    return method == "POST" and (route(path) in MODEL_ROUTES or is_gemini(path))
 
 
 def decode_body(body, headers):
@@ -47,8 +55,10 @@ def decode_body(body, headers):
 
 
 def conversation(path, doc):
-    """The conversation array of a model request: `messages`, or Responses' `input` (a string
-    input is one user message)."""
+    """The conversation array of a model request: `messages`, Gemini's `contents`, or Responses'
+    `input` (a string input is one user message)."""
+    if is_gemini(path):
+        return list(doc.get("contents") or [])
     if route(path) == "/v1/responses":
         items = doc.get("input")
         return [{"role": "user", "content": items}] if isinstance(items, str) else list(items or [])
@@ -59,6 +69,8 @@ def exchanges(path, elements):
     """The tool calls in a conversation and their results, in the order of the calls: dicts of
     call_id, name, args, at (the call's element index), result (text, None when unanswered)
     and result_at."""
+    if is_gemini(path):
+        return _gemini_exchanges(elements)
     calls, results = [], {}
     responses = route(path) == "/v1/responses"
     for i, el in enumerate(elements):
@@ -92,6 +104,58 @@ def exchanges(path, elements):
     return out
 
 
+def _gemini_exchanges(contents):
+    """Gemini's calls (`functionCall` parts of `model` contents) and their answers
+    (`functionResponse` parts of the next `user` content): paired by `id` when both carry one
+    (Gemini CLI adds its own), else by name, in order (the SDKs and Pi send no ids)."""
+    out, previous = [], []  # previous: the calls of the content before
+    for i, content in enumerate(contents):
+        if not isinstance(content, dict):
+            previous = []
+            continue
+        pending, current = list(previous), []
+        for part in content.get("parts") or []:
+            if not isinstance(part, dict):
+                continue
+            call = part.get("functionCall")
+            if isinstance(call, dict):
+                e = dict(call_id=call.get("id"), name=call.get("name"), args=call.get("args"), at=i,
+                         result=None, result_at=None)
+                out.append(e)
+                current.append(e)
+            answer = part.get("functionResponse")
+            if isinstance(answer, dict):
+                rid, name = answer.get("id"), answer.get("name")
+                match = [e for e in pending if rid and e["call_id"] == rid] or \
+                    [e for e in pending if e["name"] == name]
+                if match:
+                    e = match[0]
+                    pending.remove(e)
+                    e["result"], e["result_at"] = _gemini_result(answer.get("response")), i
+        previous = current
+    return out
+
+
+def _gemini_result(response):
+    """A functionResponse's text: its `output` (the clients' convention), else its JSON."""
+    for key in ("output", "content"):  # as ctxd reads it (ctxd-formats' wire/gemini.rs)
+        if isinstance(response, dict) and isinstance(response.get(key), str):
+            return response[key]
+    return json.dumps(response, ensure_ascii=False)
+
+
+def tool_defs(tools):
+    """The tool definitions of a `tools` array, Gemini's `functionDeclarations` groups
+    flattened into their declarations."""
+    out = []
+    for t in tools or []:
+        if isinstance(t, dict) and isinstance(t.get("functionDeclarations"), list):
+            out.extend(t["functionDeclarations"])
+        else:
+            out.append(t)
+    return out
+
+
 def is_system(element):
     """A system or developer message inside the conversation array (Chat's and Responses'
     instructions, Claude Code's mid-conversation system entries): the system prompt ctxd keeps
@@ -100,7 +164,8 @@ def is_system(element):
 
 
 def tool_name(tool):
-    """A tool definition's name in any of the three APIs' shapes."""
+    """A tool definition's name in any of the four APIs' shapes (a Gemini declaration, not its
+    group: see tool_defs)."""
     return tool.get("name") or (tool.get("function") or {}).get("name") or tool.get("type")
 
 
@@ -263,6 +328,8 @@ class Gateway:
                 "--upstream-anthropic",
                 mock_url,
                 "--upstream-openai",
+                mock_url,
+                "--upstream-gemini",
                 mock_url,
             ],
             os.path.join(workdir, "gateway.log"),

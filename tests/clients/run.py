@@ -2,9 +2,10 @@
 """Real clients through `ctxd serve`: the runner.
 
 Starts the project's mock (`ctxd-mock`) and `ctxd serve` on free ports with a temp store, a
-recording tap in front of the gateway, then runs every case: the anthropic and openai Python
-SDKs (streaming and not, two tool loops each), and Claude Code, Pi (its three APIs) and Codex
-from ../shared/clients (configured by its setup.sh with PORT = the tap). Each case is checked on
+recording tap in front of the gateway, then runs every case: the anthropic, openai and
+google-genai Python SDKs (streaming and not, two tool loops each), and Claude Code, Pi (its four
+APIs) and Codex from ../shared/clients (configured by its setup.sh with PORT = the tap), Gemini
+CLI (tests/clients/gemini_setup.sh, same PORT). Each case is checked on
 the client's exit and answer, on what reached the mock against what the client sent (checks.py:
 ctxd's tools, listed by `ctxd mcp`, added after the client's, nothing else changed), and on what
 the store holds: read from the store file (sqlite3, read-only) and, as separate checks, through
@@ -13,13 +14,14 @@ again with the mock calling ctxd's tools around the client's own (tools_cases.py
 reset, history search, recall), and over the whole run: no conversation element from before a
 reset reaches the mock after it; and Claude Code on an OAuth login refreshed between two runs of
 one session keeps that session and its notes (identity_cases.py); Claude Code, Codex and Pi
-launched by `ctxd run` (run_cases.py). Builds nothing: CI builds target/release/ctxd and
+launched by `ctxd run` (run_cases.py); Gemini's API without tools (byte-identical pass-through)
+and with the key in the URL (gemini_cases.py). Builds nothing: CI builds target/release/ctxd and
 target/release/ctxd-mock first.
 
-    $CLIENTS_DIR/venv/bin/python tests/clients/run.py [--only NAME ...] [--no-agents] [--keep]
+    $CLIENTS_DIR/venv/bin/python tests/clients/run.py [--only PART ...] [--no-agents] [--keep]
 
-(any Python 3 with the pinned anthropic, openai, mcp and zstandard packages; .ci/run makes
-that venv.)
+(`--only gemini`: the cases whose names contain "gemini"; any Python 3 with the pinned
+anthropic, openai, google-genai, mcp and zstandard packages; .ci/run makes that venv.)
 
 Exit status: 0 when every check passed (or failed as expected, see EXPECTED_FAILURES), 1
 otherwise. The last line is "clients: N passed, N failed, N skipped" (skipped: the expected
@@ -27,6 +29,7 @@ failures).
 """
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -40,25 +43,68 @@ sys.path.insert(0, HERE)
 
 import agent_cases  # noqa: E402
 import checks  # noqa: E402
+import gemini_cases  # noqa: E402
 import identity_cases  # noqa: E402
 import run_cases  # noqa: E402
 import sdk_cases  # noqa: E402
 import tools_cases  # noqa: E402
-from harness import Gateway, Mock, registry, wait_until  # noqa: E402
+from harness import Gateway, Mock, is_gemini, registry, wait_until  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(HERE))
 FINAL = "done"
 
 # (case, check) -> why it is expected to fail: a known gateway gap, reported, not hidden. A check
-# listed here that passes is reported as XPASS (remove the entry).
+# listed here that passes is reported as XPASS (remove the entry). (case, "*"): any check of the
+# case may fail (its passing checks are plain ok; the case's XPASS is the absence of xfails).
+_COMMA = ("gateway bug: ctxd's Gemini tool group is rendered `{\"functionDeclarations\":[,{...` "
+          "(served/mod.rs Offer::render: a comma before the first declaration), invalid JSON, the "
+          "mock answers 400 `invalid JSON body`: every Gemini request with tools fails")
+_AGENT = ("gateway gap: identity::agent does not know Gemini clients: Gemini CLI (user agent "
+          "`GeminiCLI-tui/...`) and Pi's google provider (`google-genai-sdk/... gl-node/...`, Pi's "
+          "system prompt) are stored as agent `api`")
+_CLI_IDS = ("gateway bug: Gemini CLI echoes the model's functionCall with an `id` of its own "
+            "(`run_shell_command_<ms>_0`, on the functionResponse too); ctxd does not match the echo "
+            "to the call it relayed (its derived id), so the client's history diverges: hidden "
+            "exchanges not spliced back, the reset's projection not applied (pre-reset contents "
+            "reach the mock), the relayed turn's usage lost")
+_SAME_CALL = ("gateway bug: two identical calls (same name and args, no id) in one Gemini "
+              "conversation get the same derived id (wire/gemini.rs derived_call_id ranks within "
+              "one content only): on the second tool loop ctxd drops the model's functionCall "
+              "content and merges the functionResponse into the user's text; the mock refuses "
+              "(gemini.function_response_unexpected)")
 EXPECTED_FAILURES = {
-    # None at present. (Pi's anthropic-messages provider, which sends no session hint and the
-    # stock Anthropic JS SDK user agent, is now recognised by its system prompt.)
+    # (Pi's anthropic-messages provider, which sends no session hint and the stock Anthropic JS
+    # SDK user agent, is now recognised by its system prompt.)
+    # Gemini (the API is new in the gateway): found by these cases, reported to its owner.
+    **{(c, "*"): _COMMA for c in ("gemini-sdk-json", "gemini-sdk-stream", "pi-mock-google", "gemini-cli",
+                                  "tools-gemini-sdk-json", "tools-gemini-sdk-stream", "tools-pi-mock-google",
+                                  "tools-gemini-cli")},
+    # Once the comma is fixed (remove the entries above), these remain:
+    ("gemini-sdk-json", "client"): _SAME_CALL,
+    ("gemini-sdk-stream", "client"): _SAME_CALL,
+    ("gemini-sdk-json", "gateway status"): _SAME_CALL,
+    ("gemini-sdk-stream", "gateway status"): _SAME_CALL,
+    ("gemini-sdk-json", "refusals"): _SAME_CALL,
+    ("gemini-sdk-stream", "refusals"): _SAME_CALL,
+    ("gemini-sdk-json", "upstream bytes"): _SAME_CALL,
+    ("gemini-sdk-stream", "upstream bytes"): _SAME_CALL,
+    ("gemini-sdk-json", "upstream request"): _SAME_CALL,
+    ("gemini-sdk-stream", "upstream request"): _SAME_CALL,
+    ("gemini-sdk-json", "cli report"): _SAME_CALL,
+    ("gemini-sdk-stream", "cli report"): _SAME_CALL,
+    ("pi-mock-google", "store session"): _AGENT,
+    ("tools-pi-mock-google", "store session"): _AGENT,
+    ("gemini-cli", "store session"): _AGENT,
+    ("tools-gemini-cli", "store session"): _AGENT,
+    ("gemini-cli", "cli report"): _CLI_IDS,
+    ("tools-gemini-cli", "hidden rounds"): _CLI_IDS,
+    ("tools-gemini-cli", "window cut"): _CLI_IDS,
+    ("tools-gemini-cli", "cli report"): _CLI_IDS,
 }
 
 
 class Case:
-    def __init__(self, name, kind, agents, run, prompts, min_requests, scenario=None):
+    def __init__(self, name, kind, agents, run, prompts, min_requests, scenario=None, result_mark="README.md"):
         self.name = name
         self.kind = kind  # "sdk" or "agent"
         self.agents = agents  # acceptable agent names in `ctxd sessions --json`
@@ -66,6 +112,7 @@ class Case:
         self.prompts = prompts
         self.min_requests = min_requests
         self.scenario = scenario  # tools_cases.Scenario: ctxd's tools called around the client's
+        self.result_mark = result_mark  # what the stored tool result holds
 
 
 def cases():
@@ -83,26 +130,44 @@ def cases():
         out.append(Case("openai-responses-sdk-" + tag, "sdk", sdk,
                         lambda url, ctx, s=stream: sdk_cases.openai_responses(url, ctx.repo, s),
                         None, 4))
+        # google-genai: the JSON case on the SDK's default version (`/v1/models/...`), the
+        # streamed one on `/v1beta` (what Gemini CLI and Pi use).
+        out.append(Case("gemini-sdk-" + tag, "sdk", sdk,
+                        lambda url, ctx, s=stream: sdk_cases.gemini(url, ctx.repo, s,
+                                                                    api_version="v1beta" if s else None),
+                        None, 4))
     for c in out:
         c.prompts = sdk_prompts
     p = [agent_cases.PROMPT]
     out.append(Case("claude-code", "agent", ("claude-code",),
                     lambda url, ctx: agent_cases.claude_code(url, ctx.clients_dir, ctx.logdir), p, 2))
-    for provider, model in (("mock-anthropic", "claude-sonnet-4-5"), ("mock-openai", "gpt-4o-mini"),
-                            ("mock-responses", "gpt-5-mini")):
+    for provider, model in PI_PROVIDERS:
         out.append(Case("pi-" + provider, "agent", ("pi",),
                         lambda url, ctx, pr=provider, m=model: agent_cases.pi(pr, m, url, ctx.clients_dir,
                                                                             ctx.logdir), p, 2))
     out.append(Case("codex", "agent", ("codex",),
                     lambda url, ctx: agent_cases.codex(url, ctx.clients_dir, ctx.logdir), p, 2))
+    # Gemini CLI reads a file (its read_file tool, called by the mock) and answers.
+    out.append(Case("gemini-cli", "agent", ("gemini-cli",), gemini_cli_reads, [GEMINI_CLI_PROMPT], 2,
+                    result_mark="# demo"))
     return out + tool_cases()
+
+
+PI_PROVIDERS = (("mock-anthropic", "claude-sonnet-4-5"), ("mock-openai", "gpt-4o-mini"),
+                ("mock-responses", "gpt-5-mini"), ("mock-google", "gemini-2.5-flash"))
+GEMINI_CLI_PROMPT = "What does README.md say? Read the file."
+
+
+def gemini_cli_reads(url, ctx):
+    ctx.mock.queue(["tool:read_file:" + json.dumps({"file_path": "README.md"})])
+    return agent_cases.gemini_cli(url, ctx.clients_dir, ctx.logdir, GEMINI_CLI_PROMPT)
 
 
 def tool_cases():
     """ctxd's tools end to end (tools_cases.py): the same clients, the mock calling ctxd's tools
     around the client's shell tool, with a reset in the middle."""
-    def case(name, kind, agents, shell, args, run):
-        sc = tools_cases.Scenario(name, shell, args)
+    def case(name, kind, agents, shell, args, run, arithmetic=True):
+        sc = tools_cases.Scenario(name, shell, args, arithmetic)
         return Case(name, kind, agents, lambda url, ctx: run(url, ctx, sc), [sc.prompt],
                     len(tools_cases.SERVES), scenario=sc)
 
@@ -111,20 +176,23 @@ def tool_cases():
     for stream in (False, True):
         tag = "stream" if stream else "json"
         for api, fn in (("anthropic", sdk_cases.anthropic_messages), ("openai-chat", sdk_cases.openai_chat),
-                        ("openai-responses", sdk_cases.openai_responses)):
+                        ("openai-responses", sdk_cases.openai_responses), ("gemini", sdk_cases.gemini)):
             out.append(case("tools-%s-sdk-%s" % (api, tag), "sdk", ("sdk", "api"), "bash", bash,
                             lambda url, ctx, sc, f=fn, s=stream: f(url, ctx.repo, s, [sc.prompt], sc.commands())))
     out.append(case("tools-claude-code", "agent", ("claude-code",), "Bash",
                     lambda cmd: {"command": cmd, "description": "List the files"},
                     lambda url, ctx, sc: agent_cases.claude_code(url, ctx.clients_dir, ctx.tools_logdir,
                                                                  sc.prompt)))
-    for provider, model in (("mock-anthropic", "claude-sonnet-4-5"), ("mock-openai", "gpt-4o-mini"),
-                            ("mock-responses", "gpt-5-mini")):
+    for provider, model in PI_PROVIDERS:
         out.append(case("tools-pi-" + provider, "agent", ("pi",), "bash", bash,
                         lambda url, ctx, sc, pr=provider, m=model: agent_cases.pi(
                             pr, m, url, ctx.clients_dir, ctx.tools_logdir, sc.prompt)))
     out.append(case("tools-codex", "agent", ("codex",), "exec_command", lambda cmd: {"cmd": cmd},
                     lambda url, ctx, sc: agent_cases.codex(url, ctx.clients_dir, ctx.tools_logdir, sc.prompt)))
+    out.append(case("tools-gemini-cli", "agent", ("gemini-cli",), "run_shell_command", bash,
+                    lambda url, ctx, sc: agent_cases.gemini_cli(url, ctx.clients_dir, ctx.tools_logdir,
+                                                                sc.prompt, log_name="tools-gemini-cli"),
+                    arithmetic=False))
     return out
 
 
@@ -145,6 +213,7 @@ class Context:
         self.tools_logdir = os.path.join(self.logdir, "tools")
         os.makedirs(self.tools_logdir, exist_ok=True)
         self.upstream_log = []  # (case, the requests the mock received), the whole run in order
+        self.mock = None  # harness.Mock, for the cases that script their replies
 
 
 class Report:
@@ -152,9 +221,13 @@ class Report:
         self.rows = []  # (case, check, status, detail)
 
     def add(self, case, check, ok, detail):
-        expected = EXPECTED_FAILURES.get((case, check)) or EXPECTED_FAILURES.get(("*", check))
+        named = EXPECTED_FAILURES.get((case, check)) or EXPECTED_FAILURES.get(("*", check))
+        whole = EXPECTED_FAILURES.get((case, "*"))
+        expected = named or whole
         if ok:
-            status = "XPASS" if expected else "ok"
+            # A check named in EXPECTED_FAILURES that passes is news, unless its whole case is
+            # expected to fail (an earlier gap hides the one it names).
+            status = "XPASS" if named and not whole else "ok"
         else:
             status = "xfail" if expected else "FAIL"
             if expected:
@@ -208,6 +281,8 @@ def run_case(case, gw, mock, ctx, report):
     report.add(case.name, "upstream bytes", *checks.upstream_bodies(sent, got, ctx.tools, ctx.evidence,
                                                                       case.name))
     report.add(case.name, "upstream headers", *checks.forwarded_headers(sent, got))
+    if any(is_gemini(t.path) for t in sent):
+        report.add(case.name, "upstream request", *checks.gemini_request(sent, got))
 
     store_checks(case, gw, before, prompts, len(sent), report)
     return elapsed
@@ -233,7 +308,7 @@ def store_checks(case, gw, before, prompts, requests, report):
         session = target(*changed())
         if session is None:
             return None
-        return checks.tool_loops(gw.items(session["id"]), prompts, FINAL)[0]
+        return checks.tool_loops(gw.items(session["id"]), prompts, FINAL, case.result_mark)[0]
 
     wait_until(landed, timeout=10)
     news, grown = changed()
@@ -241,7 +316,7 @@ def store_checks(case, gw, before, prompts, requests, report):
     session = target(news, grown)
     items = gw.items(session["id"]) if session else []
     where = "session %s: " % session["id"] if session else ""
-    ok, detail = checks.tool_loops(items, prompts, FINAL)
+    ok, detail = checks.tool_loops(items, prompts, FINAL, case.result_mark)
     report.add(case.name, "store items", ok, where + detail)
     if session:
         cli_checks(case, gw, session, items, requests, report)
@@ -301,6 +376,8 @@ def run_tools_case(case, gw, mock, ctx, report):
     # ones carry the hidden exchanges, then the new window.
     report.add(case.name, "upstream bytes", *checks.upstream_bodies(sent[:1], got[:1], ctx.tools,
                                                                       ctx.evidence, case.name))
+    if any(is_gemini(t.path) for t in sent[:1]):
+        report.add(case.name, "upstream request", *checks.gemini_request(sent[:1], got[:1]))
     pairs = [(sent[c], r) for c, r in zip(serves, got) if c < len(sent)]
     report.add(case.name, "upstream headers", *checks.forwarded_headers([p[0] for p in pairs],
                                                                         [p[1] for p in pairs]))
@@ -345,6 +422,10 @@ def setup_clients(clients_dir, port):
     script = os.path.join(shared, "clients", "setup.sh")
     env = dict(os.environ, CLIENTS_DIR=clients_dir, PORT=str(port))
     subprocess.run(["bash", script], env=env, check=True, stdin=subprocess.DEVNULL, timeout=900)
+    # Then Gemini CLI's home and Pi's mock-google provider (added to the models.json just
+    # written), for the same port; the CLI is installed there when missing.
+    subprocess.run(["bash", os.path.join(HERE, "gemini_setup.sh")], env=env, check=True,
+                   stdin=subprocess.DEVNULL, timeout=900)
 
 
 def main():
@@ -352,7 +433,7 @@ def main():
     ap.add_argument("--ctxd", default=os.path.join(REPO, "target", "release", "ctxd"))
     ap.add_argument("--mock", default=os.path.join(REPO, "target", "release", "ctxd-mock"))
     ap.add_argument("--clients-dir", default=os.environ.get("CLIENTS_DIR", "/tmp/ctxd-clients"))
-    ap.add_argument("--only", nargs="*", help="run only these cases")
+    ap.add_argument("--only", nargs="*", help="run only the cases whose names contain one of these")
     ap.add_argument("--no-agents", action="store_true", help="only the SDK cases")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
@@ -362,10 +443,11 @@ def main():
 
     workdir = tempfile.mkdtemp(prefix="ctxd-clients-run-")
     ctx = Context(workdir, os.path.abspath(args.clients_dir))
-    selected = [c for c in cases() if (not args.only or c.name in args.only)
-                and not (args.no_agents and c.kind == "agent")]
-    rotation = not args.no_agents and (not args.only or identity_cases.NAME in args.only)
-    launched = not args.no_agents and (not args.only or run_cases.NAME in args.only)
+    wanted = lambda name: not args.only or any(o in name for o in args.only)  # noqa: E731
+    selected = [c for c in cases() if wanted(c.name) and not (args.no_agents and c.kind == "agent")]
+    gemini = [n for n in gemini_cases.NAMES if wanted(n)]
+    rotation = not args.no_agents and wanted(identity_cases.NAME)
+    launched = not args.no_agents and wanted(run_cases.NAME)
     report = Report()
     timings = []
     mock = gw = None
@@ -375,6 +457,7 @@ def main():
         print("== harness", flush=True)
         report.add("harness", "zstd comparison", *checks.self_test(ctx.tools.registry, ctx.evidence))
         mock = Mock(args.mock, workdir)
+        ctx.mock = mock
         gw = Gateway(args.ctxd, mock.url, workdir)
         print("clients: mock %s, gateway %s behind tap %s, store %s" % (
             mock.url, gw.process.address, gw.url, gw.store), flush=True)
@@ -385,6 +468,10 @@ def main():
         for case in selected:
             run = run_tools_case if case.scenario else run_case
             timings.append((case.name, run(case, gw, mock, ctx, report)))
+        if gemini:
+            t = time.monotonic()
+            gemini_cases.run(gw, mock, ctx, report, gemini)
+            timings.append(("gemini (plain, ?key=)", time.monotonic() - t))
         if rotation:
             print("== %s" % identity_cases.NAME, flush=True)
             t = time.monotonic()
@@ -396,7 +483,9 @@ def main():
             timings.append((run_cases.NAME, time.monotonic() - t))
         if any(c.scenario for c in selected):
             print("== the whole run", flush=True)
-            report.add("run", "no message after reset", *checks.no_message_after_reset(ctx.upstream_log))
+            # A case whose window cut is a known gap (EXPECTED_FAILURES) is left out, said so.
+            known = {c for (c, check) in EXPECTED_FAILURES if check in ("window cut", "*")}
+            report.add("run", "no message after reset", *checks.no_message_after_reset(ctx.upstream_log, known))
     finally:
         rc = gw.stop() if gw else None
         if mock:

@@ -217,3 +217,81 @@ def openai_responses(base_url, repo, stream, prompts=None, commands=("ls",)):
     prompt = "list the files (openai responses sdk, %s)" % ("streaming" if stream else "not streaming")
     prompts = prompts or [prompt, FOLLOW_UP]
     return _loop(Conversation(prompts[0]), _Responses(client, stream), repo, prompts, commands)
+
+
+# ------------------------------------------------------------------------ Gemini (google-genai)
+GEMINI_MODEL = "gemini-2.5-flash"
+GEMINI_KEY = "AIza-ctxd-test"
+GEMINI_SYSTEM = "You are a terse assistant."
+
+
+def gemini_client(base_url, api_version=None):
+    """google-genai on `base_url`: its default API version (`v1`) unless `api_version` is given;
+    no retries (the SDK makes none by default; said here so it stays so)."""
+    from google import genai
+    from google.genai import types
+
+    options = dict(base_url=base_url, timeout=TIMEOUT * 1000)
+    if api_version:
+        options["api_version"] = api_version
+    return genai.Client(api_key=GEMINI_KEY, http_options=types.HttpOptions(**options))
+
+
+class _Gemini:
+    """The documented manual function-calling loop (automatic calling off): the response's
+    content goes back as the model turn (its thought signatures with it), the tool's output as
+    a `functionResponse` part in a user turn."""
+
+    def __init__(self, client, stream):
+        from google.genai import types
+
+        self.types, self.client, self.stream, self.contents = types, client, stream, []
+        bash = types.FunctionDeclaration(name="bash", description="Run a shell command",
+                                         parameters_json_schema=SHELL_SCHEMA)
+        self.config = types.GenerateContentConfig(
+            system_instruction=GEMINI_SYSTEM,
+            tools=[types.Tool(function_declarations=[bash])],
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        )
+
+    def user(self, text):
+        self.contents.append(self.types.Content(role="user", parts=[self.types.Part(text=text)]))
+
+    def turn(self):
+        kwargs = dict(model=GEMINI_MODEL, contents=self.contents, config=self.config)
+        if self.stream:
+            parts = []
+            for chunk in self.client.models.generate_content_stream(**kwargs):
+                for c in chunk.candidates or []:
+                    parts += (c.content.parts if c.content else None) or []
+            content = self.types.Content(role="model", parts=parts)
+        else:
+            content = self.client.models.generate_content(**kwargs).candidates[0].content
+        self.contents.append(content)
+        parts = content.parts or []
+        text = "".join(p.text for p in parts if p.text and not p.thought)
+        # Gemini's calls carry no id (the name pairs a response with its call).
+        calls = [(p.function_call.name, p.function_call.name, p.function_call.args) for p in parts
+                 if p.function_call]
+        return text, calls
+
+    def result(self, call_id, output):
+        part = self.types.Part.from_function_response(name=call_id, response={"output": output})
+        last = self.contents[-1]
+        if last.role == "user" and any(p.function_response for p in last.parts or []):
+            last.parts.append(part)
+        else:
+            self.contents.append(self.types.Content(role="user", parts=[part]))
+
+    @property
+    def messages(self):
+        return [c.model_dump(mode="json", exclude_none=True) for c in self.contents]
+
+
+def gemini(base_url, repo, stream, prompts=None, commands=("ls",), api_version=None):
+    """Two tool loops over google-genai (`api_version`: None for the SDK's default, `/v1`)."""
+    client = gemini_client(base_url, api_version)
+    prompt = "list the files (gemini sdk, %s, %s)" % ("streaming" if stream else "not streaming",
+                                                       api_version or "default version")
+    prompts = prompts or [prompt, FOLLOW_UP]
+    return _loop(Conversation(prompts[0]), _Gemini(client, stream), repo, prompts, commands)

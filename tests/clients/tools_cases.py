@@ -20,7 +20,7 @@ The client sees two calls of its own shell tool and "done"; everything else is c
 import json
 import re
 
-from harness import conversation, exchanges, route
+from harness import conversation, exchanges, is_model_request
 
 # The first line of the boot a new window starts with (ctxd-core's windows/boot.rs).
 BOOT_MARK = "Your context was reset"
@@ -34,7 +34,7 @@ ITEM_ID = re.compile(r'"item_id"\s*:\s*"(i_[0-9a-zA-Z_-]+)"')
 class Scenario:
     """The script of one case; `tag` makes every text it plants unique in the run."""
 
-    def __init__(self, tag, shell_name, shell_args):
+    def __init__(self, tag, shell_name, shell_args, arithmetic=True):
         self.tag = tag
         self.shell_name = shell_name
         self._shell_args = shell_args  # command -> the shell tool's arguments
@@ -43,6 +43,8 @@ class Scenario:
         self.note_text = "NOTE-%s: the task is to list the files" % tag
         self.marker = "CTXD-OUT-42-%s" % tag
         self.command = "ls && echo CTXD-OUT-$((6*7))-%s" % tag
+        if not arithmetic:  # Gemini CLI refuses any `$(` as command substitution
+            self.command = "ls && printf 'CTXD-OUT-%%s-%s\\n' 42" % tag
 
     def _shell(self, command):
         return "tool:%s:%s" % (self.shell_name, json.dumps(self._shell_args(command)))
@@ -70,8 +72,7 @@ class Scenario:
 def search_answer(requests):
     """(item id, request index): the first item id in the answer of a history_search_contents
     call the mock has received, or None."""
-    model = [r for r in requests if route(r["path"]) in ("/v1/messages", "/v1/chat/completions",
-                                                         "/v1/responses")]
+    model = [r for r in requests if is_model_request(r["method"], r["path"])]
     for i, r in enumerate(model):
         try:
             doc = json.loads(r["decoded"])
