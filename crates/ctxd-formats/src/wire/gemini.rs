@@ -32,10 +32,23 @@ pub fn is_derived_id(id: &str) -> bool {
 /// identical calls of the same content, so that the call parsed from a response and the same
 /// call echoed back by the client get the same id.
 pub fn derived_call_id(name: &str, args: &Value, rank: usize) -> String {
+    signed_call_id(name, args, None, rank)
+}
+
+/// [`derived_call_id`] of a call part with its `thoughtSignature` in the digest too: the model
+/// signs the first call of each response, so the same call made again in a later content (the
+/// tests run again, a second `get_context_remaining`) gets an id of its own rather than the
+/// earlier call's, which would pair it with the earlier call's response. The signature is
+/// echoed with the call, so the echo still gets the response's id.
+fn signed_call_id(name: &str, args: &Value, signature: Option<&str>, rank: usize) -> String {
     let mut hasher = blake3::Hasher::new();
     hasher.update(name.as_bytes());
     hasher.update(&[0]);
     hasher.update(args.to_string().as_bytes());
+    if let Some(sig) = signature {
+        hasher.update(&[0]);
+        hasher.update(sig.as_bytes());
+    }
     let digest = hasher.finalize();
     let short = &digest.to_hex()[..12];
     if rank == 0 {
@@ -61,7 +74,8 @@ pub fn call_ids(content: &Value) -> Vec<(String, String)> {
                 let key = (name.clone(), args.to_string());
                 let rank = seen.iter().filter(|k| **k == key).count();
                 seen.push(key);
-                derived_call_id(&name, &args, rank)
+                let sig = non_empty(part, "thoughtSignature");
+                signed_call_id(&name, &args, sig.as_deref(), rank)
             }
         };
         out.push((name, id));
@@ -118,7 +132,8 @@ pub fn content_after(previous: Option<&Value>, c: &Value) -> Message {
                     let key = (name.clone(), args.to_string());
                     let rank = call_rank.iter().filter(|k| **k == key).count();
                     call_rank.push(key);
-                    derived_call_id(&name, &args, rank)
+                    let sig = non_empty(part, "thoughtSignature");
+                    signed_call_id(&name, &args, sig.as_deref(), rank)
                 }
             };
             blocks.push(ContentBlock::ToolCall {
@@ -340,6 +355,37 @@ mod tests {
         let alone = content(&answer);
         assert!(matches!(&alone.content[0],
             ContentBlock::ToolResult { call_id, .. } if call_id == "cli-1"));
+    }
+
+    #[test]
+    fn the_same_call_signed_in_two_contents_gets_two_ids() {
+        // The model runs the same tool again in a later turn: each response signs its call.
+        let turn = |sig: &str| {
+            json!({"role": "model", "parts": [
+                {"functionCall": {"name": "get_context_remaining", "args": {}},
+                    "thoughtSignature": sig}]})
+        };
+        let (a, b) = (turn("c2lnQQ=="), turn("c2lnQg=="));
+        let (ia, ib) = (call_ids(&a), call_ids(&b));
+        assert_ne!(ia[0].1, ib[0].1);
+        // A call, parsed alone or answered, keeps one id: the response pairs with it.
+        let parsed = content(&b);
+        assert!(parsed
+            .content
+            .iter()
+            .any(|c| matches!(c, ContentBlock::ToolCall { id, .. } if *id == ib[0].1)));
+        let answer = json!({"role": "user", "parts": [
+            {"functionResponse": {"name": "get_context_remaining", "response": {"output": "9"}}}]});
+        let r = content_after(Some(&b), &answer);
+        assert!(matches!(&r.content[0],
+            ContentBlock::ToolResult { call_id, .. } if *call_id == ib[0].1));
+        // Unsigned, the call's id is what it says.
+        let plain = json!({"role": "model", "parts": [
+            {"functionCall": {"name": "get_context_remaining", "args": {}}}]});
+        assert_eq!(
+            call_ids(&plain)[0].1,
+            derived_call_id("get_context_remaining", &json!({}), 0)
+        );
     }
 
     #[test]
