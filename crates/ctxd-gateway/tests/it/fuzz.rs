@@ -2,7 +2,7 @@
 //! gateway against the strict mock, on the three APIs, JSON and SSE, with every invariant
 //! checked on every upstream request and every client response.
 //!
-//! A case is a pure function of its seed (`gen.rs`): the API and mode (`seed % 6`), the
+//! A case is a pure function of its seed (`gen.rs`): the API and mode (`seed % 8`), the
 //! gateway's mechanisms (reminders, resets, distillation, digests, lazy tools, write facts,
 //! the cache plan), the window (the model's, a small one configured in both ctxd and the mock,
 //! or Anthropic's 1M beta), the agent (Claude Code, Codex, an SDK), thinking/reasoning, and a
@@ -244,9 +244,21 @@ async fn fuzz_conversations_keep_every_invariant() {
         None => {
             let base = env_u64("CTXD_FUZZ_SEED").unwrap_or(DEFAULT_SEED);
             let per = env_u64("CTXD_FUZZ_CASES").unwrap_or(25) as usize;
+            // `CTXD_FUZZ_APIS=gemini,chat`: only these APIs (a soak of one).
+            let apis = std::env::var("CTXD_FUZZ_APIS")
+                .unwrap_or_default()
+                .to_lowercase();
+            let combos: Vec<usize> = (0..COMBOS.len())
+                .filter(|&c| {
+                    apis.is_empty()
+                        || apis
+                            .split(',')
+                            .any(|a| format!("{:?}", COMBOS[c].0).to_lowercase() == a.trim())
+                })
+                .collect();
             eprintln!("fuzz: base seed {base:#x}, {per} cases per API and mode");
             (0..per)
-                .flat_map(|i| (0..COMBOS.len()).map(move |c| case_seed(base, c, i)))
+                .flat_map(|i| combos.iter().map(move |&c| case_seed(base, c, i)))
                 .collect()
         }
     };

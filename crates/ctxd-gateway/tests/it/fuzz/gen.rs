@@ -4,7 +4,52 @@
 
 use std::fmt;
 
-use crate::loops::Api;
+use ctxd_formats::wire::stream::Api as WireApi;
+
+/// The wire APIs the fuzzer plays: the gateway's four.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    Anthropic,
+    Chat,
+    Responses,
+    /// Google's Gemini API: `/v1beta/models/{model}:generateContent`, and
+    /// `:streamGenerateContent?alt=sse` when streaming (as Gemini CLI and Pi do).
+    Gemini,
+}
+
+impl Api {
+    /// The path the client posts to.
+    pub fn path(self, model: &str, stream: bool) -> String {
+        match (self, stream) {
+            (Api::Anthropic, _) => "/v1/messages".into(),
+            (Api::Chat, _) => "/v1/chat/completions".into(),
+            (Api::Responses, _) => "/v1/responses".into(),
+            (Api::Gemini, false) => format!("/v1beta/models/{model}:generateContent"),
+            (Api::Gemini, true) => format!("/v1beta/models/{model}:streamGenerateContent?alt=sse"),
+        }
+    }
+
+    /// Whether an upstream route (the path without its query) is a model call of this API.
+    pub fn is_model_call(self, route: &str) -> bool {
+        match self {
+            Api::Gemini => {
+                route.starts_with("/v1beta/models/")
+                    && (route.ends_with(":generateContent")
+                        || route.ends_with(":streamGenerateContent"))
+            }
+            _ => route == self.path("", false),
+        }
+    }
+
+    pub fn wire(self) -> WireApi {
+        match self {
+            Api::Anthropic => WireApi::Anthropic,
+            Api::Chat => WireApi::OpenAiChat,
+            Api::Responses => WireApi::OpenAiResponses,
+            Api::Gemini => WireApi::Gemini,
+        }
+    }
+}
 
 /// SplitMix64: small, fast, and the same sequence everywhere.
 pub struct Rng(u64);
@@ -40,19 +85,22 @@ pub fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The six API/mode combinations; a case's seed picks one (`seed % 6`).
-pub const COMBOS: [(Api, bool); 6] = [
+/// The eight API/mode combinations; a case's seed picks one (`seed % 8`).
+pub const COMBOS: [(Api, bool); 8] = [
     (Api::Anthropic, false),
     (Api::Anthropic, true),
     (Api::Chat, false),
     (Api::Chat, true),
     (Api::Responses, false),
     (Api::Responses, true),
+    (Api::Gemini, false),
+    (Api::Gemini, true),
 ];
 
 /// The seed of the `i`th case of combination `combo` in a run seeded `base`.
 pub fn case_seed(base: u64, combo: usize, i: usize) -> u64 {
-    (mix(base ^ mix(i as u64 + 1)) / 6) * 6 + combo as u64
+    let n = COMBOS.len() as u64;
+    (mix(base ^ mix(i as u64 + 1)) / n) * n + combo as u64
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,8 +120,22 @@ pub enum Agent {
     ClaudeCode,
     /// `user-agent: codex_cli_rs/...`.
     Codex,
-    /// No user agent ctxd knows.
+    /// No user agent ctxd knows (Gemini: the google-genai Python SDK, which echoes the
+    /// model's content as it came, no ids added).
     Sdk,
+    /// Gemini CLI: drops `thought: true` parts when it echoes the model's content, and adds
+    /// an `id` of its own to every echoed call and to its response.
+    GeminiCli,
+    /// Pi's `google-generative-ai` provider: echoes everything (thoughts, signatures on text
+    /// and calls), no ids.
+    Pi,
+}
+
+impl Agent {
+    /// Whether the client echoes the model's content as Gemini CLI does.
+    pub fn gemini_cli(self) -> bool {
+        self == Agent::GeminiCli
+    }
 }
 
 /// The gateway's and the mock's settings for one case.
@@ -181,7 +243,7 @@ pub struct Case {
 
 impl Case {
     pub fn generate(seed: u64, max_steps: usize) -> Case {
-        let (api, stream) = COMBOS[(seed % 6) as usize];
+        let (api, stream) = COMBOS[(seed % COMBOS.len() as u64) as usize];
         let mut rng = Rng::new(seed);
         let window = match rng.below(10) {
             0..=4 => Window::Default,
@@ -192,7 +254,10 @@ impl Case {
         let env = Env {
             window,
             thinking: !matches!(api, Api::Chat) && rng.chance(30),
-            agent: [Agent::ClaudeCode, Agent::Codex, Agent::Sdk][rng.below(3)],
+            agent: match api {
+                Api::Gemini => [Agent::GeminiCli, Agent::Pi, Agent::Sdk][rng.below(3)],
+                _ => [Agent::ClaudeCode, Agent::Codex, Agent::Sdk][rng.below(3)],
+            },
             reminders: rng.chance(80),
             resets: rng.chance(80),
             distill: rng.chance(50),
