@@ -18,14 +18,18 @@ pub enum Api {
 }
 
 impl Api {
-    /// The path the client posts to.
-    pub fn path(self, model: &str, stream: bool) -> String {
+    /// The path the client posts to. Gemini: `/v1beta`, or `/v1` for the Python SDK (its
+    /// default version).
+    pub fn path(self, model: &str, stream: bool, agent: Agent) -> String {
+        let version = if agent == Agent::Sdk { "v1" } else { "v1beta" };
         match (self, stream) {
             (Api::Anthropic, _) => "/v1/messages".into(),
             (Api::Chat, _) => "/v1/chat/completions".into(),
             (Api::Responses, _) => "/v1/responses".into(),
-            (Api::Gemini, false) => format!("/v1beta/models/{model}:generateContent"),
-            (Api::Gemini, true) => format!("/v1beta/models/{model}:streamGenerateContent?alt=sse"),
+            (Api::Gemini, false) => format!("/{version}/models/{model}:generateContent"),
+            (Api::Gemini, true) => {
+                format!("/{version}/models/{model}:streamGenerateContent?alt=sse")
+            }
         }
     }
 
@@ -33,11 +37,11 @@ impl Api {
     pub fn is_model_call(self, route: &str) -> bool {
         match self {
             Api::Gemini => {
-                route.starts_with("/v1beta/models/")
+                (route.starts_with("/v1beta/models/") || route.starts_with("/v1/models/"))
                     && (route.ends_with(":generateContent")
                         || route.ends_with(":streamGenerateContent"))
             }
-            _ => route == self.path("", false),
+            _ => route == self.path("", false, Agent::Sdk),
         }
     }
 
