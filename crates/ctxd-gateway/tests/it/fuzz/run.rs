@@ -1295,3 +1295,51 @@ fn the_checkers_reject_what_they_must() {
         vec!["FZA12.".to_owned(), "FZH3.".to_owned()]
     );
 }
+
+/// The checkers on Gemini's shapes: responses paired with calls by name and order, Gemini
+/// CLI's echo, a prompt after a failed request.
+#[test]
+fn the_checkers_read_gemini() {
+    use super::gen::Agent;
+    let api = Api::Gemini;
+    let user = |t: &str| json!({"role": "user", "parts": [{"text": t}]});
+    let calls = json!({"role": "model", "parts": [
+        {"text": "thinking", "thought": true, "thoughtSignature": "dGg="},
+        {"functionCall": {"name": "notes_list", "args": {}}, "thoughtSignature": "c2ln"},
+        {"functionCall": {"name": "Bash", "args": {"command": "ls"}}}]});
+    let answers = json!({"role": "user", "parts": [
+        {"functionResponse": {"name": "notes_list", "response": {"output": "none"}}},
+        {"functionResponse": {"name": "Bash", "response": {"output": "FZO3.0 exit 0"}}}]});
+    let up = [user("FZP1. fix it"), calls.clone(), answers];
+    let ids = client::calls_of(api, &calls);
+    let bash = ids.iter().find(|(_, n)| n == "Bash").unwrap().0.clone();
+    assert_eq!(client::results_at(api, &up, 2).len(), 2);
+    assert!(ends_with(api, &up, &Key::Result(bash.clone(), "FZO3.0 exit 0".into())).is_ok());
+    assert!(ends_with_ctxd_results(api, &up).is_ok());
+    let (class, _) = ends_with(api, &up[..2], &Key::Result(bash, String::new())).unwrap_err();
+    assert_eq!(class, "ends with the model's calls");
+    // Gemini CLI keeps no thoughts and ids its calls; Pi keeps the content as it came.
+    let env = |agent| super::gen::Env {
+        window: Window::Default,
+        thinking: true,
+        agent,
+        reminders: false,
+        resets: false,
+        distill: false,
+        digests: false,
+        lazy_tools: false,
+        cache_plan: false,
+        write_facts: false,
+        distill_wait: false,
+    };
+    let cli = client::echo(api, &env(Agent::GeminiCli), calls.clone(), 7);
+    assert_eq!(cli["parts"].as_array().unwrap().len(), 2);
+    assert_eq!(cli["parts"][0]["functionCall"]["id"], "notes_list_7_0");
+    assert_eq!(cli["parts"][0]["thoughtSignature"], "c2ln");
+    assert_eq!(client::echo(api, &env(Agent::Pi), calls.clone(), 7), calls);
+    // A prompt after a user content (the request failed) joins it: roles alternate.
+    let mut conv = vec![user("FZP1.")];
+    client::push_user(api, &mut conv, user("FZP2."));
+    assert_eq!(conv.len(), 1);
+    assert_eq!(conv[0]["parts"].as_array().unwrap().len(), 2);
+}
