@@ -291,11 +291,7 @@ async fn fuzz_conversations_keep_every_invariant() {
         let report = play(&case).await;
         checks += report.checks;
         violations += report.violations.len();
-        let combo = format!(
-            "{:?} {}",
-            case.api,
-            if case.stream { "SSE" } else { "JSON" }
-        );
+        let combo = format!("{:?} {}", case.api, case.mode());
         let row = per_combo.entry(combo).or_default();
         row[0] += 1;
         row[1] += usize::from(!report.violations.is_empty());

@@ -2,7 +2,9 @@
 //! appends (prompts, images, tool results), the requests it sends, and how it reads an
 //! answer or an error. Also the readers the invariants use on upstream bodies.
 
-use ctxd_formats::wire::stream::{assemble_json, Assembled, Assembler, SseParser, StreamError};
+use ctxd_formats::wire::stream::{
+    assemble_json, Assembled, Assembler, JsonArraySplitter, SseEvent, SseParser, StreamError,
+};
 use serde_json::{json, Value};
 
 use super::gen::{Agent, Api, Env, Window};
@@ -429,7 +431,18 @@ pub fn read(
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|c| c.starts_with("text/event-stream"));
-    let read = if stream && is_sse {
+    // Gemini's stream without `alt=sse`: one JSON array, each element a chunk.
+    let json_array = stream && api == Api::Gemini && bytes.trim_ascii_start().starts_with(b"[");
+    let read = if json_array {
+        let mut asm = Assembler::new(api.wire());
+        for element in JsonArraySplitter::new().feed(bytes) {
+            asm.push(&SseEvent {
+                event: None,
+                data: String::from_utf8_lossy(&element).into_owned(),
+            });
+        }
+        asm.finish()
+    } else if stream && is_sse {
         let mut parser = SseParser::new();
         let mut asm = Assembler::new(api.wire());
         for ev in parser.feed(bytes) {

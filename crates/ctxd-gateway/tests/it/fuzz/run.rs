@@ -402,7 +402,7 @@ pub async fn run(case: &Case) -> Report {
 
         let mut req = rig
             .client
-            .post(rig.url(&api.path(model, case.stream, env.agent)))
+            .post(rig.url(&api.path(model, case.stream, env.agent, case.json_array)))
             .header("content-type", "application/json")
             .body(body);
         for (k, v) in &headers {
