@@ -56,50 +56,9 @@ FINAL = "done"
 # (case, check) -> why it is expected to fail: a known gateway gap, reported, not hidden. A check
 # listed here that passes is reported as XPASS (remove the entry). (case, "*"): any check of the
 # case may fail (its passing checks are plain ok; the case's XPASS is the absence of xfails).
-_COMMA = ("gateway bug: ctxd's Gemini tool group is rendered `{\"functionDeclarations\":[,{...` "
-          "(served/mod.rs Offer::render: a comma before the first declaration), invalid JSON, the "
-          "mock answers 400 `invalid JSON body`: every Gemini request with tools fails")
-_AGENT = ("gateway gap: identity::agent does not know Gemini clients: Gemini CLI (user agent "
-          "`GeminiCLI-tui/...`) and Pi's google provider (`google-genai-sdk/... gl-node/...`, Pi's "
-          "system prompt) are stored as agent `api`")
-_CLI_IDS = ("gateway bug: Gemini CLI echoes the model's functionCall with an `id` of its own "
-            "(`run_shell_command_<ms>_0`, on the functionResponse too); ctxd does not match the echo "
-            "to the call it relayed (its derived id), so the client's history diverges: hidden "
-            "exchanges not spliced back, the reset's projection not applied (pre-reset contents "
-            "reach the mock), the relayed turn's usage lost")
-_SAME_CALL = ("gateway bug: two identical calls (same name and args, no id) in one Gemini "
-              "conversation get the same derived id (wire/gemini.rs derived_call_id ranks within "
-              "one content only): on the second tool loop ctxd drops the model's functionCall "
-              "content and merges the functionResponse into the user's text; the mock refuses "
-              "(gemini.function_response_unexpected)")
 EXPECTED_FAILURES = {
     # (Pi's anthropic-messages provider, which sends no session hint and the stock Anthropic JS
     # SDK user agent, is now recognised by its system prompt.)
-    # Gemini (the API is new in the gateway): found by these cases, reported to its owner.
-    **{(c, "*"): _COMMA for c in ("gemini-sdk-json", "gemini-sdk-stream", "pi-mock-google", "gemini-cli",
-                                  "tools-gemini-sdk-json", "tools-gemini-sdk-stream", "tools-pi-mock-google",
-                                  "tools-gemini-cli")},
-    # Once the comma is fixed (remove the entries above), these remain:
-    ("gemini-sdk-json", "client"): _SAME_CALL,
-    ("gemini-sdk-stream", "client"): _SAME_CALL,
-    ("gemini-sdk-json", "gateway status"): _SAME_CALL,
-    ("gemini-sdk-stream", "gateway status"): _SAME_CALL,
-    ("gemini-sdk-json", "refusals"): _SAME_CALL,
-    ("gemini-sdk-stream", "refusals"): _SAME_CALL,
-    ("gemini-sdk-json", "upstream bytes"): _SAME_CALL,
-    ("gemini-sdk-stream", "upstream bytes"): _SAME_CALL,
-    ("gemini-sdk-json", "upstream request"): _SAME_CALL,
-    ("gemini-sdk-stream", "upstream request"): _SAME_CALL,
-    ("gemini-sdk-json", "cli report"): _SAME_CALL,
-    ("gemini-sdk-stream", "cli report"): _SAME_CALL,
-    ("pi-mock-google", "store session"): _AGENT,
-    ("tools-pi-mock-google", "store session"): _AGENT,
-    ("gemini-cli", "store session"): _AGENT,
-    ("tools-gemini-cli", "store session"): _AGENT,
-    ("gemini-cli", "cli report"): _CLI_IDS,
-    ("tools-gemini-cli", "hidden rounds"): _CLI_IDS,
-    ("tools-gemini-cli", "window cut"): _CLI_IDS,
-    ("tools-gemini-cli", "cli report"): _CLI_IDS,
 }
 
 

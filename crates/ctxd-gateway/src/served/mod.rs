@@ -104,6 +104,7 @@ impl Offer {
         if api == Api::Gemini && !self.is_empty() {
             out.extend_from_slice(b"{\"functionDeclarations\":[");
         }
+        // The first definition goes right after Gemini's opening bracket, without a comma.
         let mut first = true;
         for (name, bytes) in rendered(api) {
             if !self.has(name) {
@@ -376,18 +377,27 @@ mod tests {
         assert_eq!(v["tools"][0]["function"]["name"], "notes_write");
         // The same bytes every time: the provider's tools prefix stays cached.
         assert_eq!(offer.render(Api::Chat), offer.render(Api::Chat));
+    }
 
-        // Gemini: ctxd's declarations as one more tool, after the client's.
-        let body = br#"{"contents":[],"tools":[{"functionDeclarations":[{"name":"read_file"}]}]}"#;
+    #[test]
+    fn gemini_gets_ctxds_declarations_as_one_more_tool() {
+        let offer = Offer::of(&["notes_write", "recall"]);
+        let body = br#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}],"tools":[{"functionDeclarations":[{"name":"Bash","parametersJsonSchema":{}}]}]}"#;
         let req = ParsedRequest::parse(Api::Gemini, body).unwrap();
         let ins = inject(&req, body, &offer, None).unwrap();
         let mut out = body.to_vec();
         out.splice(ins.at, ins.bytes);
         let v: Value = serde_json::from_slice(&out)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
-        let ours = &v["tools"][1]["functionDeclarations"];
-        assert_eq!(ours[0]["name"], "notes_write");
-        assert_eq!(ours[1]["name"], "recall");
+        let tools = v["tools"].as_array().unwrap();
+        assert_eq!(tools.len(), 2);
+        let names: Vec<&str> = tools[1]["functionDeclarations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["notes_write", "recall"]);
     }
 
     #[test]

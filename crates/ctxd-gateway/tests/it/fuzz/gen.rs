@@ -4,7 +4,60 @@
 
 use std::fmt;
 
-use crate::loops::Api;
+use ctxd_formats::wire::stream::Api as WireApi;
+
+/// The wire APIs the fuzzer plays: the gateway's four.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    Anthropic,
+    Chat,
+    Responses,
+    /// Google's Gemini API: `/v1beta/models/{model}:generateContent`, and
+    /// `:streamGenerateContent?alt=sse` when streaming (as Gemini CLI and Pi do).
+    Gemini,
+}
+
+impl Api {
+    /// The path the client posts to. Gemini: `/v1beta`, or `/v1` for the Python SDK (its
+    /// default version).
+    /// `json_array`: Gemini's stream without `alt=sse`, one JSON array sent element by element.
+    pub fn path(self, model: &str, stream: bool, agent: Agent, json_array: bool) -> String {
+        let version = if agent == Agent::Sdk { "v1" } else { "v1beta" };
+        match (self, stream) {
+            (Api::Anthropic, _) => "/v1/messages".into(),
+            (Api::Chat, _) => "/v1/chat/completions".into(),
+            (Api::Responses, _) => "/v1/responses".into(),
+            (Api::Gemini, false) => format!("/{version}/models/{model}:generateContent"),
+            (Api::Gemini, true) if json_array => {
+                format!("/{version}/models/{model}:streamGenerateContent")
+            }
+            (Api::Gemini, true) => {
+                format!("/{version}/models/{model}:streamGenerateContent?alt=sse")
+            }
+        }
+    }
+
+    /// Whether an upstream route (the path without its query) is a model call of this API.
+    pub fn is_model_call(self, route: &str) -> bool {
+        match self {
+            Api::Gemini => {
+                (route.starts_with("/v1beta/models/") || route.starts_with("/v1/models/"))
+                    && (route.ends_with(":generateContent")
+                        || route.ends_with(":streamGenerateContent"))
+            }
+            _ => route == self.path("", false, Agent::Sdk, false),
+        }
+    }
+
+    pub fn wire(self) -> WireApi {
+        match self {
+            Api::Anthropic => WireApi::Anthropic,
+            Api::Chat => WireApi::OpenAiChat,
+            Api::Responses => WireApi::OpenAiResponses,
+            Api::Gemini => WireApi::Gemini,
+        }
+    }
+}
 
 /// SplitMix64: small, fast, and the same sequence everywhere.
 pub struct Rng(u64);
@@ -40,19 +93,22 @@ pub fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// The six API/mode combinations; a case's seed picks one (`seed % 6`).
-pub const COMBOS: [(Api, bool); 6] = [
+/// The eight API/mode combinations; a case's seed picks one (`seed % 8`).
+pub const COMBOS: [(Api, bool); 8] = [
     (Api::Anthropic, false),
     (Api::Anthropic, true),
     (Api::Chat, false),
     (Api::Chat, true),
     (Api::Responses, false),
     (Api::Responses, true),
+    (Api::Gemini, false),
+    (Api::Gemini, true),
 ];
 
 /// The seed of the `i`th case of combination `combo` in a run seeded `base`.
 pub fn case_seed(base: u64, combo: usize, i: usize) -> u64 {
-    (mix(base ^ mix(i as u64 + 1)) / 6) * 6 + combo as u64
+    let n = COMBOS.len() as u64;
+    (mix(base ^ mix(i as u64 + 1)) / n) * n + combo as u64
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,8 +128,22 @@ pub enum Agent {
     ClaudeCode,
     /// `user-agent: codex_cli_rs/...`.
     Codex,
-    /// No user agent ctxd knows.
+    /// No user agent ctxd knows (Gemini: the google-genai Python SDK, which echoes the
+    /// model's content as it came, no ids added).
     Sdk,
+    /// Gemini CLI: drops `thought: true` parts when it echoes the model's content, and adds
+    /// an `id` of its own to every echoed call and to its response.
+    GeminiCli,
+    /// Pi's `google-generative-ai` provider: echoes everything (thoughts, signatures on text
+    /// and calls), no ids.
+    Pi,
+}
+
+impl Agent {
+    /// Whether the client echoes the model's content as Gemini CLI does.
+    pub fn gemini_cli(self) -> bool {
+        self == Agent::GeminiCli
+    }
 }
 
 /// The gateway's and the mock's settings for one case.
@@ -175,13 +245,16 @@ pub struct Case {
     pub seed: u64,
     pub api: Api,
     pub stream: bool,
+    /// Gemini's stream as one JSON array (no `alt=sse`; the API's default, which REST
+    /// clients get): a quarter of the Gemini stream cases, from the seed alone.
+    pub json_array: bool,
     pub env: Env,
     pub steps: Vec<Step>,
 }
 
 impl Case {
     pub fn generate(seed: u64, max_steps: usize) -> Case {
-        let (api, stream) = COMBOS[(seed % 6) as usize];
+        let (api, stream) = COMBOS[(seed % COMBOS.len() as u64) as usize];
         let mut rng = Rng::new(seed);
         let window = match rng.below(10) {
             0..=4 => Window::Default,
@@ -192,7 +265,10 @@ impl Case {
         let env = Env {
             window,
             thinking: !matches!(api, Api::Chat) && rng.chance(30),
-            agent: [Agent::ClaudeCode, Agent::Codex, Agent::Sdk][rng.below(3)],
+            agent: match api {
+                Api::Gemini => [Agent::GeminiCli, Agent::Pi, Agent::Sdk][rng.below(3)],
+                _ => [Agent::ClaudeCode, Agent::Codex, Agent::Sdk][rng.below(3)],
+            },
             reminders: rng.chance(80),
             resets: rng.chance(80),
             distill: rng.chance(50),
@@ -222,10 +298,29 @@ impl Case {
             };
             steps.push(step);
         }
+        let json_array = api == Api::Gemini && stream && (seed / 8).is_multiple_of(4);
+        if json_array {
+            // ctxd offers its tools only where it can splice hidden rounds (not into Gemini's
+            // JSON array): the model calls the client's tools alone.
+            for step in &mut steps {
+                for m in step.replies_mut() {
+                    let plain = match &*m {
+                        Mock::Ctxd { .. } => Mock::Text(120),
+                        Mock::Mixed { client, .. } => Mock::Calls {
+                            n: *client,
+                            write: false,
+                        },
+                        other => other.clone(),
+                    };
+                    *m = plain;
+                }
+            }
+        }
         Case {
             seed,
             api,
             stream,
+            json_array,
             env,
             steps,
         }
@@ -317,6 +412,17 @@ fn error(rng: &mut Rng) -> Mock {
     }
 }
 
+impl Case {
+    /// How the client reads the answer: `JSON`, `SSE`, or Gemini's streamed `array`.
+    pub fn mode(&self) -> &'static str {
+        match (self.stream, self.json_array) {
+            (false, _) => "JSON",
+            (true, false) => "SSE",
+            (true, true) => "array",
+        }
+    }
+}
+
 impl fmt::Display for Case {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -324,7 +430,7 @@ impl fmt::Display for Case {
             "case seed {} ({:?} {}): {:?}",
             self.seed,
             self.api,
-            if self.stream { "SSE" } else { "JSON" },
+            self.mode(),
             self.env
         )?;
         for (i, s) in self.steps.iter().enumerate() {

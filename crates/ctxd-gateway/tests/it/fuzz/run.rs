@@ -13,8 +13,8 @@ use ctxd_mock::{Config, Part, Reasoning, Recorded, Reply};
 use serde_json::{json, Value};
 
 use super::client::{self, Outcome, CLIENT_TOOLS, COMPACTION, SYSTEM};
-use super::gen::{Case, Env, Mock, Step, Window};
-use crate::loops::{shell_output, Api};
+use super::gen::{Api, Case, Env, Mock, Step, Window};
+use crate::loops::shell_output;
 use crate::support::Rig;
 
 /// The invariants, numbered as in the module's doc.
@@ -99,16 +99,19 @@ impl Report {
 enum Key {
     /// A prompt (or summary) carrying this marker.
     Marker(String),
-    /// Results, the last answering this call id.
-    Result(String),
+    /// Results, the last answering this call id. Gemini pairs a response with its call by
+    /// name and order, and a call without an id gets one derived from its arguments, which
+    /// ctxd may shorten (write facts): there, a response carrying the marker of the last
+    /// result (its output's first word) is the one too.
+    Result(String, String),
 }
 
 /// The client's state.
 struct Client {
     api: Api,
     conversation: Vec<Value>,
-    /// The client's calls of the last answer, not yet answered.
-    pending: Vec<String>,
+    /// The client's calls of the last answer, not yet answered: (id, name).
+    pending: Vec<(String, String)>,
     last: Option<(Vec<Value>, Vec<u8>, Key)>,
     next: usize,
 }
@@ -184,6 +187,17 @@ fn reply(api: Api, stream: bool, m: &Mock, n: usize) -> Reply {
             parts.extend((0..*client).map(bash));
             Reply::parts(parts)
         }
+        // Google has no 529: its overload is a 503 `UNAVAILABLE`.
+        Mock::Error {
+            status: 529,
+            retry_after,
+        } if api == Api::Gemini => {
+            let r = Reply::error(503, error_message(m, n));
+            match retry_after {
+                Some(s) => r.header("retry-after", s.to_string()),
+                None => r,
+            }
+        }
         Mock::Error {
             status,
             retry_after,
@@ -196,6 +210,14 @@ fn reply(api: Api, stream: bool, m: &Mock, n: usize) -> Reply {
         }
         Mock::Overflow => Reply::error(400, overflow_message(api)),
         Mock::FailMidStream => Reply::fail_mid_stream(error_message(m, n)),
+        // Gemini's stream has no terminal event: the chunk with the finish reason ends it. A
+        // text is two chunks, so three texts make sure the cut comes before that chunk.
+        Mock::Cut(k) if stream && api == Api::Gemini => Reply::parts(
+            (0..3)
+                .map(|i| Part::Text(format!("FZA{n}. cut short {i}. ")))
+                .collect(),
+        )
+        .truncate_after_events(*k),
         Mock::Cut(k) if stream => {
             Reply::text(format!("FZA{n}. cut short")).truncate_after_events(*k)
         }
@@ -221,6 +243,10 @@ fn error_message(m: &Mock, n: usize) -> String {
 fn overflow_message(api: Api) -> &'static str {
     match api {
         Api::Anthropic => "prompt is too long: 250000 tokens > 200000 maximum",
+        Api::Gemini => {
+            "The input token count (1250000) exceeds the maximum number of tokens allowed \
+             (1048576)."
+        }
         _ => {
             "This model's maximum context length is 200000 tokens. However, your messages \
               resulted in 250000 tokens. (context_length_exceeded)"
@@ -253,6 +279,8 @@ pub async fn run(case: &Case) -> Report {
     }
     let e = env.clone();
     let mut rig = Rig::with(config, move |s| {
+        // The rig points Anthropic and OpenAI at the mock; Gemini goes there too.
+        s.upstream_gemini = s.upstream_openai.clone();
         s.management.mechanisms = Mechanisms {
             reminders: e.reminders,
             resets: e.resets,
@@ -300,11 +328,11 @@ pub async fn run(case: &Case) -> Report {
                 c.conversation.truncate(at);
                 c.pending.clear();
                 let m = c.marker("P");
-                c.conversation.push(client::prompt(
+                client::push_user(
                     api,
-                    &format!("{m} Actually, do it differently."),
-                    false,
-                ));
+                    &mut c.conversation,
+                    client::prompt(api, &format!("{m} Actually, do it differently."), false),
+                );
                 (c.conversation.clone(), Vec::new(), Key::Marker(m))
             }
             Step::Compact { .. } => {
@@ -323,24 +351,31 @@ pub async fn run(case: &Case) -> Report {
                 let o = c.marker("O");
                 let out =
                     |i: usize| format!("{o}{i} exit 0\n{}", shell_output(c.next * 7 + i, *output));
-                let results = client::results(api, &calls, &out);
+                let results = client::results(api, env, &calls, &out);
                 let _ = image;
                 c.conversation.extend(results);
                 (
                     c.conversation.clone(),
                     Vec::new(),
-                    Key::Result(calls.last().cloned().unwrap_or_default()),
+                    Key::Result(
+                        calls.last().map(|(id, _)| id.clone()).unwrap_or_default(),
+                        format!("{o}{} exit 0", calls.len().saturating_sub(1)),
+                    ),
                 )
             }
             _ => {
                 let image = matches!(step, Step::Send { image: true, .. });
                 let m = c.marker("P");
                 c.pending.clear();
-                c.conversation.push(client::prompt(
+                client::push_user(
                     api,
-                    &format!("{m} Please look at the failing test and fix it."),
-                    image,
-                ));
+                    &mut c.conversation,
+                    client::prompt(
+                        api,
+                        &format!("{m} Please look at the failing test and fix it."),
+                        image,
+                    ),
+                );
                 (c.conversation.clone(), Vec::new(), Key::Marker(m))
             }
         };
@@ -367,7 +402,7 @@ pub async fn run(case: &Case) -> Report {
 
         let mut req = rig
             .client
-            .post(rig.url(api.path()))
+            .post(rig.url(&api.path(model, case.stream, env.agent, case.json_array)))
             .header("content-type", "application/json")
             .body(body);
         for (k, v) in &headers {
@@ -400,7 +435,7 @@ pub async fn run(case: &Case) -> Report {
         let outcome = client::read(api, case.stream, status, &resp_headers, &bytes);
         let upstream: Vec<Recorded> = rig.mock.requests()[before..]
             .iter()
-            .filter(|r| r.route() == api.path())
+            .filter(|r| api.is_model_call(r.route()))
             .cloned()
             .collect();
         report.upstream += upstream.len();
@@ -485,9 +520,13 @@ pub async fn run(case: &Case) -> Report {
         c.pending.clear();
         if let Outcome::Answer { elements, .. } = outcome {
             c.conversation = conversation;
+            // As the client keeps them (Gemini CLI: its own call ids, no thoughts).
+            let elements: Vec<Value> = elements
+                .into_iter()
+                .map(|el| client::echo(api, env, el, 1_796_479_242_614 + si as u64))
+                .collect();
             for el in &elements {
-                c.pending
-                    .extend(client::calls_of(api, el).into_iter().map(|(id, _)| id));
+                c.pending.extend(client::calls_of(api, el));
             }
             c.conversation.extend(elements);
         } else {
@@ -511,7 +550,7 @@ pub async fn run(case: &Case) -> Report {
         for m in answer_markers(&text) {
             markers.insert(m, 0);
         }
-        for (id, _) in client::calls_of(api, el) {
+        for id in stored_call_keys(api, el) {
             ids.insert(id, 0);
         }
     }
@@ -531,8 +570,17 @@ pub async fn run(case: &Case) -> Report {
                 }
             }
             for b in &m.content {
-                if let ContentBlock::ToolCall { id, .. } = b {
-                    if let Some(n) = ids.get_mut(id) {
+                if let ContentBlock::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } = b
+                {
+                    let key = match api {
+                        Api::Gemini => gemini_call_key(name, arguments),
+                        _ => id.clone(),
+                    };
+                    if let Some(n) = ids.get_mut(&key) {
                         *n += 1;
                     }
                 }
@@ -556,6 +604,30 @@ pub async fn run(case: &Case) -> Report {
         );
     }
     report
+}
+
+/// A Gemini call by what it says: Gemini CLI gives the calls it keeps ids of its own, which
+/// the store learns only when they are sent back.
+fn gemini_call_key(name: &str, args: &Value) -> String {
+    ctxd_formats::wire::gemini::derived_call_id(name, args, 0)
+}
+
+/// The keys of the calls of a model element the client kept, as invariant 6 finds them in
+/// the store: the call id, or (Gemini) [`gemini_call_key`].
+fn stored_call_keys(api: Api, el: &Value) -> Vec<String> {
+    match api {
+        Api::Gemini => el["parts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("functionCall"))
+            .map(|c| gemini_call_key(c["name"].as_str().unwrap_or_default(), &c["args"]))
+            .collect(),
+        _ => client::calls_of(api, el)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect(),
+    }
 }
 
 /// `CTXD_FUZZ_TRACE=1`: every step's requests and answer, summarised, on stderr.
@@ -636,6 +708,10 @@ fn trace_step(
             r.refused,
             list(&up)
         );
+        // `CTXD_FUZZ_TRACE=2`: the whole conversation array too.
+        if std::env::var("CTXD_FUZZ_TRACE").is_ok_and(|v| v == "2") {
+            eprintln!("    {}", Value::Array(up.clone()));
+        }
     }
     match outcome {
         Outcome::Answer { elements, .. } => eprintln!("  client shown: {}", list(elements)),
@@ -735,7 +811,11 @@ fn check_upstream(
         );
         let Some(body) = r.json() else {
             report.check(0, step, "an upstream body is not JSON", false, || {
-                format!("upstream call {j} is not JSON")
+                let body = r.decoded_body().unwrap_or_default();
+                format!(
+                    "upstream call {j} is not JSON: {}",
+                    head(&String::from_utf8_lossy(&body), 1500)
+                )
             });
             continue;
         };
@@ -759,6 +839,7 @@ fn check_upstream(
                 };
                 client::all_text(&body["instructions"]) + &lead
             }
+            Api::Gemini => client::all_text(&body["systemInstruction"]),
         };
         report.check(
             1,
@@ -831,8 +912,9 @@ fn describe(el: &Value) -> String {
 }
 
 /// What an element is, for a class: the model's, results (ctxd's or the client's), a boot.
-fn kind(api: Api, el: &Value, names: &HashMap<String, String>) -> String {
-    let results = client::results_of(api, el);
+fn kind(api: Api, up: &[Value], i: usize, names: &HashMap<String, String>) -> String {
+    let el = &up[i];
+    let results = client::results_at(api, up, i);
     if client::is_assistant(api, el) {
         let text = client::all_text(el);
         if el["type"] == "reasoning" {
@@ -867,18 +949,27 @@ fn call_names(api: Api, up: &[Value]) -> HashMap<String, String> {
 /// The conversation ends, past ctxd's additions, with the element carrying `key`.
 fn ends_with(api: Api, up: &[Value], key: &Key) -> Result<(), (String, String)> {
     let names = call_names(api, up);
-    for el in up.iter().rev() {
+    for (i, el) in up.iter().enumerate().rev() {
         let carries = match key {
             Key::Marker(m) => {
                 !client::is_assistant(api, el) && client::all_text(el).contains(m.as_str())
             }
-            Key::Result(id) => client::results_of(api, el).contains(id),
+            Key::Result(id, marker) => {
+                let results = client::results_at(api, up, i);
+                results.contains(id)
+                    || (api == Api::Gemini
+                        && !results.is_empty()
+                        && client::all_text(el).contains(marker.as_str()))
+            }
         };
         if carries {
             return Ok(());
         }
         if !is_addition(api, el) {
-            return Err((kind(api, el, &names), format!("ends with {}", describe(el))));
+            return Err((
+                kind(api, up, i, &names),
+                format!("ends with {}", describe(el)),
+            ));
         }
     }
     let boot = up.iter().any(|el| is_boot(&client::all_text(el)));
@@ -920,10 +1011,10 @@ fn ends_with_ctxd_results(api: Api, up: &[Value]) -> Result<(), (String, String)
         return Ok(());
     }
     let names = call_names(api, up);
-    for el in up.iter().rev() {
+    for (i, el) in up.iter().enumerate().rev() {
         let results = client::results_of(api, el);
         if !results.is_empty() || !is_addition(api, el) {
-            let k = kind(api, el, &names);
+            let k = kind(api, up, i, &names);
             return if k == "ends with results of ctxd's calls" {
                 Ok(())
             } else {
@@ -962,16 +1053,20 @@ fn check_outcome(
                 status,
                 retry_after,
             } => Some((
-                Some(*status),
+                Some(if api == Api::Gemini && *status == 529 {
+                    503
+                } else {
+                    *status
+                }),
                 error_message(m, base * 100 + k),
                 retry_after.map(|s| s.to_string()),
             )),
             Mock::Overflow => Some((
                 Some(400),
-                if matches!(api, Api::Anthropic) {
-                    "prompt is too long".to_owned()
-                } else {
-                    "context_length_exceeded".to_owned()
+                match api {
+                    Api::Anthropic => "prompt is too long".to_owned(),
+                    Api::Gemini => "exceeds the maximum number of tokens".to_owned(),
+                    _ => "context_length_exceeded".to_owned(),
                 },
                 None,
             )),
@@ -1199,4 +1294,52 @@ fn the_checkers_reject_what_they_must() {
         answer_markers("FZA12. text FZH3. more FZA12. FZA7 no dot"),
         vec!["FZA12.".to_owned(), "FZH3.".to_owned()]
     );
+}
+
+/// The checkers on Gemini's shapes: responses paired with calls by name and order, Gemini
+/// CLI's echo, a prompt after a failed request.
+#[test]
+fn the_checkers_read_gemini() {
+    use super::gen::Agent;
+    let api = Api::Gemini;
+    let user = |t: &str| json!({"role": "user", "parts": [{"text": t}]});
+    let calls = json!({"role": "model", "parts": [
+        {"text": "thinking", "thought": true, "thoughtSignature": "dGg="},
+        {"functionCall": {"name": "notes_list", "args": {}}, "thoughtSignature": "c2ln"},
+        {"functionCall": {"name": "Bash", "args": {"command": "ls"}}}]});
+    let answers = json!({"role": "user", "parts": [
+        {"functionResponse": {"name": "notes_list", "response": {"output": "none"}}},
+        {"functionResponse": {"name": "Bash", "response": {"output": "FZO3.0 exit 0"}}}]});
+    let up = [user("FZP1. fix it"), calls.clone(), answers];
+    let ids = client::calls_of(api, &calls);
+    let bash = ids.iter().find(|(_, n)| n == "Bash").unwrap().0.clone();
+    assert_eq!(client::results_at(api, &up, 2).len(), 2);
+    assert!(ends_with(api, &up, &Key::Result(bash.clone(), "FZO3.0 exit 0".into())).is_ok());
+    assert!(ends_with_ctxd_results(api, &up).is_ok());
+    let (class, _) = ends_with(api, &up[..2], &Key::Result(bash, String::new())).unwrap_err();
+    assert_eq!(class, "ends with the model's calls");
+    // Gemini CLI keeps no thoughts and ids its calls; Pi keeps the content as it came.
+    let env = |agent| super::gen::Env {
+        window: Window::Default,
+        thinking: true,
+        agent,
+        reminders: false,
+        resets: false,
+        distill: false,
+        digests: false,
+        lazy_tools: false,
+        cache_plan: false,
+        write_facts: false,
+        distill_wait: false,
+    };
+    let cli = client::echo(api, &env(Agent::GeminiCli), calls.clone(), 7);
+    assert_eq!(cli["parts"].as_array().unwrap().len(), 2);
+    assert_eq!(cli["parts"][0]["functionCall"]["id"], "notes_list_7_0");
+    assert_eq!(cli["parts"][0]["thoughtSignature"], "c2ln");
+    assert_eq!(client::echo(api, &env(Agent::Pi), calls.clone(), 7), calls);
+    // A prompt after a user content (the request failed) joins it: roles alternate.
+    let mut conv = vec![user("FZP1.")];
+    client::push_user(api, &mut conv, user("FZP2."));
+    assert_eq!(conv.len(), 1);
+    assert_eq!(conv[0]["parts"].as_array().unwrap().len(), 2);
 }
