@@ -62,6 +62,8 @@ pub fn stated_window(error: &str) -> Option<u64> {
             r"(?i)available context size \(([\d,_]+)",
             r"(?i)n_ctx(?:_slot|_train)?\s*[=:]?\s*([\d,_]+)",
             r"(?i)context (?:window|length|size)[^\d]{0,24}?\(([\d,_]+) tokens?\)",
+            // Google's Gemini API.
+            r"(?i)maximum number of tokens allowed \(([\d,_]+)\)",
         ]
         .iter()
         .filter_map(|p| regex::Regex::new(p).ok())
@@ -168,6 +170,11 @@ mod tests {
             (
                 "Input exceeds the context window of 32768 tokens",
                 Some(32_768),
+            ),
+            (
+                "The input token count (1200000) exceeds the maximum number of tokens allowed \
+                 (1048576).",
+                Some(1_048_576),
             ),
             // No number: nothing to learn.
             ("Your input exceeds the context window of this model.", None),

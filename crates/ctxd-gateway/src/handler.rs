@@ -947,6 +947,8 @@ pub(crate) fn is_overflow(status: StatusCode, body: &[u8]) -> bool {
         || text.contains("context_length_exceeded")
         || text.contains("maximum context length")
         || text.contains("context window")
+        // Google: "The input token count (N) exceeds the maximum number of tokens allowed (M)."
+        || text.contains("exceeds the maximum number of tokens")
 }
 
 async fn forward(

@@ -147,6 +147,20 @@ pub const WRITE_TOOLS: &[WriteTool] = &[
             new: "newText",
         },
     },
+    // Gemini CLI.
+    WriteTool {
+        name: "write_file",
+        path: Some("file_path"),
+        shape: Shape::Content { content: "content" },
+    },
+    WriteTool {
+        name: "replace",
+        path: Some("file_path"),
+        shape: Shape::Replace {
+            old: "old_string",
+            new: "new_string",
+        },
+    },
     // Codex: the freeform tool, the function tool, and a shell heredoc.
     WriteTool {
         name: "apply_patch",
@@ -263,7 +277,8 @@ fn trailing_results<'a>(items: &[Item<'a>], fresh: &[usize]) -> (Vec<(&'a str, b
 }
 
 /// The edit of the assistant message at `pos` (showing `content`): its write calls whose
-/// results succeeded, stripped; `None` when none is large enough.
+/// results succeeded, stripped; `None` when none is large enough, or when the message is
+/// signed over its calls.
 fn draft(
     session: &Session,
     pos: usize,
@@ -271,6 +286,9 @@ fn draft(
     results: &[(&str, bool)],
     settings: &Settings,
 ) -> Option<Draft> {
+    if signs_a_call(content) {
+        return None;
+    }
     let mut stripped = Vec::new();
     for b in content.iter() {
         let ContentBlock::ToolCall {
@@ -319,6 +337,26 @@ fn draft(
             args,
         },
         calls: stripped,
+    })
+}
+
+/// Whether a bare signature (a hidden thinking block with no text) comes right before a call:
+/// Gemini's `thoughtSignature` sits on the call's own part, and the provider refuses the turn
+/// of its current tool loop when the call no longer matches it. (Anthropic's redacted thinking
+/// has the same shape; its calls then keep their arguments too, at the cost of a small saving.)
+fn signs_a_call(content: &[ContentBlock]) -> bool {
+    content.windows(2).any(|pair| {
+        matches!(
+            pair,
+            [
+                ContentBlock::Thinking {
+                    thinking,
+                    signature: Some(_),
+                    redacted: true,
+                },
+                ContentBlock::ToolCall { .. },
+            ] if thinking.is_empty()
+        )
     })
 }
 

@@ -347,3 +347,39 @@ fn fact_wording() {
     ));
     assert!(!nonzero_exit("{\"metadata\":{\"exit_code\":0}}"));
 }
+
+#[test]
+fn a_call_signed_on_its_own_part_keeps_its_arguments() {
+    // Gemini: the thoughtSignature on the call's part, read as a bare signature before it.
+    let (s, branch) = session(
+        vec![
+            ContentBlock::Thinking {
+                thinking: String::new(),
+                signature: Some("c2ln".into()),
+                redacted: true,
+            },
+            call(
+                "~write_file~abc",
+                "write_file",
+                json!({"file_path": "src/model.py", "content": big(2_000)}),
+            ),
+        ],
+        vec![result("~write_file~abc", "Successfully wrote", false)],
+    );
+    assert!(plan(&s, &branch, &[2], &Settings::default()).is_empty());
+}
+
+#[test]
+fn gemini_clis_unsigned_write_is_stripped() {
+    let (s, branch) = session(
+        vec![call(
+            "~write_file~abc",
+            "write_file",
+            json!({"file_path": "src/model.py", "content": big(2_000)}),
+        )],
+        vec![result("~write_file~abc", "Successfully wrote", false)],
+    );
+    let drafts = plan(&s, &branch, &[2], &Settings::default());
+    assert_eq!(drafts.len(), 1);
+    assert!(drafts[0].calls[0].fact.starts_with("[Wrote src/model.py"));
+}
