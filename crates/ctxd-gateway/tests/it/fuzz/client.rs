@@ -250,11 +250,21 @@ pub fn calls_of(api: Api, el: &Value) -> Vec<(String, String)> {
             vec![(s(&el["call_id"]), s(&el["name"]))]
         }
         Api::Responses => Vec::new(),
-        // The call's `id`, else the one ctxd's parser derives (its name and arguments).
-        Api::Gemini if el["role"] == "model" => ctxd_formats::wire::gemini::call_ids(el)
-            .into_iter()
-            .map(|(name, id)| (id, name))
-            .collect(),
+        // The call's `id` on the wire (Gemini CLI's own), else the one ctxd's parser derives
+        // (its name and arguments).
+        Api::Gemini if el["role"] == "model" => {
+            let wire_ids = el["parts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p.get("functionCall"))
+                .map(|c| c["id"].as_str().map(str::to_owned));
+            ctxd_formats::wire::gemini::call_ids(el)
+                .into_iter()
+                .zip(wire_ids)
+                .map(|((name, derived), wire)| (wire.unwrap_or(derived), name))
+                .collect()
+        }
         Api::Gemini => Vec::new(),
     }
 }
