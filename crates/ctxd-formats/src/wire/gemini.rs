@@ -100,14 +100,16 @@ pub fn content_after(previous: Option<&Value>, c: &Value) -> Message {
     let mut call_rank: Vec<(String, String)> = Vec::new();
     let mut blocks = Vec::new();
     for part in parts_of(c) {
-        if let Some(sig) = non_empty(part, "thoughtSignature") {
-            if !is_thought(part) {
-                blocks.push(ContentBlock::Thinking {
-                    thinking: String::new(),
-                    signature: Some(sig),
-                    redacted: true,
-                });
-            }
+        if is_thought(part) {
+            continue;
+        }
+        let signature = non_empty(part, "thoughtSignature");
+        if let Some(text) = plain_text(part) {
+            push_text(&mut blocks, text, signature);
+            continue;
+        }
+        if let Some(sig) = signature {
+            blocks.push(bare_signature(sig));
         }
         if let Some(call) = part.get("functionCall") {
             let name = string_field(call, "name").unwrap_or_default();
@@ -138,6 +140,52 @@ pub fn content_after(previous: Option<&Value>, c: &Value) -> Message {
         }
     }
     Message::new(role, blocks)
+}
+
+fn bare_signature(sig: String) -> ContentBlock {
+    ContentBlock::Thinking {
+        thinking: String::new(),
+        signature: Some(sig),
+        redacted: true,
+    }
+}
+
+fn is_bare_signature(b: &ContentBlock) -> bool {
+    matches!(b, ContentBlock::Thinking { thinking, signature: Some(_), redacted: true } if thinking.is_empty())
+}
+
+/// A part that only holds text (not a thought): its text.
+fn plain_text(part: &Value) -> Option<&str> {
+    let o = part.as_object()?;
+    let text = o.get("text")?.as_str()?;
+    o.keys()
+        .all(|k| matches!(k.as_str(), "text" | "thoughtSignature"))
+        .then_some(text)
+}
+
+/// Adds a text part, joined to the text before it, its signature (if any) before the joined
+/// text unless that text has one: how the stream assembler joins a response's text deltas, so
+/// a client keeping every chunk's part (the Python SDK's stream) and one keeping them joined
+/// send back the same message.
+fn push_text(blocks: &mut Vec<ContentBlock>, text: &str, signature: Option<String>) {
+    let n = blocks.len();
+    let last_is_text = matches!(blocks.last(), Some(ContentBlock::Text { .. }));
+    let last_is_signed = n >= 2 && is_bare_signature(&blocks[n - 2]);
+    if last_is_text && (signature.is_none() || !last_is_signed) {
+        if let Some(sig) = signature {
+            blocks.insert(n - 1, bare_signature(sig));
+        }
+        if let Some(ContentBlock::Text { text: last }) = blocks.last_mut() {
+            last.push_str(text);
+        }
+        return;
+    }
+    if let Some(sig) = signature {
+        blocks.push(bare_signature(sig));
+    }
+    if !text.is_empty() {
+        blocks.push(ContentBlock::text(text));
+    }
 }
 
 fn is_thought(part: &Value) -> bool {
@@ -335,6 +383,21 @@ mod tests {
     }
 
     #[test]
+    fn text_deltas_kept_apart_read_as_the_joined_text() {
+        let joined = content(&json!({"role": "model", "parts": [
+            {"text": "Hello", "thoughtSignature": "s"},
+            {"functionCall": {"name": "ls", "args": {}}}]}));
+        let apart = content(&json!({"role": "model", "parts": [
+            {"text": "Hel"}, {"text": "lo"}, {"text": "", "thoughtSignature": "s"},
+            {"functionCall": {"name": "ls", "args": {}}}]}));
+        assert_eq!(joined, apart);
+        let late = content(&json!({"role": "model", "parts": [
+            {"text": "Hel"}, {"text": "lo", "thoughtSignature": "s"},
+            {"functionCall": {"name": "ls", "args": {}}}]}));
+        assert_eq!(joined, late);
+    }
+
+    #[test]
     fn identical_calls_in_one_content_get_distinct_ids() {
         let call = json!({"role": "model", "parts": [
             {"functionCall": {"name": "ls", "args": {}}},
@@ -362,9 +425,10 @@ mod tests {
             {"executableCode": {"language": "PYTHON", "code": "1"}}
         ]}));
         // Thought parts are output only, signed or not.
-        assert_eq!(m.content[0], ContentBlock::text("answer"));
-        assert!(matches!(&m.content[1],
+        // A signature after a text is the text's (as the stream assembler joins it).
+        assert!(matches!(&m.content[0],
             ContentBlock::Thinking { redacted: true, signature: Some(s), .. } if s == "s2"));
+        assert_eq!(m.content[1], ContentBlock::text("answer"));
         assert!(matches!(&m.content[2], ContentBlock::Image(_)));
         assert!(
             matches!(&m.content[3], ContentBlock::Text { text } if text.contains("executableCode"))
