@@ -30,7 +30,8 @@ def _sessions(store, agent):
 def run(ctxd, mock, ctx, report):
     store = os.path.join(ctx.workdir, "ctxd-run.db")
     launcher = [ctxd, "--store", store, "run", "--"]
-    upstreams = {"CTXD_UPSTREAM_ANTHROPIC": mock.url, "CTXD_UPSTREAM_OPENAI": mock.url}
+    upstreams = {"CTXD_UPSTREAM_ANTHROPIC": mock.url, "CTXD_UPSTREAM_OPENAI": mock.url,
+                 "CTXD_UPSTREAM_GEMINI": mock.url}
     agents = [
         ("claude-code", "claude-code", lambda: agent_cases.claude_code(
             None, ctx.clients_dir, ctx.logdir, launcher=launcher, env_extra=upstreams,

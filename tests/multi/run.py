@@ -109,7 +109,7 @@ def serve(ctxd, store, mock_url, workdir, name, *flags):
     return Process(
         name,
         [ctxd, "--store", store, "serve", "--listen", "127.0.0.1:0",
-         "--upstream-anthropic", mock_url, "--upstream-openai", mock_url] + list(flags),
+         "--upstream-anthropic", mock_url, "--upstream-openai", mock_url, "--upstream-gemini", mock_url] + list(flags),
         os.path.join(workdir, name + ".log"),
         r"ctxd serve: listening on http://(\S+)",
         env=env,

@@ -97,7 +97,7 @@ class Child:
 def serve(ctxd, store, mock_url, listen, workdir, name, extra=(), env=None):
     child = Child(
         [ctxd, "--store", store, "serve", "--listen", listen, "--upstream-anthropic", mock_url,
-         "--upstream-openai", mock_url, *extra],
+         "--upstream-openai", mock_url, "--upstream-gemini", mock_url, *extra],
         os.path.join(workdir, name + ".log"),
         r"ctxd serve: listening on http://(\S+)",
         env=env,

@@ -84,12 +84,11 @@ const MINI_SWE_AGENT: Family = Family {
     model: "gpt-4o",
 };
 
-/// Over Chat Completions until the Gemini API is served.
 const GEMINI_CLI: Family = Family {
     dir: "gemini-cli",
     agent: Agent::GeminiCli,
     name: "gemini-cli",
-    api: Api::Chat,
+    api: Api::Gemini,
     model: "gemini-2.5-pro",
 };
 
@@ -199,12 +198,24 @@ fn parts(reply: &[Message]) -> Vec<Part> {
     out
 }
 
-fn route(api: Api) -> &'static str {
-    match api {
-        Api::Anthropic => "/v1/messages",
-        Api::Chat => "/v1/chat/completions",
-        Api::Responses => "/v1/responses",
+/// A message as the model reads it. Gemini's results name their call by an id ctxd derives
+/// from the call as sent, which write facts may have shortened: the model reads no id.
+fn model_read(api: Api, m: &Message) -> hash::Hash {
+    if api != Api::Gemini {
+        return hash::message(m);
     }
+    let mut m = m.clone();
+    for b in &mut m.content {
+        if let ContentBlock::ToolResult { call_id, .. } = b {
+            call_id.clear();
+        }
+    }
+    hash::message(&m)
+}
+
+/// Where a request of `api` goes (Gemini names the model in the path).
+fn route(api: Api, model: &str) -> String {
+    ctxd_gateway::replay::path(api, model)
 }
 
 fn api_name(api: Api) -> &'static str {
@@ -212,6 +223,7 @@ fn api_name(api: Api) -> &'static str {
         Api::Anthropic => "anthropic",
         Api::Chat => "chat",
         Api::Responses => "responses",
+        Api::Gemini => "gemini",
     }
 }
 
@@ -289,6 +301,7 @@ fn replay_session(family: &Family, path: PathBuf, session: Session) {
             headers.push(("anthropic-version", "2023-06-01"));
         }
         Api::Chat | Api::Responses => headers.push(("authorization", "Bearer sk-equivalence")),
+        Api::Gemini => headers.push(("x-goog-api-key", "equivalence-key")),
     }
 
     // One client turn at a time, its reply scripted just before it: an upstream call the
@@ -297,7 +310,7 @@ fn replay_session(family: &Family, path: PathBuf, session: Session) {
     let upstream = |mock: &MockServer| -> Vec<ctxd_mock::Recorded> {
         mock.requests()
             .into_iter()
-            .filter(|r| r.route() == route(api))
+            .filter(|r| r.route() == route(api, &model))
             .collect()
     };
     let started = Instant::now();
@@ -305,7 +318,7 @@ fn replay_session(family: &Family, path: PathBuf, session: Session) {
         let n = k + 1; // requests are counted from 1, as `ctxd eval --requests` does
         mock.script().push(Reply::parts(parts(&turn.reply)));
         let body = std::str::from_utf8(&turn.body).unwrap();
-        let response = common::post(&gw.addr, route(api), &headers, body);
+        let response = common::post(&gw.addr, &route(api, &model), &headers, body);
         let (status, body) = common::status_and_body(&response);
         if status != 200 {
             let client = keep(&kept, &format!("client-{n}.json"), &turn.body);
@@ -570,7 +583,7 @@ fn invariants(
         problems.push(format!("not measured: {e}"));
     }
     match api {
-        Api::Anthropic | Api::Responses => {
+        Api::Anthropic | Api::Responses | Api::Gemini => {
             if let Some(system) = client.system(&turn.body) {
                 if !sent.system(body).is_some_and(|s| s.contains(&system)) {
                     problems.push("the client's system prompt is missing".to_owned());
@@ -592,7 +605,7 @@ fn invariants(
         None => problems.push("no conversation".to_owned()),
         Some(i) => {
             let tail = sent.message(body, i);
-            if hash::message(&tail) != hash::message(&last) && !digest_of(&tail, &last) {
+            if model_read(api, &tail) != model_read(api, &last) && !digest_of(&tail, &last) {
                 problems.push(format!(
                     "it ends with another message than the client's last ({:?}, {} tokens; the \
                      client's: {:?}, {} tokens)",

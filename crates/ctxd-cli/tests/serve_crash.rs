@@ -55,6 +55,8 @@ fn serve(store: &std::path::Path, upstream: &str) -> (Kids, String) {
             upstream,
             "--upstream-openai",
             upstream,
+            "--upstream-gemini",
+            upstream,
         ])
         .env("CTXD_LOG", "error")
         .stdout(Stdio::piped())

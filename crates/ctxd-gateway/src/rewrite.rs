@@ -118,8 +118,9 @@ fn gemini_array(req: &ParsedRequest, body: &[u8], parts: &[Part]) -> Vec<u8> {
     }
     for k in 1..contents.len() {
         if contents[k - 1].0 == "model" && contents[k].0 == "user" {
-            if let Some(fixed) = gemini_response_ids(&contents[k - 1].1, &contents[k].1) {
-                contents[k].1 = fixed.into();
+            if let Some((calls, answers)) = gemini_ids(&contents[k - 1].1, &contents[k].1) {
+                contents[k - 1].1 = calls.into();
+                contents[k].1 = answers.into();
             }
         }
     }
@@ -135,21 +136,23 @@ fn gemini_array(req: &ParsedRequest, body: &[u8], parts: &[Part]) -> Vec<u8> {
     out
 }
 
-/// `answers` with each `functionResponse`'s `id` made the one of the call it answers in
-/// `calls` (matched by name, in order): a response ctxd wrote back (an edited result) carries
-/// none, while the client may have put its own on the call. `None`: nothing to change.
-fn gemini_response_ids(calls: &[u8], answers: &[u8]) -> Option<Vec<u8>> {
+/// A call and its response with one `id` where the client gave one side its own (Gemini CLI
+/// puts one on both) and ctxd wrote the other back without it (an edited call or result): the
+/// response takes the call's, or the call the response's, matched by name in order. `None`:
+/// nothing to change; else both contents' bytes.
+fn gemini_ids(calls: &[u8], answers: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
     use memchr::memmem::find;
     use serde_json::Value;
     find(calls, b"\"functionCall\"")?;
     find(answers, b"\"functionResponse\"")?;
-    let calls: Value = serde_json::from_slice(calls).ok()?;
+    let mut calls: Value = serde_json::from_slice(calls).ok()?;
     let mut answers: Value = serde_json::from_slice(answers).ok()?;
-    let mut pending: Vec<(&str, Option<&Value>, bool)> = calls["parts"]
-        .as_array()?
-        .iter()
-        .filter_map(|p| p.get("functionCall"))
-        .map(|c| (c["name"].as_str().unwrap_or_default(), c.get("id"), false))
+    let mut pending: Vec<(&mut serde_json::Map<String, Value>, bool)> = calls
+        .get_mut("parts")?
+        .as_array_mut()?
+        .iter_mut()
+        .filter_map(|p| p.get_mut("functionCall").and_then(Value::as_object_mut))
+        .map(|c| (c, false))
         .collect();
     let mut changed = false;
     for part in answers.get_mut("parts")?.as_array_mut()? {
@@ -159,27 +162,33 @@ fn gemini_response_ids(calls: &[u8], answers: &[u8]) -> Option<Vec<u8>> {
         else {
             continue;
         };
-        let name = response
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let Some(call) = pending.iter_mut().find(|(n, _, used)| !used && *n == name) else {
+        let name = response.get("name").cloned();
+        let Some((call, used)) = pending
+            .iter_mut()
+            .find(|(c, used)| !*used && c.get("name") == name.as_ref())
+        else {
             continue;
         };
-        call.2 = true;
-        match call.1 {
-            Some(id) if response.get("id") != Some(id) => {
-                response.insert("id".into(), id.clone());
+        *used = true;
+        match (call.get("id").cloned(), response.get("id").cloned()) {
+            (Some(id), other) if other.as_ref() != Some(&id) => {
+                response.insert("id".into(), id);
                 changed = true;
             }
-            None if response.contains_key("id") => {
-                response.remove("id");
+            (None, Some(id)) => {
+                call.insert("id".into(), id);
                 changed = true;
             }
             _ => {}
         }
     }
-    changed.then(|| answers.to_string().into_bytes())
+    drop(pending);
+    changed.then(|| {
+        (
+            calls.to_string().into_bytes(),
+            answers.to_string().into_bytes(),
+        )
+    })
 }
 
 /// A content's role as the API reads it (`user` when absent).

@@ -41,6 +41,8 @@ impl Gateway {
                 upstream,
                 "--upstream-openai",
                 upstream,
+                "--upstream-gemini",
+                upstream,
             ])
             .args(extra)
             .env("RUST_LOG", "warn")

@@ -167,6 +167,8 @@ pub fn serve(store: &Path, upstream: &str, args: &[&str]) -> Gateway {
             upstream,
             "--upstream-openai",
             upstream,
+            "--upstream-gemini",
+            upstream,
         ])
         .args(args)
         .env("CTXD_LOG", "warn")

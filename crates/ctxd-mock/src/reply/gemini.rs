@@ -90,7 +90,9 @@ pub(crate) fn parts(plan: &Plan) -> Vec<Value> {
                     fc["id"] = json!(id);
                 }
                 let mut part = json!({"functionCall": fc});
-                if !signed_a_call {
+                // A call with a scripted id replays a recorded one, which carries no signature
+                // of the mock's.
+                if !signed_a_call && id.is_empty() {
                     signed_a_call = true;
                     part["thoughtSignature"] = json!(signature::sign(
                         &plan.id,
@@ -112,11 +114,11 @@ fn call_content(name: &str, args: &Value) -> String {
 /// strict mode reads ([`crate::validate::gemini`]).
 pub(crate) fn signed_call(plan: &Plan) -> Option<u64> {
     plan.pieces.iter().find_map(|p| match p {
-        Piece::Call { call, .. } => {
+        Piece::Call { id, call, .. } if id.is_empty() => {
             let content = call_content(&call.name, &call.args);
             Some(signature::fnv1a64(content.as_bytes()))
         }
-        Piece::Text { .. } | Piece::Thinking { .. } => None,
+        Piece::Call { .. } | Piece::Text { .. } | Piece::Thinking { .. } => None,
     })
 }
 
