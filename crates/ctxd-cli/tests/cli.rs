@@ -11,16 +11,19 @@ use serde_json::Value;
 
 use ctxd_test_support::shared;
 
+/// The agents of `../shared/sessions`, one directory each.
+const AGENTS: [&str; 6] = [
+    "pi",
+    "claude-code",
+    "codex",
+    "swe-agent",
+    "mini-swe-agent",
+    "gemini-cli",
+];
+
 fn sessions() -> Vec<PathBuf> {
     let mut files = Vec::new();
-    for agent in [
-        "pi",
-        "claude-code",
-        "codex",
-        "swe-agent",
-        "mini-swe-agent",
-        "gemini-cli",
-    ] {
+    for agent in AGENTS {
         for entry in std::fs::read_dir(shared().join("sessions").join(agent)).unwrap() {
             files.push(entry.unwrap().path());
         }
@@ -316,14 +319,7 @@ fn sessions_lists_each_session_under_a_directory() {
     assert_eq!(rows.len(), sessions().len() + 1);
     let agents: std::collections::BTreeSet<&str> =
         rows.iter().filter_map(|r| r["agent"].as_str()).collect();
-    for agent in [
-        "pi",
-        "claude-code",
-        "codex",
-        "swe-agent",
-        "mini-swe-agent",
-        "gemini-cli",
-    ] {
+    for agent in AGENTS {
         assert!(agents.contains(agent), "{agent} missing: {agents:?}");
     }
     let pi = rows.iter().find(|r| r["agent"] == "pi").unwrap();
