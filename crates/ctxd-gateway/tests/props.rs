@@ -81,7 +81,8 @@ proptest! {
         prop_assert_eq!(log.len(), texts.len());
     }
 
-    /// Splicing the client's own elements back gives the same elements, byte for byte.
+    /// Splicing the client's own elements back gives the same elements, byte for byte; on
+    /// Gemini, two left side by side with one role go as one content, their parts in order.
     #[test]
     fn splicing_client_elements_keeps_their_bytes(
         api in api(),
@@ -93,6 +94,24 @@ proptest! {
         let parts: Vec<Part> = (0..texts.len()).filter(|&i| keep[i]).map(Part::Client).collect();
         let out = splice(&req, &b, Some(&parts), None);
         let again = ParsedRequest::parse(api, &out).unwrap();
+        if api == Api::Gemini {
+            let kept: Vec<Value> = parts
+                .iter()
+                .map(|p| {
+                    let Part::Client(i) = p else { unreachable!() };
+                    serde_json::from_slice(req.element_bytes(&b, *i)).unwrap()
+                })
+                .collect();
+            let sent: Vec<Value> = (0..again.elements.len())
+                .map(|k| serde_json::from_slice(again.element_bytes(&out, k)).unwrap())
+                .collect();
+            let parts_of = |cs: &[Value]| -> Vec<Value> {
+                cs.iter().flat_map(|c| c["parts"].as_array().unwrap().clone()).collect()
+            };
+            prop_assert_eq!(parts_of(&sent), parts_of(&kept));
+            prop_assert!(sent.windows(2).all(|w| w[0]["role"] != w[1]["role"]));
+            return Ok(());
+        }
         prop_assert_eq!(again.elements.len(), parts.len());
         for (k, part) in parts.iter().enumerate() {
             let Part::Client(i) = part else { unreachable!() };
