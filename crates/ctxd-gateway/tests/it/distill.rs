@@ -394,8 +394,11 @@ async fn without_a_wait_the_edits_land_at_a_later_request() {
     let script = rig.mock.script();
     let mut landed = None;
     // Bounded by time, not by a count of follow-ups: on a loaded machine the pass (some 160
-    // questions to a judge answering each in 100 ms, six at a time) takes longer.
+    // questions to a judge answering each in 100 ms, six at a time) takes longer. The
+    // follow-ups come less and less often (200 ms, growing by half, up to 3 s): on two busy
+    // cores, planning a request every 200 ms left the pass no room to finish in two minutes.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut pause = std::time::Duration::from_millis(200);
     for i in 0.. {
         if std::time::Instant::now() > deadline {
             break;
@@ -411,7 +414,8 @@ async fn without_a_wait_the_edits_land_at_a_later_request() {
             landed = Some(i);
             break;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 3 / 2).min(std::time::Duration::from_secs(3));
     }
     let landed = landed.expect("the pass's edits never reached upstream");
     eprintln!(
