@@ -43,6 +43,13 @@ impl<'a> GeminiTarget<'a> {
     }
 }
 
+/// Whether a Gemini request streams one JSON array (`streamGenerateContent` without
+/// `alt=sse`).
+pub fn gemini_streams_json_array(path: &str) -> bool {
+    GeminiTarget::of_path(path).is_some_and(|t| t.action == "streamGenerateContent")
+        && !gemini_wants_sse(path)
+}
+
 /// Whether a Gemini stream request asks for SSE (`alt=sse`); without it the API streams one
 /// JSON array.
 pub fn gemini_wants_sse(path: &str) -> bool {

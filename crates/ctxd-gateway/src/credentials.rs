@@ -25,7 +25,8 @@ fn query_pairs(uri: &Uri) -> impl Iterator<Item = (String, String)> + '_ {
 /// `uri` without its `key` query parameters; the first one becomes the `x-goog-api-key`
 /// header unless the client sent that header too (then the header wins, as at Google).
 pub fn key_from_query(uri: Uri, headers: &mut HeaderMap) -> Uri {
-    if !has_query_key(&uri) {
+    let sent: Vec<(String, String)> = query_pairs(&uri).collect();
+    if !sent.iter().any(|(k, _)| k == "key") {
         return uri;
     }
     let mut key = None;
@@ -34,7 +35,7 @@ pub fn key_from_query(uri: Uri, headers: &mut HeaderMap) -> Uri {
     };
     {
         let mut pairs = kept.query_pairs_mut();
-        for (k, v) in query_pairs(&uri) {
+        for (k, v) in sent {
             if k == "key" {
                 key.get_or_insert(v);
             } else {

@@ -1000,7 +1000,7 @@ async fn forward(
             .is_some_and(|v| v.starts_with("text/event-stream"));
         let framing = if is_sse {
             Framing::Sse
-        } else if api == Api::Gemini && json_array_stream(path) {
+        } else if api == Api::Gemini && crate::api::gemini_streams_json_array(path) {
             Framing::JsonArray
         } else {
             Framing::Whole
@@ -1216,13 +1216,6 @@ fn exchange_context(
         path: path.to_owned(),
         headers: headers.clone(),
     })
-}
-
-/// Whether a Gemini request streams one JSON array (`streamGenerateContent` without
-/// `alt=sse`).
-fn json_array_stream(path: &str) -> bool {
-    crate::api::GeminiTarget::of_path(path).is_some_and(|t| t.action == "streamGenerateContent")
-        && !crate::api::gemini_wants_sse(path)
 }
 
 /// A successful streamed response, relayed as it arrives (see [`Relay`]).

@@ -308,7 +308,7 @@ fn gemini(m: &Message) -> Value {
             } => {
                 let name = tool_name
                     .clone()
-                    .unwrap_or_else(|| gemini_name_of_id(call_id));
+                    .unwrap_or_else(|| gemini::name_of_id(call_id).to_owned());
                 let key = if *is_error { "error" } else { "output" };
                 let mut response = json!({"name": name, "response": {key: text_of(content)}});
                 if !gemini::is_derived_id(call_id) {
@@ -326,14 +326,6 @@ fn gemini(m: &Message) -> Value {
         parts.push(json!({"text": "", "thoughtSignature": sig}));
     }
     json!({"role": role, "parts": parts})
-}
-
-/// The tool's name in an id ctxd derived (`~name~digest`), or the id itself.
-fn gemini_name_of_id(id: &str) -> String {
-    id.strip_prefix(gemini::DERIVED_ID_PREFIX)
-        .and_then(|rest| rest.split('~').next())
-        .unwrap_or(id)
-        .to_owned()
 }
 
 fn gemini_image(image: &Image) -> Value {

@@ -466,7 +466,7 @@ impl ParsedRequest {
             if let Some(target) = crate::api::GeminiTarget::of_path(path) {
                 self.model = Some(target.model.to_owned());
                 self.stream = target.action == "streamGenerateContent";
-                self.json_array_stream = self.stream && !crate::api::gemini_wants_sse(path);
+                self.json_array_stream = crate::api::gemini_streams_json_array(path);
             }
         }
         self

@@ -50,23 +50,42 @@ pub fn derived_call_id(name: &str, args: &Value, rank: usize) -> String {
     }
 }
 
-/// The `functionCall`s of a content, in order: (name, id as this module reads it).
-pub fn call_ids(content: &Value) -> Vec<(String, String)> {
-    let mut seen: Vec<(String, String)> = Vec::new();
-    let mut out = Vec::new();
-    for part in parts_of(content) {
-        let Some(call) = part.get("functionCall") else {
-            continue;
-        };
+/// The tool's name in an id [`derived_call_id`] made (`~name~digest`), or the id itself.
+pub fn name_of_id(id: &str) -> &str {
+    id.strip_prefix(DERIVED_ID_PREFIX)
+        .and_then(|rest| rest.split('~').next())
+        .unwrap_or(id)
+}
+
+/// The calls of one content as they are read in order: each one's name, arguments and id, the
+/// id ranked among the identical calls before it.
+#[derive(Default)]
+struct Calls {
+    seen: Vec<(String, String)>,
+}
+
+impl Calls {
+    fn read(&mut self, call: &Value) -> (String, Value, String) {
         let name = string_field(call, "name").unwrap_or_default();
         let args = call.get("args").cloned().unwrap_or(Value::Null);
         let key = (name.clone(), args.to_string());
-        let rank = seen.iter().filter(|k| **k == key).count();
-        seen.push(key);
+        let rank = self.seen.iter().filter(|k| **k == key).count();
+        self.seen.push(key);
         let id = derived_call_id(&name, &args, rank);
-        out.push((name, id));
+        (name, args, id)
     }
-    out
+}
+
+/// The `functionCall`s of a content, in order: (name, id as this module reads it).
+pub fn call_ids(content: &Value) -> Vec<(String, String)> {
+    let mut calls = Calls::default();
+    parts_of(content)
+        .filter_map(|part| part.get("functionCall"))
+        .map(|call| {
+            let (name, _, id) = calls.read(call);
+            (name, id)
+        })
+        .collect()
 }
 
 fn non_empty(v: &Value, key: &str) -> Option<String> {
@@ -97,7 +116,7 @@ pub fn content_after(previous: Option<&Value>, c: &Value) -> Message {
     };
     let calls = previous.map(call_ids).unwrap_or_default();
     let mut answered = vec![false; calls.len()];
-    let mut call_rank: Vec<(String, String)> = Vec::new();
+    let mut own_calls = Calls::default();
     let mut blocks = Vec::new();
     for part in parts_of(c) {
         if is_thought(part) {
@@ -112,12 +131,7 @@ pub fn content_after(previous: Option<&Value>, c: &Value) -> Message {
             blocks.push(bare_signature(sig));
         }
         if let Some(call) = part.get("functionCall") {
-            let name = string_field(call, "name").unwrap_or_default();
-            let args = call.get("args").cloned().unwrap_or(Value::Null);
-            let key = (name.clone(), args.to_string());
-            let rank = call_rank.iter().filter(|k| **k == key).count();
-            call_rank.push(key);
-            let id = derived_call_id(&name, &args, rank);
+            let (name, args, id) = own_calls.read(call);
             blocks.push(ContentBlock::ToolCall {
                 id,
                 name,

@@ -202,6 +202,9 @@ pub fn client_tool_names(req: &ParsedRequest, body: &[u8]) -> Vec<String> {
         function: Option<Function<'a>>,
         #[serde(borrow, default, rename = "type")]
         kind: Option<std::borrow::Cow<'a, str>>,
+        /// Gemini: a tool declares functions (Google's other tools have no name of a function).
+        #[serde(borrow, default, rename = "functionDeclarations")]
+        declarations: Option<Vec<Function<'a>>>,
     }
     let Some(bytes) = req
         .tools_raw
@@ -210,17 +213,16 @@ pub fn client_tool_names(req: &ParsedRequest, body: &[u8]) -> Vec<String> {
     else {
         return Vec::new();
     };
-    if req.api == crate::api::Api::Gemini {
-        return ctxd_formats::wire::gemini::tools(
-            &serde_json::from_slice(bytes).unwrap_or_default(),
-        )
-        .into_iter()
-        .map(|t| t.name)
-        .collect();
-    }
     let Ok(tools) = serde_json::from_slice::<Vec<Tool<'_>>>(bytes) else {
         return Vec::new();
     };
+    if req.api == crate::api::Api::Gemini {
+        return tools
+            .into_iter()
+            .flat_map(|t| t.declarations.unwrap_or_default())
+            .filter_map(|f| f.name.map(|n| n.into_owned()))
+            .collect();
+    }
     tools
         .into_iter()
         .map(|t| {

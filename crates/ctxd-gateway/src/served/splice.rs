@@ -43,6 +43,9 @@ pub struct Splicer {
     held: Vec<(Option<String>, Value)>,
     /// Chat's `[DONE]` was withheld.
     held_done: bool,
+    /// Gemini: a call of ctxd's was withheld from the current response (its chunks carry no
+    /// indexes to map).
+    withheld_in_round: bool,
     /// Usage of the finished rounds, and of the current one.
     total_usage: Value,
     round_usage: Value,
@@ -66,6 +69,7 @@ impl Splicer {
             next: 0,
             held: Vec::new(),
             held_done: false,
+            withheld_in_round: false,
             total_usage: Value::Object(Default::default()),
             round_usage: Value::Object(Default::default()),
             changed: false,
@@ -97,6 +101,7 @@ impl Splicer {
         add_usage(&mut self.total_usage, &usage);
         self.round_usage = Value::Object(Default::default());
         self.map.clear();
+        self.withheld_in_round = false;
         if end == End::Continue {
             self.round += 1;
             self.changed = true;
@@ -345,13 +350,12 @@ impl Splicer {
         }
         if withheld {
             self.changed = true;
-            // The round called ctxd's tools: remembered as a withheld index.
-            self.map.insert(u64::MAX, None);
+            self.withheld_in_round = true;
         }
         let finish = v
             .pointer("/candidates/0/finishReason")
             .is_some_and(|f| !f.is_null());
-        let ours_in_round = self.map.contains_key(&u64::MAX);
+        let ours_in_round = self.withheld_in_round;
         if !finish {
             let empty = v
                 .pointer("/candidates/0/content/parts")
